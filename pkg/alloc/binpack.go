@@ -1,0 +1,62 @@
+package alloc
+
+// binpack fills the most-used node and GPU first, keeping whole GPUs and
+// nodes free for large requests.
+//
+// Node score: Primary is the node's booked GPU share after placement in
+// parts per million of its healthy GPU capacity,
+//
+//	Σ_g (1000 - FreeShare(g)) * 1000 / healthy GPUs
+//
+// (0 for a node without healthy GPUs); Secondary is booked CPU in parts per
+// million of the node's CPU. GPU score: minus the GPU's free share, so the
+// fullest GPU that still fits wins (best fit).
+type binpack struct{}
+
+func (binpack) ScoreNode(_, after *NodeState, _ *PodRequest) Score {
+	return Score{Primary: usedSharePPM(after), Secondary: ppm(after.CPUMilli, after.Node.CPUMilli)}
+}
+
+func (binpack) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
+	for k, i := range candidates {
+		scores[k] = -s.FreeShare(i)
+	}
+}
+
+// spread is binpack reversed: the emptiest node and GPU first, which
+// spreads load and interference at the cost of fragmentation.
+type spread struct{}
+
+func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
+	b := binpack{}.ScoreNode(before, after, pod)
+	return Score{Primary: -b.Primary, Secondary: -b.Secondary}
+}
+
+func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
+	for k, i := range candidates {
+		scores[k] = s.FreeShare(i)
+	}
+}
+
+// usedSharePPM is the booked share of the node's healthy GPUs in ppm.
+func usedSharePPM(s *NodeState) int64 {
+	var used, n int64
+	for i := range s.GPUs {
+		if s.Node.GPUs[i].Healthy {
+			used += 1000 - s.FreeShare(i)
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return used * 1000 / n
+}
+
+// ppm returns part/whole in parts per million, 0 when whole is 0.
+func ppm(part, whole int64) int64 {
+	if whole <= 0 {
+		return 0
+	}
+	return part * 1_000_000 / whole
+}

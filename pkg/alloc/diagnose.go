@@ -1,0 +1,68 @@
+package alloc
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Diagnosis summarises why a pod fits no node, for a pod event.
+type Diagnosis struct {
+	Nodes    int
+	ByReason map[Reason]int
+	// Largest free GPU memory on any node, and what the pod needs per GPU,
+	// when some node was short of GPU memory.
+	LargestFreeMiB int64
+	NeedMiB        int64
+}
+
+// Diagnose aggregates per-node reasons over nodes nodes (some of which may
+// have been rejected before the core saw them).
+func Diagnose(nodes int, unfits []*Unfit) Diagnosis {
+	d := Diagnosis{Nodes: nodes, ByReason: make(map[Reason]int)}
+	for _, u := range unfits {
+		seen := make(map[Reason]bool, len(u.Reasons))
+		for _, r := range u.Reasons {
+			if !seen[r.Reason] {
+				d.ByReason[r.Reason]++
+				seen[r.Reason] = true
+			}
+			if r.Reason == ReasonGPUMemory || r.Reason == ReasonGPUTooSmall {
+				d.LargestFreeMiB = max(d.LargestFreeMiB, r.Free)
+				d.NeedMiB = max(d.NeedMiB, r.Requested)
+			}
+		}
+	}
+	return d
+}
+
+// String renders the diagnosis like kube-scheduler's FitError, with the
+// numbers that matter: "0/12 nodes are available: 8 InsufficientGPUMemory,
+// 4 InsufficientCPU; largest free share on any GPU is 3000 MiB, pod needs
+// 3500 MiB."
+func (d Diagnosis) String() string {
+	type kv struct {
+		r Reason
+		n int
+	}
+	rs := make([]kv, 0, len(d.ByReason))
+	for r, n := range d.ByReason {
+		rs = append(rs, kv{r, n})
+	}
+	slices.SortFunc(rs, func(a, b kv) int {
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.r), string(b.r))
+	})
+	parts := make([]string, 0, len(rs))
+	for _, x := range rs {
+		parts = append(parts, fmt.Sprintf("%d %s", x.n, x.r))
+	}
+	msg := fmt.Sprintf("0/%d nodes are available: %s", d.Nodes, strings.Join(parts, ", "))
+	if d.NeedMiB > 0 {
+		msg += fmt.Sprintf("; largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB)
+	}
+	return msg + "."
+}

@@ -1,0 +1,189 @@
+package alloc
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Reason says why a node or GPU cannot take a request.
+type Reason string
+
+// Reasons, from the node down to one GPU.
+const (
+	ReasonCPU          Reason = "InsufficientCPU"
+	ReasonMemory       Reason = "InsufficientMemory"
+	ReasonWholeCard    Reason = "WholeCardOnly"
+	ReasonGPUCount     Reason = "TooFewGPUs"
+	ReasonUnhealthy    Reason = "GPUUnhealthy"
+	ReasonModel        Reason = "GPUModelNotAllowed"
+	ReasonGPUTooSmall  Reason = "GPUTooSmall"
+	ReasonGPUMemory    Reason = "InsufficientGPUMemory"
+	ReasonGPUCompute   Reason = "InsufficientGPUCompute"
+	ReasonGPUNotIdle   Reason = "GPUNotIdle"
+	ReasonNodeRejected Reason = "NodeRejected"
+)
+
+// GPUReject says why one GPU cannot take a container's per-GPU demand.
+// Requested, Free and Capacity are in the reason's unit: MiB for memory,
+// percent for compute, zero otherwise.
+type GPUReject struct {
+	GPU       int
+	Reason    Reason
+	Requested int64
+	Free      int64
+	Capacity  int64
+}
+
+// Insufficiency is one reason a node cannot take a pod. For CPU and memory
+// the amounts are the pod's and node's; for a GPU reason they are the
+// container's per-GPU demand and the largest free amount and capacity on
+// any GPU of the node that it could otherwise use. Needed and Usable count
+// GPUs.
+type Insufficiency struct {
+	Reason    Reason
+	Container string
+	Requested int64
+	Free      int64
+	Capacity  int64
+	Needed    int
+	Usable    int
+}
+
+// Unfit explains why a pod does not fit a node; it is data, formatted only
+// when asked.
+type Unfit struct {
+	Node    string
+	Reasons []Insufficiency
+	// GPUs holds, for the first container that did not fit, why each GPU
+	// was rejected.
+	GPUs []GPUReject
+}
+
+func (u *Unfit) Error() string {
+	parts := make([]string, 0, len(u.Reasons))
+	for _, r := range u.Reasons {
+		parts = append(parts, r.String())
+	}
+	return fmt.Sprintf("node %s: %s", u.Node, strings.Join(parts, "; "))
+}
+
+func (r Insufficiency) String() string {
+	var who string
+	if r.Container != "" {
+		who = fmt.Sprintf("container %s: ", r.Container)
+	}
+	switch r.Reason {
+	case ReasonCPU:
+		return fmt.Sprintf("%sinsufficient CPU: pod needs %dm, %dm of %dm free", who, r.Requested, r.Free, r.Capacity)
+	case ReasonMemory:
+		return fmt.Sprintf("%sinsufficient memory: pod needs %d MiB, %d MiB of %d MiB free", who, r.Requested, r.Free, r.Capacity)
+	case ReasonGPUMemory:
+		return fmt.Sprintf("%sneeds %d GPU(s) with %d MiB free, %d usable; largest free share on any GPU is %d MiB (of %d MiB)",
+			who, r.Needed, r.Requested, r.Usable, r.Free, r.Capacity)
+	case ReasonGPUCompute:
+		return fmt.Sprintf("%sneeds %d GPU(s) with %d%% compute free, %d usable; most free on any GPU is %d%%",
+			who, r.Needed, r.Requested, r.Usable, r.Free)
+	case ReasonGPUTooSmall:
+		return fmt.Sprintf("%sneeds %d MiB on each GPU, largest allowed GPU has %d MiB", who, r.Requested, r.Capacity)
+	case ReasonGPUNotIdle:
+		return fmt.Sprintf("%sneeds %d whole idle GPU(s), %d idle", who, r.Needed, r.Usable)
+	case ReasonGPUCount:
+		return fmt.Sprintf("%sneeds %d GPU(s), node has %d", who, r.Needed, r.Usable)
+	case ReasonWholeCard:
+		return who + "node hands out whole GPUs only"
+	case ReasonModel:
+		return who + "no GPU of an allowed model"
+	case ReasonUnhealthy:
+		return fmt.Sprintf("%sneeds %d GPU(s), %d healthy", who, r.Needed, r.Usable)
+	default:
+		return who + string(r.Reason)
+	}
+}
+
+// checkGPU reports whether GPU i of s can take demand d; if not, why.
+func checkGPU(s *NodeState, i int, d *Demand) (GPUReject, bool) {
+	g := &s.Node.GPUs[i]
+	rej := GPUReject{GPU: i}
+	switch {
+	case !g.Healthy:
+		rej.Reason = ReasonUnhealthy
+	case !allows(d.Models, g.Model):
+		rej.Reason = ReasonModel
+	case d.Exclusive:
+		if s.GPUs[i] != (Usage{}) {
+			rej.Reason = ReasonGPUNotIdle
+		}
+	case d.MemoryMiB > g.MemoryMiB:
+		rej = GPUReject{GPU: i, Reason: ReasonGPUTooSmall, Requested: d.MemoryMiB, Capacity: g.MemoryMiB}
+	default:
+		f := s.Free(i)
+		if f.MemoryMiB < d.MemoryMiB {
+			rej = GPUReject{GPU: i, Reason: ReasonGPUMemory, Requested: d.MemoryMiB, Free: f.MemoryMiB, Capacity: g.MemoryMiB}
+		} else if f.Compute < d.Compute {
+			rej = GPUReject{GPU: i, Reason: ReasonGPUCompute, Requested: d.Compute, Free: f.Compute, Capacity: g.ComputeCapacity()}
+		}
+	}
+	return rej, rej.Reason == ""
+}
+
+// fits is checkGPU without the explanation, for hot paths.
+func fits(s *NodeState, i int, d *Demand) bool {
+	return fitsUsage(&s.Node.GPUs[i], s.GPUs[i], d)
+}
+
+// fitsUsage reports whether GPU g with usage u can take demand d.
+func fitsUsage(g *GPU, u Usage, d *Demand) bool {
+	if !g.Healthy || !allows(d.Models, g.Model) {
+		return false
+	}
+	if d.Exclusive {
+		return u == Usage{}
+	}
+	return u.MemoryMiB+d.MemoryMiB <= g.MemoryMiB && u.Compute+d.Compute <= g.ComputeCapacity()
+}
+
+// shareOf is FreeShare for GPU g with usage u.
+func shareOf(g *GPU, u Usage) int64 {
+	if !g.Healthy {
+		return 0
+	}
+	return min((g.MemoryMiB-u.MemoryMiB)*1000/g.MemoryMiB, (g.ComputeCapacity()-u.Compute)*1000/g.ComputeCapacity())
+}
+
+// containerUnfit summarises per-GPU rejections into one reason. It names
+// the shortage a user can act on: not enough free memory or compute beats
+// "not idle", which beats a GPU too small, a model or health. Free and
+// Capacity are the largest on any healthy GPU of an allowed model.
+func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, rejects []GPUReject) Insufficiency {
+	in := Insufficiency{Container: name, Needed: need, Usable: usable}
+	if len(s.Node.GPUs) < need {
+		in.Reason, in.Usable = ReasonGPUCount, len(s.Node.GPUs)
+		return in
+	}
+	seen := make(map[Reason]bool, 4)
+	for _, r := range rejects {
+		seen[r.Reason] = true
+	}
+	for _, reason := range []Reason{ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonModel, ReasonUnhealthy} {
+		if seen[reason] {
+			in.Reason = reason
+			break
+		}
+	}
+	for i := range s.Node.GPUs {
+		g := &s.Node.GPUs[i]
+		if !g.Healthy || !allows(d.Models, g.Model) {
+			continue
+		}
+		f := s.Free(i)
+		switch in.Reason {
+		case ReasonGPUMemory, ReasonGPUTooSmall:
+			in.Requested = d.MemoryMiB
+			in.Free, in.Capacity = max(in.Free, f.MemoryMiB), max(in.Capacity, g.MemoryMiB)
+		case ReasonGPUCompute:
+			in.Requested = d.Compute
+			in.Free, in.Capacity = max(in.Free, f.Compute), max(in.Capacity, g.ComputeCapacity())
+		}
+	}
+	return in
+}

@@ -1,0 +1,137 @@
+package alloc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Score rates a placement; higher is better. Scores compare by Primary,
+// then Secondary. Policies use Secondary as an informed tie-break (for
+// example, packing among placements that fragment equally) so that exact
+// ties are rare and mean "equivalent".
+type Score struct {
+	Primary   int64
+	Secondary int64
+}
+
+// Compare returns -1, 0 or +1 as a is worse than, equal to or better than b.
+func (a Score) Compare(b Score) int {
+	switch {
+	case a.Primary != b.Primary:
+		return sign(a.Primary - b.Primary)
+	default:
+		return sign(a.Secondary - b.Secondary)
+	}
+}
+
+func sign(x int64) int {
+	switch {
+	case x > 0:
+		return 1
+	case x < 0:
+		return -1
+	}
+	return 0
+}
+
+// NodeScorer rates a placement of pod on a node, given the node's state
+// before and after it. Implementations must not change either state.
+type NodeScorer interface {
+	ScoreNode(before, after *NodeState, pod *PodRequest) Score
+}
+
+// GPUScorer rates each candidate GPU for one GPU's worth of a container's
+// demand d: scores[k] for GPU candidates[k], higher is better. Candidates
+// all fit d. A load-aware scorer reads s.Live.
+type GPUScorer interface {
+	ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64)
+}
+
+// Options are the inputs a policy may need.
+type Options struct {
+	// Seed drives the random policy and node tie-breaks.
+	Seed uint64
+	// Workload is the expected mix of pod shapes, for fragmentation-aware
+	// policies.
+	Workload []Shape
+}
+
+// Config names the policies of a Placer.
+type Config struct {
+	// Node is the node-level policy name (see NodePolicies).
+	Node string
+	// GPU is the GPU-level policy name (see GPUPolicies); empty means the
+	// same name as Node.
+	GPU string
+	// NoTopology turns off NVLink/NUMA preference for multi-GPU requests.
+	NoTopology bool
+	Options
+}
+
+type (
+	nodeFactory func(Options) (NodeScorer, error)
+	gpuFactory  func(Options) (GPUScorer, error)
+)
+
+// The registries are read-only after initialisation.
+var (
+	nodePolicies = map[string]nodeFactory{
+		"binpack": func(Options) (NodeScorer, error) { return binpack{}, nil },
+		"spread":  func(Options) (NodeScorer, error) { return spread{}, nil },
+		"bestfit": func(Options) (NodeScorer, error) { return bestFit{}, nil },
+		"random":  func(o Options) (NodeScorer, error) { return random{seed: o.Seed}, nil },
+		"fgd":     func(o Options) (NodeScorer, error) { return newFGD(o, fgdPlain) },
+		"fgd-pack": func(o Options) (NodeScorer, error) {
+			return newFGD(o, fgdPack)
+		},
+	}
+	gpuPolicies = map[string]gpuFactory{
+		"binpack":  func(Options) (GPUScorer, error) { return binpack{}, nil },
+		"bestfit":  func(Options) (GPUScorer, error) { return binpack{}, nil },
+		"spread":   func(Options) (GPUScorer, error) { return spread{}, nil },
+		"random":   func(o Options) (GPUScorer, error) { return random{seed: o.Seed}, nil },
+		"fgd":      func(o Options) (GPUScorer, error) { return newFGD(o, fgdPlain) },
+		"fgd-pack": func(o Options) (GPUScorer, error) { return newFGD(o, fgdPack) },
+	}
+)
+
+// NodePolicies lists the node-level policy names, sorted.
+func NodePolicies() []string { return sortedKeys(nodePolicies) }
+
+// GPUPolicies lists the GPU-level policy names, sorted.
+func GPUPolicies() []string { return sortedKeys(gpuPolicies) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NewPlacer builds a Placer from policy names; an unknown name is an error.
+func NewPlacer(c Config) (*Placer, error) {
+	nf, ok := nodePolicies[c.Node]
+	if !ok {
+		return nil, fmt.Errorf("unknown node policy %q (known: %s)", c.Node, strings.Join(NodePolicies(), ", "))
+	}
+	gpuName := c.GPU
+	if gpuName == "" {
+		gpuName = c.Node
+	}
+	gf, ok := gpuPolicies[gpuName]
+	if !ok {
+		return nil, fmt.Errorf("unknown GPU policy %q (known: %s)", gpuName, strings.Join(GPUPolicies(), ", "))
+	}
+	ns, err := nf(c.Options)
+	if err != nil {
+		return nil, fmt.Errorf("node policy %q: %w", c.Node, err)
+	}
+	gs, err := gf(c.Options)
+	if err != nil {
+		return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
+	}
+	return &Placer{node: ns, gpu: gs, topology: !c.NoTopology}, nil
+}
