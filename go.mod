@@ -2,6 +2,8 @@ module github.com/gpushare/gpushare
 
 go 1.26.0
 
+require gonum.org/v1/plot v0.17.0
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
@@ -13,7 +15,6 @@ require (
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.39.0 // indirect
-	gonum.org/v1/plot v0.17.0 // indirect
 	k8s.io/api v0.36.4 // indirect
 	k8s.io/apimachinery v0.36.4 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect

@@ -1,6 +1,10 @@
 package alloc
 
-import "errors"
+import (
+	"errors"
+	"slices"
+	"sync"
+)
 
 // Shape is one kind of pod in the expected workload, with its weight (a
 // count or frequency; only ratios matter).
@@ -40,6 +44,7 @@ const (
 type fgd struct {
 	shapes []Shape
 	mode   fgdMode
+	pool   *sync.Pool // of *fragBase, reused across calls
 }
 
 func newFGD(o Options, mode fgdMode) (*fgd, error) {
@@ -51,7 +56,7 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 			return nil, errors.New("workload shapes need non-negative weight and count")
 		}
 	}
-	return &fgd{shapes: o.Workload, mode: mode}, nil
+	return &fgd{shapes: o.Workload, mode: mode, pool: &sync.Pool{New: func() any { return new(fragBase) }}}, nil
 }
 
 // fragBase is what the per-GPU update needs about a node.
@@ -62,8 +67,32 @@ type fragBase struct {
 	below []int64 // per shape: free share on GPUs that don't
 }
 
-func (f *fgd) base(s *NodeState) fragBase {
-	b := fragBase{share: make([]int64, len(s.GPUs)), fit: make([]int, len(f.shapes)), below: make([]int64, len(f.shapes))}
+// get returns a fragBase for s from the pool; put it back with put.
+func (f *fgd) get(s *NodeState) *fragBase {
+	var b *fragBase
+	if f.pool != nil {
+		b, _ = f.pool.Get().(*fragBase)
+	}
+	if b == nil {
+		b = new(fragBase)
+	}
+	f.fill(b, s)
+	return b
+}
+
+func (f *fgd) put(b *fragBase) {
+	if f.pool != nil {
+		f.pool.Put(b)
+	}
+}
+
+func (f *fgd) fill(b *fragBase, s *NodeState) {
+	b.share = slices.Grow(b.share[:0], len(s.GPUs))[:len(s.GPUs)]
+	b.fit = slices.Grow(b.fit[:0], len(f.shapes))[:len(f.shapes)]
+	b.below = slices.Grow(b.below[:0], len(f.shapes))[:len(f.shapes)]
+	clear(b.fit)
+	clear(b.below)
+	b.total = 0
 	for i := range s.GPUs {
 		b.share[i] = s.FreeShare(i)
 		b.total += b.share[i]
@@ -81,7 +110,6 @@ func (f *fgd) base(s *NodeState) fragBase {
 			}
 		}
 	}
-	return b
 }
 
 // frag sums the weighted fragmentation given the node's free CPU and memory.
@@ -99,8 +127,10 @@ func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 }
 
 func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
-	b0, b1 := f.base(before), f.base(after)
-	growth := f.frag(&b1, after.FreeCPU(), after.FreeMemory()) - f.frag(&b0, before.FreeCPU(), before.FreeMemory())
+	b0, b1 := f.get(before), f.get(after)
+	growth := f.frag(b1, after.FreeCPU(), after.FreeMemory()) - f.frag(b0, before.FreeCPU(), before.FreeMemory())
+	f.put(b0)
+	f.put(b1)
 	sc := Score{Primary: -growth}
 	if f.mode == fgdPack {
 		sc.Secondary = usedSharePPM(after)
@@ -109,7 +139,8 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 }
 
 func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64) {
-	b := f.base(s)
+	b := f.get(s)
+	defer f.put(b)
 	cpu, mem := s.FreeCPU()-pod.CPUMilli, s.FreeMemory()-pod.MemoryMiB
 	for k, i := range candidates {
 		g := &s.Node.GPUs[i]
@@ -147,4 +178,14 @@ func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []in
 		}
 		scores[k] = -sum
 	}
+}
+
+// Fragmentation returns the node's fragmentation for a workload: the
+// weighted sum over shapes of the free GPU share (per-mille) each shape
+// could not use. Divide by the total weight for the expected unusable share.
+func Fragmentation(s *NodeState, workload []Shape) int64 {
+	f := fgd{shapes: workload}
+	var b fragBase
+	f.fill(&b, s)
+	return f.frag(&b, s.FreeCPU(), s.FreeMemory())
 }

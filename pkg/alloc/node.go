@@ -141,13 +141,6 @@ func (s *NodeState) Clone() *NodeState {
 	return &c
 }
 
-// copyInto copies the booked state of s into dst, reusing dst's slice.
-func (s *NodeState) copyInto(dst *NodeState) {
-	gpus := append(dst.GPUs[:0], s.GPUs...)
-	*dst = *s
-	dst.GPUs = gpus
-}
-
 // FreeCPU returns unbooked milli-CPU.
 func (s *NodeState) FreeCPU() int64 { return s.Node.CPUMilli - s.CPUMilli }
 

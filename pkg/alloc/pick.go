@@ -5,9 +5,6 @@ type Decision struct {
 	// Index is the chosen node's position in the input, -1 if none fits.
 	Index     int
 	Placement *Placement
-	// Unfit lists why each node was rejected when none fits; nil
-	// otherwise (collecting reasons costs, so Pick skips it on success).
-	Unfit []*Unfit
 }
 
 // Better reports whether placement a should be chosen over b for the pod:
@@ -16,32 +13,45 @@ type Decision struct {
 // equal nodes, like kube-scheduler's random choice among equal scores, yet
 // repeatable. It deliberately ignores node names' order.
 func Better(a, b *Placement, podKey string, seed uint64) bool {
-	if c := a.Score.Compare(b.Score); c != 0 {
-		return c > 0
-	}
-	return mix(seed, podKey, a.Node, -2) > mix(seed, podKey, b.Node, -2)
+	return better(a.Score, a.Node, b.Score, b.Node, podKey, seed)
 }
 
-// Pick places pod on the best node among states, or explains why none fits.
-// It changes nothing; the caller applies the placement.
+func better(a Score, aNode string, b Score, bNode string, podKey string, seed uint64) bool {
+	if c := a.Compare(b); c != 0 {
+		return c > 0
+	}
+	return mix(seed, podKey, aNode, -2) > mix(seed, podKey, bNode, -2)
+}
+
+// Pick places pod on the best node among states; Index is -1 when none
+// fits (Explain says why). It changes nothing; the caller applies the
+// placement.
 func (pl *Placer) Pick(states []*NodeState, pod *PodRequest, seed uint64) Decision {
-	d := Decision{Index: -1}
+	var sc scratch
+	best, bestScore := -1, Score{}
 	for i, s := range states {
-		p, _ := pl.Place(s, pod)
-		if p == nil {
+		score, failed := pl.evaluate(&sc, s, pod)
+		if failed >= 0 {
 			continue
 		}
-		if d.Placement == nil || Better(p, d.Placement, pod.Key, seed) {
-			d.Index, d.Placement = i, p
+		if best < 0 || better(score, s.Node.Name, bestScore, states[best].Node.Name, pod.Key, seed) {
+			best, bestScore = i, score
 		}
 	}
-	if d.Placement == nil {
-		d.Unfit = make([]*Unfit, 0, len(states))
-		for _, s := range states {
-			if _, u := pl.Place(s, pod); u != nil {
-				d.Unfit = append(d.Unfit, u)
-			}
+	if best < 0 {
+		return Decision{Index: -1}
+	}
+	p, _ := pl.Place(states[best], pod)
+	return Decision{Index: best, Placement: p}
+}
+
+// Explain returns why pod does not fit each of the states it doesn't fit.
+func (pl *Placer) Explain(states []*NodeState, pod *PodRequest) []*Unfit {
+	var out []*Unfit
+	for _, s := range states {
+		if _, u := pl.Place(s, pod); u != nil {
+			out = append(out, u)
 		}
 	}
-	return d
+	return out
 }

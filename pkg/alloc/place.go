@@ -45,68 +45,156 @@ type Placer struct {
 // Place tries to place pod on the node in state s, which it does not change.
 // It returns the placement, or why the pod does not fit.
 func (pl *Placer) Place(s *NodeState, pod *PodRequest) (*Placement, *Unfit) {
-	if u := nodeUnfit(s, pod); u != nil {
-		return nil, u
+	var sc scratch
+	score, failed := pl.evaluate(&sc, s, pod)
+	switch {
+	case failed == len(pod.Containers):
+		return nil, nodeUnfit(s, pod)
+	case failed >= 0:
+		return nil, sc.unfit
 	}
-	work := s.Clone()
-	p := &Placement{Node: s.Node.Name, CPUMilli: pod.CPUMilli, MemoryMiB: pod.MemoryMiB,
+	p := &Placement{Node: s.Node.Name, CPUMilli: pod.CPUMilli, MemoryMiB: pod.MemoryMiB, Score: score,
 		Containers: make([]ContainerPlacement, len(pod.Containers))}
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		d := c.PerGPU()
+		got := ContainerPlacement{Name: c.Name, Kind: c.Kind, GPUs: make([]Assignment, 0, len(sc.chosen[i]))}
+		for _, g := range sc.chosen[i] {
+			got.GPUs = append(got.GPUs, Assignment{GPU: g, UUID: s.Node.GPUs[g].UUID, Usage: d.usageOn(&s.Node.GPUs[g])})
+		}
+		p.Containers[i] = got
+	}
+	for g, u := range sc.booked {
+		if u != (Usage{}) {
+			p.Booked = append(p.Booked, Assignment{GPU: g, UUID: s.Node.GPUs[g].UUID, Usage: u})
+		}
+	}
+	return p, nil
+}
 
+// scratch holds the buffers of one evaluation; Pick reuses one across
+// nodes so that rating a node allocates nothing.
+type scratch struct {
+	work, phase       NodeState
+	workBuf, phaseBuf []Usage
+	sidecars    []Usage
+	booked      []Usage
+	candidates  []int
+	scores      []int64
+	chosen      [][]int
+	unfit       *Unfit
+}
+
+func (sc *scratch) reset(s *NodeState, containers int) {
+	copyState(&sc.work, &sc.workBuf, s)
+	sc.sidecars = resetUsage(sc.sidecars, len(s.GPUs))
+	sc.booked = resetUsage(sc.booked, len(s.GPUs))
+	for len(sc.chosen) < containers {
+		sc.chosen = append(sc.chosen, nil)
+	}
+	sc.unfit = nil
+}
+
+// copyState makes dst a copy of s whose GPU usage lives in *buf.
+func copyState(dst *NodeState, buf *[]Usage, s *NodeState) {
+	*buf = append((*buf)[:0], s.GPUs...)
+	*dst = *s
+	dst.GPUs = *buf
+}
+
+func resetUsage(u []Usage, n int) []Usage {
+	u = u[:0]
+	for range n {
+		u = append(u, Usage{})
+	}
+	return u
+}
+
+// evaluate places pod on a copy of s in sc and scores it. It returns the
+// index of the first container that does not fit, len(Containers) if the
+// node as a whole does not fit, or -1 on success.
+func (pl *Placer) evaluate(sc *scratch, s *NodeState, pod *PodRequest) (Score, int) {
+	if pod.CPUMilli > s.FreeCPU() || pod.MemoryMiB > s.FreeMemory() || (s.Node.Mode == WholeCard && !allExclusive(pod)) {
+		return Score{}, len(pod.Containers)
+	}
+	sc.reset(s, len(pod.Containers))
 	// The app phase: sidecars and app containers run together.
-	sidecars := make([]Usage, len(s.GPUs))
-	sidecarsBefore := make([][]Usage, len(pod.Containers))
 	for i := range pod.Containers {
 		c := &pod.Containers[i]
 		if c.Kind == Init {
-			sidecarsBefore[i] = append([]Usage(nil), sidecars...)
 			continue
 		}
-		got, u := pl.placeContainer(work, pod, c)
-		if u != nil {
-			return nil, u
+		if !pl.placeContainer(sc, &sc.work, pod, c, i) {
+			return Score{}, i
 		}
-		p.Containers[i] = got
 		if c.Kind == Sidecar {
-			for _, a := range got.GPUs {
-				sidecars[a.GPU] = sidecars[a.GPU].add(a.Usage)
+			d := c.PerGPU()
+			for _, g := range sc.chosen[i] {
+				sc.sidecars[g] = sc.sidecars[g].add(d.usageOn(&s.Node.GPUs[g]))
 			}
 		}
 	}
-	booked := make([]Usage, len(s.GPUs))
-	for i := range booked {
-		booked[i] = work.GPUs[i].sub(s.GPUs[i])
+	for g := range sc.booked {
+		sc.booked[g] = sc.work.GPUs[g].sub(s.GPUs[g])
 	}
+	// Each init container runs alone beside the sidecars declared before
+	// it; the pod books the most any phase uses.
+	if hasInit(pod) {
+		clear(sc.sidecars)
+		for i := range pod.Containers {
+			c := &pod.Containers[i]
+			d := c.PerGPU()
+			switch c.Kind {
+			case Sidecar:
+				for _, g := range sc.chosen[i] {
+					sc.sidecars[g] = sc.sidecars[g].add(d.usageOn(&s.Node.GPUs[g]))
+				}
+			case Init:
+				copyState(&sc.phase, &sc.phaseBuf, s)
+				for g, u := range sc.sidecars {
+					sc.phase.GPUs[g] = sc.phase.GPUs[g].add(u)
+				}
+				if !pl.placeContainer(sc, &sc.phase, pod, c, i) {
+					return Score{}, i
+				}
+				for g := range sc.booked {
+					sc.booked[g] = sc.booked[g].max(sc.phase.GPUs[g].sub(s.GPUs[g]))
+				}
+			}
+		}
+		for g, u := range sc.booked {
+			sc.work.GPUs[g] = s.GPUs[g].add(u)
+		}
+	}
+	sc.work.CPUMilli += pod.CPUMilli
+	sc.work.MemoryMiB += pod.MemoryMiB
+	return pl.node.ScoreNode(s, &sc.work, pod), -1
+}
 
-	// Each init container runs alone beside the sidecars started before it.
+func allExclusive(pod *PodRequest) bool {
 	for i := range pod.Containers {
-		c := &pod.Containers[i]
-		if c.Kind != Init {
-			continue
-		}
-		phase := s.Clone()
-		for g, u := range sidecarsBefore[i] {
-			phase.GPUs[g] = phase.GPUs[g].add(u)
-		}
-		got, u := pl.placeContainer(phase, pod, c)
-		if u != nil {
-			return nil, u
-		}
-		p.Containers[i] = got
-		for g := range booked {
-			booked[g] = booked[g].max(phase.GPUs[g].sub(s.GPUs[g]))
+		if !pod.Containers[i].Exclusive {
+			return false
 		}
 	}
+	return true
+}
 
-	for g, u := range booked {
-		if u != (Usage{}) {
-			p.Booked = append(p.Booked, Assignment{GPU: g, UUID: s.Node.GPUs[g].UUID, Usage: u})
-			work.GPUs[g] = s.GPUs[g].add(u)
+func hasInit(pod *PodRequest) bool {
+	for i := range pod.Containers {
+		if pod.Containers[i].Kind == Init {
+			return true
 		}
 	}
-	work.CPUMilli += pod.CPUMilli
-	work.MemoryMiB += pod.MemoryMiB
-	p.Score = pl.node.ScoreNode(s, work, pod)
-	return p, nil
+	return false
+}
+
+// usageOn is what the demand books on GPU g: its share, or all of g.
+func (d *Demand) usageOn(g *GPU) Usage {
+	if d.Exclusive {
+		return Usage{MemoryMiB: g.MemoryMiB, Compute: g.ComputeCapacity()}
+	}
+	return Usage{MemoryMiB: d.MemoryMiB, Compute: d.Compute}
 }
 
 // nodeUnfit checks what the pod needs of the node as a whole.
@@ -132,58 +220,65 @@ func nodeUnfit(s *NodeState, pod *PodRequest) *Unfit {
 	return &Unfit{Node: s.Node.Name, Reasons: reasons}
 }
 
-// placeContainer chooses GPUs for one container on work and books them
-// there.
-func (pl *Placer) placeContainer(work *NodeState, pod *PodRequest, c *PodContainer) (ContainerPlacement, *Unfit) {
+// placeContainer chooses GPUs for container i on work, books them there
+// and records them in sc.chosen[i]. When too few GPUs fit it records why
+// in sc.unfit and returns false.
+func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, c *PodContainer, i int) bool {
 	d := c.PerGPU()
 	need := c.GPUCount()
-	candidates := make([]int, 0, len(work.GPUs))
-	for i := range work.GPUs {
-		if fits(work, i, &d) {
-			candidates = append(candidates, i)
+	sc.candidates = sc.candidates[:0]
+	for g := range work.GPUs {
+		if fits(work, g, &d) {
+			sc.candidates = append(sc.candidates, g)
 		}
 	}
-	if len(candidates) < need {
-		rejects := make([]GPUReject, 0, len(work.GPUs))
-		for i := range work.GPUs {
-			if r, ok := checkGPU(work, i, &d); !ok {
-				rejects = append(rejects, r)
-			}
-		}
-		in := containerUnfit(work, c.Name, need, len(candidates), &d, rejects)
-		return ContainerPlacement{}, &Unfit{Node: work.Node.Name, Reasons: []Insufficiency{in}, GPUs: rejects}
+	if len(sc.candidates) < need {
+		sc.unfit = gpuUnfit(work, c, need, len(sc.candidates), &d)
+		return false
 	}
-	scores := make([]int64, len(candidates))
-	pl.gpu.ScoreGPUs(work, pod, d, candidates, scores)
-	chosen := pl.choose(work, need, candidates, scores)
+	sc.scores = slices.Grow(sc.scores[:0], len(sc.candidates))[:len(sc.candidates)]
+	pl.gpu.ScoreGPUs(work, pod, d, sc.candidates, sc.scores)
+	sc.chosen[i] = pl.choose(work, need, sc.candidates, sc.scores, sc.chosen[i][:0])
+	for _, g := range sc.chosen[i] {
+		work.GPUs[g] = work.GPUs[g].add(d.usageOn(&work.Node.GPUs[g]))
+	}
+	return true
+}
 
-	got := ContainerPlacement{Name: c.Name, Kind: c.Kind, GPUs: make([]Assignment, 0, need)}
-	for _, i := range chosen {
-		u := Usage{MemoryMiB: d.MemoryMiB, Compute: d.Compute}
-		if d.Exclusive {
-			g := &work.Node.GPUs[i]
-			u = Usage{MemoryMiB: g.MemoryMiB, Compute: g.ComputeCapacity()}
+// gpuUnfit explains why too few GPUs of work fit a container.
+func gpuUnfit(work *NodeState, c *PodContainer, need, usable int, d *Demand) *Unfit {
+	rejects := make([]GPUReject, 0, len(work.GPUs))
+	for g := range work.GPUs {
+		if r, ok := checkGPU(work, g, d); !ok {
+			rejects = append(rejects, r)
 		}
-		work.GPUs[i] = work.GPUs[i].add(u)
-		got.GPUs = append(got.GPUs, Assignment{GPU: i, UUID: work.Node.GPUs[i].UUID, Usage: u})
 	}
-	return got, nil
+	in := containerUnfit(work, c.Name, need, usable, d, rejects)
+	return &Unfit{Node: work.Node.Name, Reasons: []Insufficiency{in}, GPUs: rejects}
 }
 
 // choose picks need GPUs from candidates (ascending index) by score, ties
 // to the lowest index. For several GPUs with topology on, it prefers the set
 // with the most NVLink links and then the fewest NUMA nodes, and only then
 // the scores.
-func (pl *Placer) choose(s *NodeState, need int, candidates []int, scores []int64) []int {
+func (pl *Placer) choose(s *NodeState, need int, candidates []int, scores []int64, out []int) []int {
+	if need == 1 {
+		best := 0
+		for k := range scores {
+			if scores[k] > scores[best] {
+				best = k
+			}
+		}
+		return append(out, candidates[best])
+	}
 	order := make([]int, len(candidates))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
-	if need == 1 || !pl.topology {
-		out := make([]int, need)
-		for k := range out {
-			out[k] = candidates[order[k]]
+	if !pl.topology {
+		for k := range need {
+			out = append(out, candidates[order[k]])
 		}
 		slices.Sort(out)
 		return out

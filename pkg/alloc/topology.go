@@ -10,7 +10,9 @@ import "slices"
 // on a NUMA node already used, then best ranked. That is O(n^3) for n
 // candidates, a few hundred steps for 8 GPUs.
 func chooseTopology(s *NodeState, need int, ranked []int) []int {
-	linked := func(a, b int) bool { return slices.Contains(s.Node.GPUs[a].Peers, b) || slices.Contains(s.Node.GPUs[b].Peers, a) }
+	linked := func(a, b int) bool {
+		return slices.Contains(s.Node.GPUs[a].Peers, b) || slices.Contains(s.Node.GPUs[b].Peers, a)
+	}
 	numa := func(i int) int { return s.Node.GPUs[i].NUMANode }
 
 	var best []int

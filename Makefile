@@ -1,0 +1,70 @@
+# gpushare: run `make help` for the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+BIN := bin
+# Tools are built from the Go module proxy into a versioned cache outside
+# the clone, so that every clone on a machine shares them.
+TOOLS_DIR ?= $(HOME)/.cache/gpushare/tools
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+# The openb trace (Alibaba cluster-trace-gpu-v2023); see docs/simulator.md.
+OPENB ?= ../shared/traces/openb
+SEEDS ?= 42-51
+FUZZTIME ?= 10s
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build every binary into bin/.
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: sim
+sim: build ## Run the simulator on its built-in synthetic workload (the main job for now).
+	$(BIN)/gpushare-sim --seeds $(SEEDS)
+
+.PHONY: test
+test: lint unit fuzz ## Run every test: lint, unit tests with -race, and brief fuzzing.
+
+.PHONY: unit
+unit: ## Unit and property tests with the race detector.
+	$(GO) test -race -count=1 ./...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s).
+	@for target in $$($(GO) test -list '^Fuzz' ./pkg/alloc | grep '^Fuzz'); do \
+		echo "fuzz $$target"; \
+		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./pkg/alloc; \
+	done
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version).
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(TOOLS_DIR)
+	GOBIN=$(TOOLS_DIR)/.build $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(TOOLS_DIR)/.build/golangci-lint $@
+
+.PHONY: bench-core
+bench-core: ## Go benchmarks of the allocation core (filter+score over 5000 nodes x 8 GPUs).
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/alloc
+
+.PHONY: bench-packing
+bench-packing: build ## Packing benchmark: every policy on all 17 openb workloads (needs OPENB).
+	@test -f $(OPENB)/openb_node_list_gpu_node.csv || { echo "openb trace not found in $(OPENB); see docs/simulator.md" >&2; exit 1; }
+	hack/bench-packing.sh $(OPENB) $(SEEDS)
+
+.PHONY: bench-default
+bench-default: build ## Packing benchmark on the openb default workload only.
+	@test -f $(OPENB)/openb_node_list_gpu_node.csv || { echo "openb trace not found in $(OPENB); see docs/simulator.md" >&2; exit 1; }
+	$(BIN)/gpushare-sim --nodes $(OPENB)/openb_node_list_gpu_node.csv --pods $(OPENB)/openb_pod_list_default.csv --seeds $(SEEDS) --plot $(BIN)/curve-default.png
+
+.PHONY: clean
+clean: ## Remove build outputs.
+	rm -rf $(BIN)

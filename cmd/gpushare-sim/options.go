@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/sim"
+	"github.com/gpushare/gpushare/pkg/trace"
+)
+
+// Defaults of the built-in synthetic workload.
+const (
+	defaultNodes        = 300
+	defaultWorkloadSeed = 2023
+)
+
+type options struct {
+	nodes, pods string
+	policies    []string
+	seeds       []uint64
+	json        bool
+	plot        string
+	synthNodes  int
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("gpushare-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	policies := fs.String("policy", "random,bestfit,binpack,spread,fgd,fgd-pack", "comma-separated policies; NAME, or NODE/GPU for different node- and GPU-level policies (known: "+strings.Join(alloc.NodePolicies(), ", ")+")")
+	seeds := fs.String("seeds", "42-51", "seeds: a range A-B or a comma-separated list")
+	fs.StringVar(&o.nodes, "nodes", "", "node list CSV (openb format); empty: the built-in synthetic cluster")
+	fs.StringVar(&o.pods, "pods", "", "pod list CSV (openb format); empty: the built-in synthetic workload")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object per policy instead of a table")
+	fs.StringVar(&o.plot, "plot", "", "write a PNG of allocated vs arrived GPU for each policy to this file")
+	fs.IntVar(&o.synthNodes, "synthetic-nodes", defaultNodes, "nodes in the built-in synthetic cluster")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if (o.nodes == "") != (o.pods == "") {
+		return nil, errors.New("--nodes and --pods go together")
+	}
+	if o.synthNodes <= 0 {
+		return nil, errors.New("--synthetic-nodes must be positive")
+	}
+	for p := range strings.SplitSeq(*policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.policies = append(o.policies, p)
+		}
+	}
+	if len(o.policies) == 0 {
+		return nil, errors.New("--policy is empty")
+	}
+	var err error
+	if o.seeds, err = parseSeeds(*seeds); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// parseSeeds reads "42-51" or "1,2,3".
+func parseSeeds(s string) ([]uint64, error) {
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		lo, err1 := strconv.ParseUint(a, 10, 64)
+		hi, err2 := strconv.ParseUint(b, 10, 64)
+		if err1 != nil || err2 != nil || hi < lo || hi-lo > 10_000 {
+			return nil, fmt.Errorf("--seeds %q: want A-B with A <= B", s)
+		}
+		var out []uint64
+		for v := lo; v <= hi; v++ {
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	var out []uint64
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--seeds %q: %q is not a number", s, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (o *options) workload() (*sim.Workload, error) {
+	if o.nodes == "" {
+		nodes, pods := trace.Synthetic(defaultWorkloadSeed, o.synthNodes)
+		return &sim.Workload{Name: "synthetic", Nodes: nodes, Pods: pods}, nil
+	}
+	nodes, err := trace.ReadNodesFile(o.nodes)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := trace.ReadPodsFile(o.pods)
+	if err != nil {
+		return nil, err
+	}
+	return &sim.Workload{Name: workloadName(o.pods), Nodes: nodes, Pods: pods}, nil
+}
+
+// workloadName turns ".../openb_pod_list_gpushare40.csv" into "gpushare40".
+func workloadName(path string) string {
+	base := path[strings.LastIndex(path, "/")+1:]
+	base = strings.TrimSuffix(base, ".csv")
+	return strings.TrimPrefix(base, "openb_pod_list_")
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	w, err := o.workload()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "workload %s: %d nodes, %d GPUs, %d pods; %d seed(s)\n", w.Name, len(w.Nodes), w.Capacity()/1000, len(w.Pods), len(o.seeds))
+	var results []*sim.Result
+	for _, p := range o.policies {
+		start := time.Now()
+		r, err := sim.Run(ctx, w, p, o.seeds, func(done, total int) {
+			fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
+		})
+		fmt.Fprintln(stderr)
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", p, err)
+		}
+		results = append(results, r)
+		if o.json {
+			if err := json.NewEncoder(stdout).Encode(r); err != nil {
+				return err
+			}
+		}
+	}
+	if !o.json {
+		printTable(stdout, results)
+	}
+	if o.plot != "" {
+		if err := sim.Plot(o.plot, results); err != nil {
+			return err
+		}
+		fmt.Fprintln(stderr, "wrote", o.plot)
+	}
+	return nil
+}
+
+func printTable(w io.Writer, results []*sim.Result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "WORKLOAD\tPOLICY\tUNALLOC@100%\tUNALLOC@130%\tFRAG@90%\tDECISION p50\tp99\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%.2f%%\t%.0fµs\t%.0fµs\t\n",
+			r.Workload, r.Policy, r.Unalloc100, r.Unalloc130, r.Frag90, r.DecisionP50us, r.DecisionP99us)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/trace"
+)
+
+// Arrival limits of the protocol, in fractions of the cluster's GPUs.
+const (
+	arrivalEnd  = 1.3
+	shapeCover  = 0.95
+	curveSteps  = 130 // curve points: one per 1% of capacity
+	fragAt      = 0.9
+	reportAtLow = 1.0
+)
+
+// Point is allocated GPU against arrived GPU, both in % of capacity.
+type Point struct {
+	Arrived   float64 `json:"arrived_pct"`
+	Allocated float64 `json:"allocated_pct"`
+}
+
+// Result is one policy on one workload, over several seeds.
+type Result struct {
+	Workload      string   `json:"workload"`
+	Policy        string   `json:"policy"`
+	Seeds         []uint64 `json:"seeds"`
+	Unalloc100    float64  `json:"unallocated_gpu_pct_at_100"`
+	Unalloc130    float64  `json:"unallocated_gpu_pct_at_130"`
+	Frag90        float64  `json:"fragmentation_pct_at_90"`
+	DecisionP50us float64  `json:"decision_us_p50"`
+	DecisionP99us float64  `json:"decision_us_p99"`
+	// PerSeed holds the unallocated % at 100% arrived for each seed.
+	PerSeed []float64 `json:"unallocated_gpu_pct_at_100_per_seed"`
+	Pods    int       `json:"pods_per_seed_mean"`
+	Curve   []Point   `json:"curve"`
+}
+
+// Policy names a node-level and a GPU-level policy: "NAME" for both or
+// "NODE/GPU".
+func parsePolicy(name string) alloc.Config {
+	node, gpu, _ := strings.Cut(name, "/")
+	return alloc.Config{Node: node, GPU: gpu}
+}
+
+// Run replays w under the policy for each seed, in parallel, and averages.
+// progress, if not nil, is called after each seed.
+func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, progress func(done, total int)) (*Result, error) {
+	cfg := parsePolicy(policy)
+	cfg.Workload = Shapes(w.Pods, shapeCover)
+	if _, err := alloc.NewPlacer(cfg); err != nil {
+		return nil, err
+	}
+	nodes, err := w.nodes()
+	if err != nil {
+		return nil, err
+	}
+	runs := make([]seedRun, len(seeds))
+	errs := make([]error, len(seeds))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, seed := range seeds {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c := cfg
+			c.Seed = seed
+			pl, _ := alloc.NewPlacer(c)
+			runs[i], errs[i] = replay(ctx, w, nodes, pl, cfg.Workload, seed)
+			mu.Lock()
+			done++
+			if progress != nil {
+				progress(done, len(seeds))
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return summarize(w.Name, policy, seeds, runs), nil
+}
+
+// seedRun is what one replay measured.
+type seedRun struct {
+	unalloc100, unalloc130, frag90 float64
+	decisions                      []time.Duration
+	curve                          []Point
+	pods                           int
+}
+
+// order returns the arrival order for a seed: pods sorted by name,
+// shuffled, then random draws from the trace until the requested GPU
+// reaches 130% of capacity.
+func order(w *Workload, seed uint64) []int {
+	idx := make([]int, len(w.Pods))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return w.Pods[idx[a]].Name < w.Pods[idx[b]].Name })
+	r := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	r.Shuffle(len(idx), func(a, b int) { idx[a], idx[b] = idx[b], idx[a] })
+	var total int64
+	for _, i := range idx {
+		total += w.Pods[i].RequestedMilli()
+	}
+	limit := int64(arrivalEnd * float64(w.Capacity()))
+	if !slices.ContainsFunc(w.Pods, func(p trace.Pod) bool { return p.RequestedMilli() > 0 }) {
+		return idx
+	}
+	for total < limit {
+		i := r.IntN(len(w.Pods))
+		idx = append(idx, i)
+		total += w.Pods[i].RequestedMilli()
+	}
+	return idx
+}
+
+func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, pl *alloc.Placer, shapes []alloc.Shape, seed uint64) (seedRun, error) {
+	states := make([]*alloc.NodeState, len(nodes))
+	for i, n := range nodes {
+		states[i] = alloc.NewNodeState(n)
+	}
+	capacity := float64(w.Capacity())
+	var run seedRun
+	var arrived, allocated int64
+	seen100, seen130, seen90 := false, false, false
+	next := 1
+	for k, i := range order(w, seed) {
+		if k%256 == 0 && ctx.Err() != nil {
+			return run, ctx.Err()
+		}
+		p := &w.Pods[i]
+		req := request(p)
+		t0 := time.Now()
+		d := pl.Pick(states, &req, seed)
+		run.decisions = append(run.decisions, time.Since(t0))
+		if d.Placement != nil {
+			if err := states[d.Index].Apply(d.Placement); err != nil {
+				return run, fmt.Errorf("pod %s: %w", p.Name, err)
+			}
+			allocated += p.RequestedMilli()
+		}
+		arrived += p.RequestedMilli()
+		run.pods++
+		for next <= curveSteps && float64(arrived) >= float64(next)/100*capacity {
+			run.curve = append(run.curve, Point{Arrived: float64(next), Allocated: 100 * float64(allocated) / capacity})
+			next++
+		}
+		unalloc := 100 * (capacity - float64(allocated)) / capacity
+		if !seen90 && float64(arrived) >= fragAt*capacity {
+			seen90 = true
+			run.frag90 = fragmentationPct(states, shapes, capacity)
+		}
+		if !seen100 && float64(arrived) >= reportAtLow*capacity {
+			seen100, run.unalloc100 = true, unalloc
+		}
+		if !seen130 && float64(arrived) >= arrivalEnd*capacity {
+			seen130, run.unalloc130 = true, unalloc
+		}
+	}
+	if !seen130 {
+		run.unalloc130 = 100 * (capacity - float64(allocated)) / capacity
+	}
+	return run, nil
+}
+
+// fragmentationPct is the expected GPU share an arriving pod of the
+// workload could not use, summed over nodes, in % of capacity.
+func fragmentationPct(states []*alloc.NodeState, shapes []alloc.Shape, capacity float64) float64 {
+	var weight, frag int64
+	for _, q := range shapes {
+		weight += q.Weight
+	}
+	for _, s := range states {
+		frag += alloc.Fragmentation(s, shapes)
+	}
+	if weight == 0 {
+		return 0
+	}
+	return 100 * float64(frag) / float64(weight) / capacity
+}
+
+func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result {
+	r := &Result{Workload: workload, Policy: policy, Seeds: seeds}
+	var all []time.Duration
+	points := make([][]float64, curveSteps)
+	for _, s := range runs {
+		r.Unalloc100 += s.unalloc100
+		r.Unalloc130 += s.unalloc130
+		r.Frag90 += s.frag90
+		r.Pods += s.pods
+		r.PerSeed = append(r.PerSeed, s.unalloc100)
+		all = append(all, s.decisions...)
+		for i, p := range s.curve {
+			points[i] = append(points[i], p.Allocated)
+		}
+	}
+	n := float64(max(len(runs), 1))
+	r.Unalloc100 /= n
+	r.Unalloc130 /= n
+	r.Frag90 /= n
+	r.Pods /= max(len(runs), 1)
+	slices.SortFunc(all, cmp.Compare)
+	r.DecisionP50us = quantile(all, 0.50)
+	r.DecisionP99us = quantile(all, 0.99)
+	for i, ps := range points {
+		if len(ps) == 0 {
+			continue
+		}
+		var sum float64
+		for _, v := range ps {
+			sum += v
+		}
+		r.Curve = append(r.Curve, Point{Arrived: float64(i + 1), Allocated: sum / float64(len(ps))})
+	}
+	return r
+}
+
+// quantile returns the q-quantile of sorted durations in microseconds.
+func quantile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return float64(sorted[i]) / float64(time.Microsecond)
+}
