@@ -217,6 +217,9 @@ func (s *NodeState) checkPlacement(p *Placement) error {
 	if p.Node != s.Node.Name {
 		return fmt.Errorf("%w: placement is for node %q, not %q", ErrWrongNode, p.Node, s.Node.Name)
 	}
+	if p.CPUMilli < 0 || p.MemoryMiB < 0 {
+		return fmt.Errorf("%w: negative CPU or memory", ErrOvercommit)
+	}
 	for _, b := range p.Booked {
 		if b.GPU < 0 || b.GPU >= len(s.GPUs) {
 			return fmt.Errorf("%w: node %q has no gpu %d", ErrWrongNode, s.Node.Name, b.GPU)

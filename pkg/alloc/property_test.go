@@ -1,0 +1,177 @@
+package alloc
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var policyNames = []string{"binpack", "spread", "random", "bestfit", "fgd", "fgd-pack"}
+
+// randomCluster builds a few nodes of mixed GPU sizes from r.
+func randomCluster(r *rand.Rand) []*NodeState {
+	states := make([]*NodeState, 1+r.IntN(4))
+	for i := range states {
+		b := makeNode(fmt.Sprintf("n%d", i)).cpu(int64(8000 + r.IntN(64_000)))
+		for range 1 + r.IntN(8) {
+			b.gpus(1, []string{"A100", "T4", "L4"}[r.IntN(3)], int64(1024+r.IntN(80_000)))
+		}
+		if r.IntN(8) == 0 {
+			b.unhealthy(0)
+		}
+		if r.IntN(6) == 0 {
+			b.wholeCard()
+		}
+		if len(b.n.GPUs) > 1 && r.IntN(2) == 0 {
+			b.link(0, 1)
+		}
+		states[i] = b.state()
+	}
+	return states
+}
+
+// randomPod builds a pod of 1-3 containers, some init or sidecar.
+func randomPod(r *rand.Rand, k int) *PodRequest {
+	b := makePod(fmt.Sprintf("ns/p%d", k)).cpu(int64(r.IntN(8000)))
+	for c := range 1 + r.IntN(3) {
+		req := ContainerRequest{Name: fmt.Sprintf("c%d", c), Count: r.IntN(3)}
+		if r.IntN(4) == 0 {
+			req.Exclusive = true
+		} else {
+			req.MemoryMiB = int64(r.IntN(40_000))
+			req.Compute = int64(r.IntN(101))
+			if req.MemoryMiB == 0 && req.Compute == 0 {
+				req.Compute = 1
+			}
+		}
+		if r.IntN(5) == 0 {
+			req.Models = []string{"T4"}
+		}
+		b.container(ContainerKind(r.IntN(3)), req)
+	}
+	return b.obj()
+}
+
+// checkCapacity fails if any GPU is booked past its memory or compute.
+func checkCapacity(t *testing.T, states []*NodeState) {
+	t.Helper()
+	for _, s := range states {
+		for i, u := range s.GPUs {
+			g := &s.Node.GPUs[i]
+			if u.MemoryMiB < 0 || u.Compute < 0 || u.MemoryMiB > g.MemoryMiB || u.Compute > g.ComputeCapacity() {
+				t.Fatalf("node %s gpu %d booked %+v of %d MiB / %d%%", s.Node.Name, i, u, g.MemoryMiB, g.ComputeCapacity())
+			}
+		}
+		if s.CPUMilli > s.Node.CPUMilli {
+			t.Fatalf("node %s CPU booked %d of %d", s.Node.Name, s.CPUMilli, s.Node.CPUMilli)
+		}
+	}
+}
+
+// replayRandom places pods until one fails to fit anywhere several times,
+// checking capacity after each, and returns the placements in order.
+func replayRandom(t *testing.T, seed uint64, policy string) ([]*NodeState, []*Placement) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	states := randomCluster(r)
+	pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: seed, Workload: []Shape{
+		{CPUMilli: 1000, Count: 1, Demand: Demand{MemoryMiB: 4096, Compute: 20}, Weight: 5},
+		{Count: 2, Demand: Demand{Exclusive: true}, Weight: 1},
+		{CPUMilli: 2000, Weight: 1},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var placed []*Placement
+	for k := range 40 {
+		pod := randomPod(r, k)
+		if err := pod.Validate(); err != nil {
+			t.Fatalf("generated an invalid pod: %v", err)
+		}
+		d := pl.Pick(states, pod, seed)
+		if d.Index < 0 {
+			if len(pl.Explain(states, pod)) != len(states) {
+				t.Fatalf("pod %s fits nowhere, but Explain does not reject every node", pod.Key)
+			}
+			continue
+		}
+		if err := states[d.Index].Apply(d.Placement); err != nil {
+			t.Fatalf("Apply(%s): %v", pod.Key, err)
+		}
+		checkCapacity(t, states)
+		placed = append(placed, d.Placement)
+	}
+	return states, placed
+}
+
+// release returns every placement in a seeded random order.
+func release(t *testing.T, states []*NodeState, placed []*Placement, seed uint64) {
+	byName := make(map[string]*NodeState, len(states))
+	for _, s := range states {
+		byName[s.Node.Name] = s
+	}
+	r := rand.New(rand.NewPCG(seed, 11))
+	r.Shuffle(len(placed), func(a, b int) { placed[a], placed[b] = placed[b], placed[a] })
+	for _, p := range placed {
+		if err := byName[p.Node].Release(p); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+}
+
+func invariants(t *testing.T, seed uint64) {
+	for _, policy := range policyNames {
+		states, placed := replayRandom(t, seed, policy)
+		// The same seed gives the same placements.
+		_, again := replayRandom(t, seed, policy)
+		if diff := cmp.Diff(placed, again); diff != "" {
+			t.Fatalf("%s: seed %d placed differently the second time (-first,+second):\n%s", policy, seed, diff)
+		}
+		// Allocate-then-release is the identity.
+		release(t, states, placed, seed)
+		for _, s := range states {
+			if s.CPUMilli != 0 || s.MemoryMiB != 0 || cmp.Diff(make([]Usage, len(s.GPUs)), s.GPUs) != "" {
+				t.Fatalf("%s: seed %d: node %s not empty after releasing everything: %+v", policy, seed, s.Node.Name, s)
+			}
+		}
+	}
+}
+
+func TestInvariants(t *testing.T) {
+	for seed := range uint64(200) {
+		invariants(t, seed)
+	}
+}
+
+func FuzzInvariants(f *testing.F) {
+	for _, s := range []uint64{0, 1, 42, 1 << 40} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) { invariants(t, seed) })
+}
+
+// FuzzApply feeds arbitrary placements to Apply and Release: they must
+// either succeed and keep capacity, or fail and change nothing.
+func FuzzApply(f *testing.F) {
+	f.Add(0, int64(100), int64(10), int64(0), int64(0))
+	f.Add(3, int64(-5), int64(200), int64(1), int64(1))
+	f.Fuzz(func(t *testing.T, gpu int, mib, compute, cpu, mem int64) {
+		s := makeNode("n").gpus(2, "A100", 16384).state(Usage{MemoryMiB: 100, Compute: 10})
+		before := s.Clone()
+		p := &Placement{Node: "n", CPUMilli: cpu, MemoryMiB: mem, Booked: []Assignment{{GPU: gpu, Usage: Usage{MemoryMiB: mib, Compute: compute}}}}
+		if err := s.Apply(p); err != nil {
+			if diff := cmp.Diff(before, s); diff != "" {
+				t.Fatalf("failed Apply changed the state:\n%s", diff)
+			}
+			return
+		}
+		checkCapacity(t, []*NodeState{s})
+		if err := s.Release(p); err != nil {
+			t.Fatalf("Release after Apply: %v", err)
+		}
+		if diff := cmp.Diff(before, s); diff != "" {
+			t.Fatalf("Apply then Release is not the identity:\n%s", diff)
+		}
+	})
+}
