@@ -65,9 +65,10 @@ func request(p *trace.Pod) alloc.PodRequest {
 	return r
 }
 
-// Shapes groups the pods by shape (CPU, memory, GPU count, share, models)
-// and keeps the most frequent shapes until they cover the given fraction of
-// pods, each weighted by its count: FGD's target workload.
+// Shapes groups the pods by shape (CPU, GPU count, share, models, as the
+// FGD paper does; memory is left out) and keeps the most frequent shapes
+// until they cover the given fraction of pods, each weighted by its count:
+// FGD's target workload.
 func Shapes(pods []trace.Pod, coverage float64) []alloc.Shape {
 	type key struct {
 		cpu, mem, milli int64
@@ -77,7 +78,7 @@ func Shapes(pods []trace.Pod, coverage float64) []alloc.Shape {
 	counts := make(map[key]int64)
 	for i := range pods {
 		p := &pods[i]
-		counts[key{p.CPUMilli, p.MemoryMiB, p.GPUMilli, p.GPUs, strings.Join(p.Models, "|")}]++
+		counts[key{p.CPUMilli, 0, p.GPUMilli, p.GPUs, strings.Join(p.Models, "|")}]++
 	}
 	keys := make([]key, 0, len(counts))
 	for k := range counts {

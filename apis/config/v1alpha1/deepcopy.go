@@ -1,0 +1,17 @@
+package v1alpha1
+
+import "slices"
+
+// DeepCopy returns a copy of in that shares no memory with it.
+func (in *ResourceModel) DeepCopy() *ResourceModel {
+	if in == nil {
+		return nil
+	}
+	out := *in
+	out.Resources = slices.Clone(in.Resources)
+	if in.MPSDefaultCompute != nil {
+		v := *in.MPSDefaultCompute
+		out.MPSDefaultCompute = &v
+	}
+	return &out
+}

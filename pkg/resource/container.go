@@ -1,0 +1,145 @@
+package resource
+
+import (
+	"fmt"
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// asked is one managed resource a container asks for.
+type asked struct {
+	name corev1.ResourceName
+	// value is in MiB for Memory, as written otherwise.
+	value int64
+	unit  v1alpha1.MemoryUnit
+}
+
+// asks holds at most one resource per kind.
+type asks map[v1alpha1.ResourceKind]asked
+
+func (a asks) has(k v1alpha1.ResourceKind) bool { _, ok := a[k]; return ok }
+
+// container translates one container; nil when it asks no GPU.
+func (t *translator) container(c *corev1.Container) (*alloc.ContainerRequest, error) {
+	got, err := t.read(c)
+	if err != nil || len(got) == 0 {
+		return nil, err
+	}
+	if got.has(v1alpha1.KindMPS) {
+		return t.mpsRequest(c, got)
+	}
+	mem, core, count := got[v1alpha1.KindMemory], got[v1alpha1.KindCompute], got[v1alpha1.KindCount]
+	cr := &alloc.ContainerRequest{Name: c.Name, Count: 1}
+	if got.has(v1alpha1.KindCount) {
+		cr.Count = int(count.value)
+	}
+	switch {
+	case got.has(v1alpha1.KindCompute) && core.value >= alloc.FullCompute:
+		if reason := wholeGPUs(core.value, mem, count); reason != "" {
+			return nil, t.fail(c, core.name, reason)
+		}
+		cr.Exclusive, cr.Count = true, int(core.value/alloc.FullCompute)
+	case got.has(v1alpha1.KindCompute):
+		cr.Compute, cr.MemoryMiB = core.value, mem.value
+	case got.has(v1alpha1.KindMemory):
+		cr.MemoryMiB = mem.value
+	default: // a count alone asks whole GPUs
+		cr.Exclusive = true
+	}
+	if err := t.checkMemory(c, string(mem.name), mem.unit, cr); err != nil {
+		return nil, err
+	}
+	return cr, nil
+}
+
+// read collects the managed resources of a container, at most one per kind,
+// as positive whole numbers (memory in MiB).
+func (t *translator) read(c *corev1.Container) (asks, error) {
+	var got asks
+	for _, name := range t.m.names {
+		q, ok, reason := extended(&c.Resources, name)
+		if !ok && reason == "" {
+			continue
+		}
+		r := t.m.resources[name]
+		var v int64
+		if reason == "" {
+			v, reason = positiveInt(q)
+		}
+		if reason == "" && v > math.MaxInt64/r.mib {
+			reason = fmt.Sprintf("%s %s is too large", q.String(), r.unit)
+		}
+		if prev, dup := got[r.kind]; reason == "" && dup {
+			reason = fmt.Sprintf("conflicts with %s: both ask %s; keep one", prev.name, kindNoun(r.kind))
+		}
+		if reason != "" {
+			return nil, t.fail(c, name, reason)
+		}
+		if got == nil {
+			got = asks{}
+		}
+		got[r.kind] = asked{name: name, value: v * r.mib, unit: r.unit}
+	}
+	return got, nil
+}
+
+// wholeGPUs checks a compute of 100 or more, which asks whole GPUs,
+// against the memory and count asked with it.
+func wholeGPUs(core int64, mem, count asked) string {
+	n := core / alloc.FullCompute
+	switch {
+	case core%alloc.FullCompute != 0:
+		lo, hi := n*alloc.FullCompute, (n+1)*alloc.FullCompute
+		whole := fmt.Sprintf("%d whole GPUs", n)
+		if n == 1 {
+			whole = "one whole GPU"
+		}
+		return fmt.Sprintf("%d is above 100 and not a multiple of 100, which would strand part of a GPU; ask %d (%s) or %d, or below 100 for a share",
+			core, lo, whole, hi)
+	case mem.name != "":
+		return fmt.Sprintf("%d asks %d whole GPU(s), which carry no memory share, but %s asks memory; drop %s, or ask compute below 100 to share a GPU",
+			core, n, mem.name, mem.name)
+	case count.name != "" && count.value != n:
+		return fmt.Sprintf("%d asks %d whole GPU(s) but %s asks %d; make them agree or drop one", core, n, count.name, count.value)
+	}
+	return ""
+}
+
+// checkMemory rejects memory per GPU that the largest GPU, when known,
+// cannot hold.
+func (t *translator) checkMemory(c *corev1.Container, res string, unit v1alpha1.MemoryUnit, cr *alloc.ContainerRequest) error {
+	per := cr.PerGPU().MemoryMiB
+	if t.largest == 0 || per <= t.largest {
+		return nil
+	}
+	reason := fmt.Sprintf("%d MiB per GPU is more than the largest GPU holds (%d MiB)", per, t.largest)
+	if cr.GPUCount() > 1 {
+		reason = fmt.Sprintf("%d MiB over %d GPUs is %d MiB per GPU, more than the largest GPU holds (%d MiB)",
+			cr.MemoryMiB, cr.GPUCount(), per, t.largest)
+	}
+	if unit == v1alpha1.GiB {
+		reason += fmt.Sprintf("; this resource model counts %s in GiB: if the device plugin counts MiB (--memory-unit=MiB), configure it with unit MiB", res)
+	}
+	return t.fail(c, corev1.ResourceName(res), reason)
+}
+
+func (t *translator) fail(c *corev1.Container, name corev1.ResourceName, reason string) error {
+	return &RequestError{Pod: t.key, Container: c.Name, Resource: string(name), Reason: reason}
+}
+
+func kindNoun(k v1alpha1.ResourceKind) string {
+	switch k {
+	case v1alpha1.KindMemory:
+		return "GPU memory"
+	case v1alpha1.KindCompute:
+		return "GPU compute"
+	case v1alpha1.KindCount:
+		return "a GPU count"
+	default:
+		return "MPS GPUs"
+	}
+}

@@ -1,0 +1,77 @@
+package resource
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+)
+
+// Model translates pods into allocation requests under one ResourceModel
+// configuration. It is safe for concurrent use; the only thing that changes
+// after New is the largest GPU, set atomically.
+type Model struct {
+	resources map[corev1.ResourceName]managed
+	names     []corev1.ResourceName
+
+	modelsAnnotation     string
+	mpsComputeAnnotation string
+	mpsMemoryAnnotation  string
+	mpsDefaultCompute    int64
+
+	largestGPU atomic.Int64
+}
+
+// managed is what one resource name means.
+type managed struct {
+	kind v1alpha1.ResourceKind
+	// mib is the MiB in one unit of a Memory resource.
+	mib int64
+	// unit is the configured unit of a Memory resource, for messages.
+	unit v1alpha1.MemoryUnit
+}
+
+// New builds a Model from cfg, which it defaults (on a copy) and validates;
+// nil means v1alpha1.Default().
+func New(cfg *v1alpha1.ResourceModel) (*Model, error) {
+	c := v1alpha1.Default()
+	if cfg != nil {
+		c = cfg.DeepCopy()
+		v1alpha1.SetDefaults(c)
+	}
+	if errs := v1alpha1.Validate(c); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid resource model: %w", errs.ToAggregate())
+	}
+	m := &Model{
+		resources:            make(map[corev1.ResourceName]managed, len(c.Resources)),
+		modelsAnnotation:     c.ModelsAnnotation,
+		mpsComputeAnnotation: c.MPSComputeAnnotation,
+		mpsMemoryAnnotation:  c.MPSMemoryAnnotation,
+		mpsDefaultCompute:    *c.MPSDefaultCompute,
+	}
+	for _, r := range c.Resources {
+		mr := managed{kind: r.Kind, unit: r.Unit, mib: 1}
+		if r.Unit == v1alpha1.GiB {
+			mr.mib = 1024
+		}
+		m.resources[r.Name] = mr
+		m.names = append(m.names, r.Name)
+	}
+	slices.Sort(m.names)
+	return m, nil
+}
+
+// Names returns the managed extended resource names, sorted: the names the
+// default scheduler should leave to gpushare (ignoredByScheduler).
+func (m *Model) Names() []corev1.ResourceName { return slices.Clone(m.names) }
+
+// SetLargestGPU sets the memory of the largest GPU in the cluster, in MiB;
+// PodRequest then rejects memory no GPU could hold. 0 means unknown and
+// skips the check.
+func (m *Model) SetLargestGPU(mib int64) { m.largestGPU.Store(max(mib, 0)) }
+
+// LargestGPU returns what SetLargestGPU set, 0 if unknown.
+func (m *Model) LargestGPU() int64 { return m.largestGPU.Load() }
