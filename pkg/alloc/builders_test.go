@@ -20,7 +20,7 @@ func (b *nodeBuilder) gpus(count int, model string, mib int64) *nodeBuilder {
 }
 
 func (b *nodeBuilder) cpu(milli int64) *nodeBuilder { b.n.CPUMilli = milli; return b }
-func (b *nodeBuilder) wholeCard() *nodeBuilder     { b.n.Mode = WholeCard; return b }
+func (b *nodeBuilder) wholeCard() *nodeBuilder      { b.n.Mode = WholeCard; return b }
 func (b *nodeBuilder) unhealthy(i int) *nodeBuilder {
 	b.n.GPUs[i].Healthy = false
 	return b

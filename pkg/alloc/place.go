@@ -77,12 +77,12 @@ func (pl *Placer) Place(s *NodeState, pod *PodRequest) (*Placement, *Unfit) {
 type scratch struct {
 	work, phase       NodeState
 	workBuf, phaseBuf []Usage
-	sidecars    []Usage
-	booked      []Usage
-	candidates  []int
-	scores      []int64
-	chosen      [][]int
-	unfit       *Unfit
+	sidecars          []Usage
+	booked            []Usage
+	candidates        []int
+	scores            []int64
+	chosen            [][]int
+	unfit             *Unfit
 }
 
 func (sc *scratch) reset(s *NodeState, containers int) {

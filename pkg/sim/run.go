@@ -160,7 +160,7 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, pl *alloc.Pla
 		arrived += p.RequestedMilli()
 		run.pods++
 		for next <= curveSteps && float64(arrived) >= float64(next)/100*capacity {
-			run.curve = append(run.curve, Point{Arrived: float64(next), Allocated: 100 * float64(allocated) / capacity})
+			run.curve = append(run.curve, Point{Arrived: 100 * float64(arrived) / capacity, Allocated: 100 * float64(allocated) / capacity})
 			next++
 		}
 		unalloc := 100 * (capacity - float64(allocated)) / capacity
@@ -200,7 +200,7 @@ func fragmentationPct(states []*alloc.NodeState, shapes []alloc.Shape, capacity 
 func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result {
 	r := &Result{Workload: workload, Policy: policy, Seeds: seeds}
 	var all []time.Duration
-	points := make([][]float64, curveSteps)
+	points := make([][]Point, curveSteps)
 	for _, s := range runs {
 		r.Unalloc100 += s.unalloc100
 		r.Unalloc130 += s.unalloc130
@@ -209,7 +209,7 @@ func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result 
 		r.PerSeed = append(r.PerSeed, s.unalloc100)
 		all = append(all, s.decisions...)
 		for i, p := range s.curve {
-			points[i] = append(points[i], p.Allocated)
+			points[i] = append(points[i], p)
 		}
 	}
 	n := float64(max(len(runs), 1))
@@ -220,15 +220,17 @@ func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result 
 	slices.SortFunc(all, cmp.Compare)
 	r.DecisionP50us = quantile(all, 0.50)
 	r.DecisionP99us = quantile(all, 0.99)
-	for i, ps := range points {
+	for _, ps := range points {
 		if len(ps) == 0 {
 			continue
 		}
-		var sum float64
+		var sum Point
 		for _, v := range ps {
-			sum += v
+			sum.Arrived += v.Arrived
+			sum.Allocated += v.Allocated
 		}
-		r.Curve = append(r.Curve, Point{Arrived: float64(i + 1), Allocated: sum / float64(len(ps))})
+		n := float64(len(ps))
+		r.Curve = append(r.Curve, Point{Arrived: sum.Arrived / n, Allocated: sum.Allocated / n})
 	}
 	return r
 }

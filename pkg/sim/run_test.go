@@ -1,0 +1,61 @@
+package sim
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/pkg/trace"
+)
+
+func TestOrderReachesArrivalLimit(t *testing.T) {
+	nodes, pods := trace.Synthetic(1, 20)
+	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
+	idx := order(w, 42)
+	var total int64
+	for _, i := range idx {
+		total += w.Pods[i].RequestedMilli()
+	}
+	if limit := int64(arrivalEnd * float64(w.Capacity())); total < limit {
+		t.Errorf("arrivals ask %d milli-GPU, want at least %d", total, limit)
+	}
+	if diff := cmp.Diff(idx, order(w, 42)); diff != "" {
+		t.Errorf("order is not repeatable for one seed:\n%s", diff)
+	}
+	if cmp.Equal(idx, order(w, 43)) {
+		t.Error("seeds 42 and 43 gave the same order")
+	}
+}
+
+func TestRunIsRepeatableAndBounded(t *testing.T) {
+	nodes, pods := trace.Synthetic(7, 30)
+	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
+	for _, policy := range []string{"random", "bestfit", "fgd-pack", "binpack/spread"} {
+		a, err := Run(context.Background(), w, policy, []uint64{1, 2}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", policy, err)
+		}
+		b, err := Run(context.Background(), w, policy, []uint64{1, 2}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(a.PerSeed, b.PerSeed); diff != "" {
+			t.Errorf("%s: results differ between identical runs:\n%s", policy, diff)
+		}
+		for _, v := range []float64{a.Unalloc100, a.Unalloc130, a.Frag90} {
+			if v < 0 || v > 100 {
+				t.Errorf("%s: percentage %v out of [0,100]", policy, v)
+			}
+		}
+		// Allocated never exceeds arrived.
+		for _, p := range a.Curve {
+			if p.Allocated > p.Arrived+1e-9 {
+				t.Errorf("%s: allocated %.2f%% > arrived %.2f%%", policy, p.Allocated, p.Arrived)
+			}
+		}
+	}
+	if _, err := Run(context.Background(), w, "nope", []uint64{1}, nil); err == nil {
+		t.Error("unknown policy: want an error")
+	}
+}
