@@ -61,8 +61,18 @@ func (d Diagnosis) String() string {
 		parts = append(parts, fmt.Sprintf("%d %s", x.n, x.r))
 	}
 	msg := fmt.Sprintf("0/%d nodes are available: %s", d.Nodes, strings.Join(parts, ", "))
-	if d.NeedMiB > 0 {
-		msg += fmt.Sprintf("; largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB)
+	if detail := d.Detail(); detail != "" {
+		msg += "; " + detail
 	}
 	return msg + "."
+}
+
+// Detail is the numbers part of the diagnosis, "largest free share on any
+// GPU is 3000 MiB, pod needs 3500 MiB", or "" when no node was short of
+// GPU memory.
+func (d Diagnosis) Detail() string {
+	if d.NeedMiB == 0 {
+		return ""
+	}
+	return fmt.Sprintf("largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB)
 }

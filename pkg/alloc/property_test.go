@@ -96,6 +96,9 @@ func replayRandom(t *testing.T, seed uint64, policy string) ([]*NodeState, []*Pl
 			}
 			continue
 		}
+		if got := Booking(d.Placement.Containers); !equalAssignments(got, d.Placement.Booked) {
+			t.Fatalf("pod %s: Booking(containers) = %v, Place booked %v", pod.Key, got, d.Placement.Booked)
+		}
 		if err := states[d.Index].Apply(d.Placement); err != nil {
 			t.Fatalf("Apply(%s): %v", pod.Key, err)
 		}
@@ -174,4 +177,16 @@ func FuzzApply(f *testing.F) {
 			t.Fatalf("Apply then Release is not the identity:\n%s", diff)
 		}
 	})
+}
+
+func equalAssignments(a, b []Assignment) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

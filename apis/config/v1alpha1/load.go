@@ -15,7 +15,7 @@ import (
 // duplicate or wrongly cased fields are errors, and so are a missing or
 // wrong apiVersion or kind. The result is defaulted and validated.
 func Load(data []byte) (*ResourceModel, error) {
-	m, err := decodeStrict(data)
+	m, err := decodeStrict[ResourceModel](data)
 	if err != nil {
 		return nil, fmt.Errorf("decoding %s: %w", Kind, err)
 	}
@@ -35,23 +35,23 @@ func Load(data []byte) (*ResourceModel, error) {
 // matches names regardless of case, the apimachinery decoder matches case
 // but ignores unknown fields. The two results differ only when a field
 // matched in the wrong case.
-func decodeStrict(data []byte) (*ResourceModel, error) {
+func decodeStrict[T any](data []byte) (*T, error) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, err
 	}
-	var loose ResourceModel
+	var loose T
 	dec := json.NewDecoder(bytes.NewReader(j))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&loose); err != nil {
 		return nil, err
 	}
-	m := &ResourceModel{}
+	m := new(T)
 	if err := utiljson.Unmarshal(j, m); err != nil {
 		return nil, err
 	}
 	if !reflect.DeepEqual(&loose, m) {
-		return nil, errors.New(`field names are case-sensitive: write them as documented, e.g. "resources", "mpsDefaultCompute"`)
+		return nil, errors.New(`field names are case-sensitive: write them as documented, e.g. "resources", "nodePolicy"`)
 	}
 	return m, nil
 }

@@ -1,0 +1,94 @@
+package v1alpha1
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// KindGPUShareArgs is the kind of GPUShareArgs.
+const KindGPUShareArgs = "GPUShareArgs"
+
+// GPUShareArgs configures gpushare's scheduler plugin (the args of the
+// GPUShare plugin in a KubeSchedulerConfiguration profile) and its HTTP
+// extender (the file given to --config):
+//
+//	apiVersion: config.gpushare.io/v1alpha1
+//	kind: GPUShareArgs
+//	nodePolicy: binpack
+//	resourceModel:
+//	  resources:
+//	  - {name: aliyun.com/gpu-mem, kind: Memory, unit: MiB}
+type GPUShareArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// NodePolicy chooses among the nodes a pod fits: binpack (default),
+	// spread, random, bestfit. fgd and fgd-pack need a workload and are
+	// for the simulator.
+	NodePolicy string `json:"nodePolicy,omitempty"`
+	// GPUPolicy chooses the GPUs of the chosen node; default: the GPU
+	// policy of the same name as NodePolicy.
+	GPUPolicy string `json:"gpuPolicy,omitempty"`
+	// Seed drives the random policy and the hash that breaks ties between
+	// equally good nodes. Default 0.
+	Seed uint64 `json:"seed,omitempty"`
+	// DisableTopology turns off the NVLink and NUMA preference for
+	// multi-GPU containers.
+	DisableTopology bool `json:"disableTopology,omitempty"`
+	// ResourceModel maps extended resource names to GPU requests; default
+	// the built-in model (see ResourceModel). Its apiVersion and kind may
+	// be left out.
+	ResourceModel *ResourceModel `json:"resourceModel,omitempty"`
+}
+
+// Default policy.
+const DefaultNodePolicy = "binpack"
+
+// SetArgsDefaults fills the unset fields of a.
+func SetArgsDefaults(a *GPUShareArgs) {
+	if a.APIVersion == "" && a.Kind == "" {
+		a.APIVersion, a.Kind = APIVersion, KindGPUShareArgs
+	}
+	if a.NodePolicy == "" {
+		a.NodePolicy = DefaultNodePolicy
+	}
+	if a.ResourceModel == nil {
+		a.ResourceModel = &ResourceModel{}
+	}
+	SetDefaults(a.ResourceModel)
+}
+
+// ValidateArgs reports every invalid field of defaulted args. Policy names
+// are checked by the allocation core, which owns them.
+func ValidateArgs(a *GPUShareArgs) field.ErrorList {
+	var errs field.ErrorList
+	if a.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), a.APIVersion, []string{APIVersion}))
+	}
+	if a.Kind != KindGPUShareArgs {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), a.Kind, []string{KindGPUShareArgs}))
+	}
+	for _, e := range Validate(a.ResourceModel) {
+		e.Field = "resourceModel." + e.Field
+		errs = append(errs, e)
+	}
+	return errs
+}
+
+// LoadArgs decodes GPUShareArgs from YAML or JSON strictly, defaults and
+// validates them. Empty data gives the defaults.
+func LoadArgs(data []byte) (*GPUShareArgs, error) {
+	a := &GPUShareArgs{}
+	if len(data) > 0 {
+		var err error
+		if a, err = decodeStrict[GPUShareArgs](data); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", KindGPUShareArgs, err)
+		}
+	}
+	SetArgsDefaults(a)
+	if errs := ValidateArgs(a); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s: %w", KindGPUShareArgs, errs.ToAggregate())
+	}
+	return a, nil
+}

@@ -1,0 +1,107 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Group and version of the stored types.
+const (
+	GroupName  = "gpushare.io"
+	Version    = "v1alpha1"
+	APIVersion = GroupName + "/" + Version
+)
+
+// Names on cluster objects.
+const (
+	// InventoryAnnotation on a Node holds its GPUInventory.
+	InventoryAnnotation = "gpushare.io/gpu-inventory"
+	// AllocationAnnotation on a Pod holds its Allocation.
+	AllocationAnnotation = "gpushare.io/allocation"
+	// NodeLabel, set to "true", opts a node in to gpushare.
+	NodeLabel = "gpushare"
+)
+
+// Kinds of the stored types.
+const (
+	KindGPUInventory = "GPUInventory"
+	KindAllocation   = "Allocation"
+)
+
+// Mode is how a node hands out its GPUs.
+type Mode string
+
+// Node modes.
+const (
+	// ModeShared lets several containers share a GPU.
+	ModeShared Mode = "Shared"
+	// ModeWholeCard hands out whole GPUs only (seed 002's exclusive nodes).
+	ModeWholeCard Mode = "WholeCard"
+)
+
+// GPUInventory is a node's GPUs.
+type GPUInventory struct {
+	metav1.TypeMeta `json:",inline"`
+	// Mode is Shared (default) or WholeCard.
+	Mode Mode `json:"mode,omitempty"`
+	// GPUs lists every GPU of the node, indexes 0..n-1 in order.
+	GPUs []GPU `json:"gpus"`
+}
+
+// GPU is one GPU of a node.
+type GPU struct {
+	// Index is the GPU's index on the node (nvidia-smi's).
+	Index int `json:"index"`
+	// UUID is the GPU's UUID, e.g. GPU-5f2c...; unique on the node.
+	UUID string `json:"uuid"`
+	// Model is the product name, e.g. "NVIDIA H100 80GB HBM3".
+	Model string `json:"model"`
+	// MemoryMiB is the GPU's memory.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// Healthy is false after an XID error or when the GPU vanished.
+	Healthy bool `json:"healthy"`
+	// NUMANode is the GPU's NUMA node; -1 if unknown.
+	NUMANode int `json:"numaNode"`
+	// NVLinkPeers are the indexes of the GPUs this one has NVLink to.
+	NVLinkPeers []int `json:"nvlinkPeers,omitempty"`
+}
+
+// Allocation is what a pod holds: the GPUs of one node, per container.
+type Allocation struct {
+	metav1.TypeMeta `json:",inline"`
+	// Node is the node the GPUs belong to.
+	Node string `json:"node"`
+	// Containers lists each GPU container of the pod, in the order
+	// Kubernetes starts them: init containers, then app containers.
+	Containers []ContainerAllocation `json:"containers"`
+}
+
+// ContainerKind says when a container runs.
+type ContainerKind string
+
+// Container kinds.
+const (
+	ContainerApp     ContainerKind = "App"
+	ContainerInit    ContainerKind = "Init"
+	ContainerSidecar ContainerKind = "Sidecar"
+)
+
+// ContainerAllocation is what one container gets.
+type ContainerAllocation struct {
+	// Name is the container's name.
+	Name string `json:"name"`
+	// Kind is App, Init or Sidecar (a restartable init container).
+	Kind ContainerKind `json:"kind"`
+	// GPUs is the container's share of each of its GPUs.
+	GPUs []GPUShare `json:"gpus"`
+}
+
+// GPUShare is a container's share of one GPU.
+type GPUShare struct {
+	// Index and UUID name the GPU; both must match the node's inventory.
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// MemoryMiB is the GPU memory the container may use.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// Compute is the percent of the GPU's compute the container may use.
+	Compute int64 `json:"compute"`
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the real control plane that gpushare's integration tests, benchmarks
+# and demo run on, from the Go module proxy, into a cache outside the clone:
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#   (from the tools module in hack/tools) and kwok (its own module).
+# Usage: hack/cluster-tools.sh [DIR]   (default: $HOME/.cache/gpushare/cluster-v1.36.4)
+# Prints the directory that holds bin/ and kwok's stage files.
+set -euo pipefail
+
+KUBE_VERSION=v1.36.4
+KWOK_VERSION=v0.8.0
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${1:-${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-$KUBE_VERSION}}
+mkdir -p "$dir/bin" "$dir/stages"
+
+ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
+ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
+
+cd "$root/hack/tools"
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+	echo "building $cmd $KUBE_VERSION" >&2
+	go build -ldflags "$ldflags" -o "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+done
+echo "building etcd" >&2
+go build -o "$dir/bin/etcd" go.etcd.io/etcd/server/v3
+
+if [[ ! -x "$dir/bin/kwok-$KWOK_VERSION" ]]; then
+	echo "building kwok $KWOK_VERSION" >&2
+	# kwok stays out of the tools module: it moves grpc and otel versions.
+	GOBIN="$dir/bin/.kwok" GOFLAGS=-mod=mod go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+	mv "$dir/bin/.kwok/kwok" "$dir/bin/kwok-$KWOK_VERSION"
+fi
+ln -sf "kwok-$KWOK_VERSION" "$dir/bin/kwok"
+# kwok needs stages (node heartbeat, pod lifecycle) or it exits "no stages found".
+kwokdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+stages="$dir/stages/kwok-stages.yaml"
+: >"$stages.tmp"
+for stage in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+	{ echo '---'; cat "$kwokdir/kustomize/stage/$stage.yaml"; } >>"$stages.tmp"
+done
+mv "$stages.tmp" "$stages"
+echo "$dir"

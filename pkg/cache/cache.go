@@ -1,0 +1,368 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// Cache holds gpushare nodes and the GPUs pods hold on them. It is safe for
+// concurrent use.
+type Cache struct {
+	logger klog.Logger
+
+	mu    sync.RWMutex
+	nodes map[string]*nodeEntry
+	// rejected holds why a node seen by the informer takes no part.
+	rejected map[string]error
+	pods     map[types.UID]*podEntry
+}
+
+type nodeEntry struct {
+	// inventory is the node as its inventory says; state.Node is a copy
+	// in which GPUs under a conflicting booking are marked unhealthy.
+	inventory *alloc.Node
+	state     *alloc.NodeState
+	// pods holds the pods booked here, so that a new inventory can be
+	// rebuilt with their bookings.
+	pods map[types.UID]*podEntry
+}
+
+type podEntry struct {
+	key       string
+	placement *alloc.Placement
+	// assumed is true between Assume and the informer's delivery of the
+	// pod with its record.
+	assumed bool
+	// record is the annotation value the entry came from, so that an
+	// unchanged pod update costs nothing.
+	record string
+	// conflict is set when the booking did not fit the node (its
+	// inventory shrank); the GPUs it names are then held full.
+	conflict bool
+}
+
+// New returns an empty cache.
+func New(logger klog.Logger) *Cache {
+	return &Cache{
+		logger:   logger,
+		nodes:    make(map[string]*nodeEntry),
+		rejected: make(map[string]error),
+		pods:     make(map[types.UID]*podEntry),
+	}
+}
+
+// SetNode adds or updates a node. A node that does not opt in, or whose
+// inventory is invalid, is dropped and its reason kept for NodeError.
+func (c *Cache) SetNode(n *corev1.Node) {
+	node, err := NodeFrom(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.nodes[n.Name]
+	if err != nil {
+		if old != nil {
+			c.logger.Info("Node leaves gpushare", "node", klog.KObj(n), "reason", err)
+		}
+		delete(c.nodes, n.Name)
+		c.rejected[n.Name] = err
+		// Pods keep their entries: if the node comes back they are
+		// booked again.
+		return
+	}
+	delete(c.rejected, n.Name)
+	if old != nil && sameInventory(old.inventory, node) {
+		return
+	}
+	e := &nodeEntry{inventory: node, state: alloc.NewNodeState(copyNode(node)), pods: make(map[types.UID]*podEntry)}
+	c.nodes[n.Name] = e
+	for uid, p := range c.pods {
+		if p.placement.Node == n.Name {
+			c.book(e, uid, p)
+		}
+	}
+	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
+}
+
+func sameInventory(a, b *alloc.Node) bool {
+	if a.Mode != b.Mode || len(a.GPUs) != len(b.GPUs) {
+		return false
+	}
+	for i := range a.GPUs {
+		x, y := a.GPUs[i], b.GPUs[i]
+		if x.UUID != y.UUID || x.Model != y.Model || x.MemoryMiB != y.MemoryMiB || x.Healthy != y.Healthy ||
+			x.NUMANode != y.NUMANode || x.Compute != y.Compute || fmt.Sprint(x.Peers) != fmt.Sprint(y.Peers) {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveNode drops a node; its pods' entries stay until the pods go.
+func (c *Cache) RemoveNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, name)
+	delete(c.rejected, name)
+}
+
+// book applies p to e. A booking that no longer fits (the node's GPUs
+// changed under running pods) is kept as a conflict: its GPUs are marked
+// unhealthy in the cache's copy so nothing more lands on them.
+func (c *Cache) book(e *nodeEntry, uid types.UID, p *podEntry) {
+	e.pods[uid] = p
+	p.conflict = false
+	if err := e.state.Apply(p.placement); err != nil {
+		p.conflict = true
+		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
+		for _, b := range p.placement.Booked {
+			if b.GPU >= 0 && b.GPU < len(e.state.Node.GPUs) {
+				e.state.Node.GPUs[b.GPU].Healthy = false
+			}
+		}
+	}
+}
+
+func (c *Cache) unbook(uid types.UID, p *podEntry) {
+	e := c.nodes[p.placement.Node]
+	if e == nil || e.pods[uid] != p {
+		return
+	}
+	delete(e.pods, uid)
+	if p.conflict {
+		// Rebuild the node from its inventory: the conflict's GPUs may
+		// be usable again.
+		c.rebuild(e)
+		return
+	}
+	if err := e.state.Release(p.placement); err != nil {
+		c.logger.Error(err, "Releasing a pod's GPUs failed; rebuilding the node", "pod", p.key)
+		c.rebuild(e)
+	}
+}
+
+func copyNode(n *alloc.Node) *alloc.Node {
+	c := *n
+	c.GPUs = append([]alloc.GPU(nil), n.GPUs...)
+	return &c
+}
+
+func (c *Cache) rebuild(e *nodeEntry) {
+	pods := e.pods
+	e.state = alloc.NewNodeState(copyNode(e.inventory))
+	e.pods = make(map[types.UID]*podEntry, len(pods))
+	for uid, p := range pods {
+		c.book(e, uid, p)
+	}
+}
+
+// Ended reports whether a pod no longer holds its GPUs.
+func Ended(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// SetPod adds or updates a pod from the informer. A pod with a valid
+// allocation record books it (replacing an assumed placement); a pod that
+// ended releases its GPUs; a pod without a record keeps whatever was
+// assumed for it.
+func (c *Cache) SetPod(pod *corev1.Pod) {
+	if Ended(pod) {
+		c.RemovePod(pod.UID)
+		return
+	}
+	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.pods[pod.UID]
+	if old != nil && !old.assumed && old.record == value {
+		return
+	}
+	p, err := c.parseRecord(pod, value)
+	if err != nil {
+		c.logger.Error(err, "Ignoring the pod's allocation record", "pod", klog.KObj(pod))
+		return
+	}
+	if old != nil {
+		c.unbook(pod.UID, old)
+	}
+	c.pods[pod.UID] = p
+	if e := c.nodes[p.placement.Node]; e != nil {
+		c.book(e, pod.UID, p)
+	}
+}
+
+func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
+	a, err := gpusharev1.ParseAllocation(value)
+	if err != nil {
+		return nil, err
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.Node {
+		return nil, fmt.Errorf("pod is bound to node %s but its allocation is for node %s", pod.Spec.NodeName, a.Node)
+	}
+	key := pod.Namespace + "/" + pod.Name
+	e := c.nodes[a.Node]
+	if e == nil {
+		// The node is not (yet) known: keep the record and book it when
+		// the node arrives. Check it against the node then.
+		p := &alloc.Placement{Node: a.Node}
+		for _, ca := range a.Containers {
+			cp := alloc.ContainerPlacement{Name: ca.Name}
+			for _, g := range ca.GPUs {
+				cp.GPUs = append(cp.GPUs, alloc.Assignment{GPU: g.Index, UUID: g.UUID, Usage: alloc.Usage{MemoryMiB: g.MemoryMiB, Compute: g.Compute}})
+			}
+			p.Containers = append(p.Containers, cp)
+		}
+		p.Booked = alloc.Booking(p.Containers)
+		return &podEntry{key: key, placement: p, record: value}, nil
+	}
+	p, err := PlacementFrom(a, e.state.Node)
+	if err != nil {
+		return nil, err
+	}
+	return &podEntry{key: key, placement: p, record: value}, nil
+}
+
+// RemovePod releases whatever a pod held or was assumed to hold.
+func (c *Cache) RemovePod(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.pods[uid]; p != nil {
+		c.unbook(uid, p)
+		delete(c.pods, uid)
+	}
+}
+
+// ErrNodeGone is returned by Assume for a node the cache does not hold.
+var ErrNodeGone = errors.New("node is not a gpushare node")
+
+// Assume books a placement for a pod that is about to be recorded and
+// bound, replacing anything the pod held. It fails if the node is gone or
+// the placement no longer fits.
+func (c *Cache) Assume(uid types.UID, key string, p *alloc.Placement) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.assumeLocked(uid, key, p)
+}
+
+func (c *Cache) assumeLocked(uid types.UID, key string, p *alloc.Placement) error {
+	e := c.nodes[p.Node]
+	if e == nil {
+		return fmt.Errorf("%w: %s", ErrNodeGone, p.Node)
+	}
+	old := c.pods[uid]
+	if old != nil {
+		c.unbook(uid, old)
+	}
+	entry := &podEntry{key: key, placement: p, assumed: true}
+	if err := e.state.Apply(p); err != nil {
+		if old != nil {
+			c.book(e, uid, old)
+		}
+		return err
+	}
+	e.pods[uid] = entry
+	c.pods[uid] = entry
+	return nil
+}
+
+// PlaceAndAssume places pod on the named node with placer, against the
+// node's current bookings, and assumes the result, all under one lock, so
+// that concurrent callers never book the same share twice.
+func (c *Cache) PlaceAndAssume(uid types.UID, placer *alloc.Placer, node string, pod *alloc.PodRequest) (*alloc.Placement, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[node]
+	if e == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNodeGone, node)
+	}
+	state := e.state
+	if old := c.pods[uid]; old != nil && old.placement.Node == node {
+		// Rating the node as if the pod's old booking were gone.
+		state = state.Clone()
+		_ = state.Release(old.placement)
+	}
+	p, unfit := placer.Place(state, pod)
+	if unfit != nil {
+		return nil, unfit
+	}
+	if err := c.assumeLocked(uid, pod.Key, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Forget drops an assumed placement (the pod was not bound after all). A
+// recorded placement stays: the record on the pod is the truth.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.pods[uid]; p != nil && p.assumed {
+		c.unbook(uid, p)
+		delete(c.pods, uid)
+	}
+}
+
+// Read calls fn with the node's state under the read lock, or returns why
+// the node takes no part. fn must not keep or change the state.
+func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	if e == nil {
+		return c.nodeErrorLocked(node)
+	}
+	fn(e.state)
+	return nil
+}
+
+// NodeError says why a node is not in the cache, nil if it is.
+func (c *Cache) NodeError(node string) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.nodes[node] != nil {
+		return nil
+	}
+	return c.nodeErrorLocked(node)
+}
+
+func (c *Cache) nodeErrorLocked(node string) error {
+	if err := c.rejected[node]; err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s", ErrNodeGone, node)
+}
+
+// Snapshot returns copies of every node's state, sorted by name.
+func (c *Cache) Snapshot() []*alloc.NodeState {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*alloc.NodeState, 0, len(c.nodes))
+	for _, e := range c.nodes {
+		s := e.state.Clone()
+		s.Node = copyNode(s.Node)
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
+	return out
+}
+
+// Holding returns the placement the cache books for a pod, and whether it
+// is only assumed; nil if the pod holds nothing.
+func (c *Cache) Holding(uid types.UID) (p *alloc.Placement, assumed bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e := c.pods[uid]; e != nil {
+		return e.placement, e.assumed
+	}
+	return nil, false
+}

@@ -1,0 +1,265 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options configure Start.
+type Options struct {
+	// Tools are the binaries; FindTools("") if zero.
+	Tools Tools
+	// Dir keeps state, logs and the kubeconfig; a new temporary
+	// directory if empty (removed by Stop).
+	Dir string
+	// NoKwok leaves kwok out: nodes then stay as created.
+	NoKwok bool
+	// QPS and Burst of the clients the cluster hands out; 0 means 500/1000.
+	QPS   float32
+	Burst int
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Tools Tools
+	// Dir holds the state; Kubeconfig is the admin kubeconfig in it.
+	Dir        string
+	Kubeconfig string
+	// Host is the apiserver's URL and Token the admin bearer token.
+	Host  string
+	Token string
+
+	ownDir bool
+	qps    float32
+	burst  int
+	procs  []*Process
+}
+
+// Start starts etcd, kube-apiserver, kube-controller-manager and kwok and
+// waits until they are ready. On error it stops what it started.
+func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
+	c := &Cluster{Tools: o.Tools, Dir: o.Dir, qps: o.QPS, burst: o.Burst}
+	if c.qps == 0 {
+		c.qps, c.burst = 500, 1000
+	}
+	if c.Tools.Dir == "" {
+		if c.Tools, err = FindTools(""); err != nil {
+			return nil, err
+		}
+	}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "gpushare-cluster-"); err != nil {
+			return nil, err
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	etcdPort, peerPort, apiPort, kcmPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	if err := c.startEtcd(ctx, etcdPort, peerPort); err != nil {
+		return nil, err
+	}
+	if err := c.startAPIServer(ctx, apiPort, etcdPort); err != nil {
+		return nil, err
+	}
+	if err := c.startControllerManager(ctx, kcmPort); err != nil {
+		return nil, err
+	}
+	if !o.NoKwok {
+		if err := c.startKwok(kwokPort); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitDefaultServiceAccount(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) path(parts ...string) string { return filepath.Join(append([]string{c.Dir}, parts...)...) }
+
+func (c *Cluster) startEtcd(ctx context.Context, port, peer int) error {
+	client, peerURL := "http://"+hostPort(port), "http://"+hostPort(peer)
+	p, err := start(c.Dir, "etcd", c.Tools.Bin("etcd"),
+		"--name=default", "--data-dir="+c.path("etcd"),
+		"--listen-client-urls="+client, "--advertise-client-urls="+client,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--unsafe-no-fsync", "--quota-backend-bytes=4294967296")
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return waitHTTP(ctxTimeout(ctx, time.Minute), p, client+"/health", "")
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error {
+	if err := os.MkdirAll(c.path("pki"), 0o700); err != nil {
+		return err
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(c.path("pki", "sa.key"), keyPEM, 0o600); err != nil {
+		return err
+	}
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
+	c.Token = hex.EncodeToString(tok)
+	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n", c.Token)
+	if err := os.WriteFile(c.path("pki", "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		return err
+	}
+	c.Host = "https://" + hostPort(port)
+	p, err := start(c.Dir, "kube-apiserver", c.Tools.Bin("kube-apiserver"),
+		"--etcd-servers=http://"+hostPort(etcdPort),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port), "--cert-dir="+c.path("pki"),
+		"--token-auth-file="+c.path("pki", "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+c.path("pki", "sa.key"),
+		"--service-account-signing-key-file="+c.path("pki", "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
+		"--enable-priority-and-fairness=false",
+		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000")
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	if err := waitHTTP(ctxTimeout(ctx, 2*time.Minute), p, c.Host+"/readyz", c.Token); err != nil {
+		return err
+	}
+	c.Kubeconfig = c.path("kubeconfig")
+	return c.writeKubeconfig(c.Kubeconfig)
+}
+
+func (c *Cluster) writeKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["gpushare"] = &clientcmdapi.Cluster{Server: c.Host, InsecureSkipTLSVerify: true}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: c.Token}
+	cfg.Contexts["gpushare"] = &clientcmdapi.Context{Cluster: "gpushare", AuthInfo: "admin"}
+	cfg.CurrentContext = "gpushare"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func (c *Cluster) startControllerManager(ctx context.Context, port int) error {
+	p, err := start(c.Dir, "kube-controller-manager", c.Tools.Bin("kube-controller-manager"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--leader-elect=false",
+		"--service-account-private-key-file="+c.path("pki", "sa.key"),
+		"--root-ca-file="+c.path("pki", "apiserver.crt"),
+		"--kube-api-qps=500", "--kube-api-burst=1000",
+		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10", "--concurrent-job-syncs=10")
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return waitHTTP(ctxTimeout(ctx, time.Minute), p, "https://"+hostPort(port)+"/healthz", "")
+}
+
+func (c *Cluster) startKwok(port int) error {
+	p, err := start(c.Dir, "kwok", c.Tools.Bin("kwok"),
+		"--kubeconfig="+c.Kubeconfig, "--config="+c.Tools.KwokStages(),
+		"--manage-all-nodes=true", "--server-address="+hostPort(port),
+		"--node-ip=127.0.0.1")
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+// waitDefaultServiceAccount waits for kube-controller-manager to create the
+// default ServiceAccount, without which pods are rejected.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
+	client, err := c.Client()
+	if err != nil {
+		return err
+	}
+	ctx = ctxTimeout(ctx, time.Minute)
+	for {
+		if _, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("kube-controller-manager did not create the default ServiceAccount in time")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// RESTConfig returns an admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config {
+	return &rest.Config{Host: c.Host, BearerToken: c.Token, QPS: c.qps, Burst: c.burst,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+}
+
+// Client returns an admin clientset.
+func (c *Cluster) Client() (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(c.RESTConfig())
+}
+
+// Run starts another process next to the control plane (a scheduler, an
+// extender); Stop stops it with the rest.
+func (c *Cluster) Run(name, bin string, args ...string) (*Process, error) {
+	p, err := start(c.Dir, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// Processes returns what the cluster started, in start order.
+func (c *Cluster) Processes() []*Process { return append([]*Process(nil), c.procs...) }
+
+// Stop stops every process the cluster started, newest first, and removes
+// its directory if Start made it.
+func (c *Cluster) Stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Stop(10 * time.Second)
+	}
+	c.procs = nil
+	if c.ownDir {
+		os.RemoveAll(c.Dir)
+	}
+}
+
+// ctxTimeout bounds ctx; the timer is released when ctx ends.
+func ctxTimeout(ctx context.Context, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	go func() { <-ctx.Done(); cancel() }()
+	return ctx
+}

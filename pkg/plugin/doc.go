@@ -1,0 +1,14 @@
+// Package plugin is gpushare's kube-scheduler framework plugin, GPUShare.
+// It is a thin adapter: the resource model turns the pod into a request,
+// the allocation core places it on each node, and the cache holds what
+// pods hold. Extension points:
+//
+//   - PreFilter: translate the pod; skip pods that ask for no GPU; reject
+//     malformed requests with the resource model's message.
+//   - Filter: place the pod on the node's GPUs, or say why not.
+//   - PostFilter: sum up why no node fits, in numbers, for the pod event.
+//   - Score: the node policy's rating, ranked by NormalizeScore.
+//   - Reserve / Unreserve: book the placement in the cache / drop it.
+//   - PreBind: record the allocation on the pod (the annotation
+//     gpushare.io/allocation) before the pod is bound.
+package plugin

@@ -1,0 +1,402 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "GPUShare"
+
+const stateKey fwk.StateKey = Name
+
+// GPUShare is the plugin.
+type GPUShare struct {
+	handle fwk.Handle
+	model  *resource.Model
+	placer *alloc.Placer
+	cache  *gpucache.Cache
+	seed   uint64
+}
+
+var (
+	_ fwk.PreFilterPlugin  = (*GPUShare)(nil)
+	_ fwk.FilterPlugin     = (*GPUShare)(nil)
+	_ fwk.PostFilterPlugin = (*GPUShare)(nil)
+	_ fwk.ScorePlugin      = (*GPUShare)(nil)
+	_ fwk.ReservePlugin    = (*GPUShare)(nil)
+	_ fwk.PreBindPlugin    = (*GPUShare)(nil)
+	_ fwk.EnqueueExtensions = (*GPUShare)(nil)
+)
+
+// New is the plugin factory for app.WithPlugin.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	model, err := resource.New(args.ResourceModel)
+	if err != nil {
+		return nil, err
+	}
+	placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy,
+		NoTopology: args.DisableTopology, Options: alloc.Options{Seed: args.Seed}})
+	if err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	logger := klog.FromContext(ctx).WithName(Name)
+	pl := &GPUShare{handle: h, model: model, placer: placer, cache: gpucache.New(logger), seed: args.Seed}
+	if err := pl.watch(h); err != nil {
+		return nil, err
+	}
+	logger.Info("GPUShare plugin ready", "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
+	return pl, nil
+}
+
+func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
+	var raw []byte
+	if obj != nil {
+		u, ok := obj.(*runtime.Unknown)
+		if !ok {
+			return nil, fmt.Errorf("%s args: want %s, got %T", Name, v1alpha1.KindGPUShareArgs, obj)
+		}
+		raw = u.Raw
+	}
+	args, err := v1alpha1.LoadArgs(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	return args, nil
+}
+
+// watch feeds the cache from the scheduler's informers. The scheduler
+// starts them and waits for them to sync before it schedules anything, so
+// the cache holds every recorded allocation before the first decision.
+func (pl *GPUShare) watch(h fwk.Handle) error {
+	f := h.SharedInformerFactory()
+	_, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { pl.setNode(obj) },
+		UpdateFunc: func(_, obj any) { pl.setNode(obj) },
+		DeleteFunc: func(obj any) {
+			if n, ok := unwrap(obj).(*corev1.Node); ok {
+				pl.cache.RemoveNode(n.Name)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { pl.setPod(obj) },
+		UpdateFunc: func(_, obj any) { pl.setPod(obj) },
+		DeleteFunc: func(obj any) {
+			if p, ok := unwrap(obj).(*corev1.Pod); ok {
+				pl.cache.RemovePod(p.UID)
+			}
+		},
+	})
+	return err
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func (pl *GPUShare) setNode(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		pl.cache.SetNode(n)
+		pl.noteLargestGPU()
+	}
+}
+
+func (pl *GPUShare) setPod(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		pl.cache.SetPod(p)
+	}
+}
+
+// noteLargestGPU tells the resource model the largest GPU, so that a
+// request no GPU could hold is rejected with that message.
+func (pl *GPUShare) noteLargestGPU() {
+	var largest int64
+	for _, s := range pl.cache.Snapshot() {
+		for _, g := range s.Node.GPUs {
+			largest = max(largest, g.MemoryMiB)
+		}
+	}
+	pl.model.SetLargestGPU(largest)
+}
+
+// Name implements fwk.Plugin.
+func (pl *GPUShare) Name() string { return Name }
+
+// cycle is the plugin's state for one scheduling cycle.
+type cycle struct {
+	req *alloc.PodRequest
+
+	mu         sync.Mutex
+	placements map[string]*alloc.Placement
+	unfits     []*alloc.Unfit
+	// chosen is the placement Reserve booked.
+	chosen *alloc.Placement
+}
+
+// Clone implements fwk.StateData. The state is written by Filter for each
+// node, so copies share it.
+func (c *cycle) Clone() fwk.StateData { return c }
+
+func readCycle(state fwk.CycleState) (*cycle, error) {
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading cycle state: %w", Name, err)
+	}
+	c, ok := d.(*cycle)
+	if !ok {
+		return nil, fmt.Errorf("%s: cycle state has type %T", Name, d)
+	}
+	return c, nil
+}
+
+// PreFilter implements fwk.PreFilterPlugin.
+func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	req, err := pl.model.PodRequest(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if !req.GPUs() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// kube-scheduler's own plugins account for CPU and memory.
+	req.CPUMilli, req.MemoryMiB = 0, 0
+	state.Write(stateKey, &cycle{req: req, placements: make(map[string]*alloc.Placement)})
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin.
+func (pl *GPUShare) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter implements fwk.FilterPlugin.
+func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	c, err := readCycle(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	name := nodeInfo.Node().Name
+	var (
+		p     *alloc.Placement
+		unfit *alloc.Unfit
+	)
+	if err := pl.cache.Read(name, func(s *alloc.NodeState) { p, unfit = pl.placer.Place(s, c.req) }); err != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotGPUShareNode)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if unfit != nil {
+		c.unfits = append(c.unfits, unfit)
+		return fwk.NewStatus(fwk.Unschedulable, reasonOf(unfit))
+	}
+	c.placements[name] = p
+	return nil
+}
+
+// ReasonNotGPUShareNode is the Filter reason for nodes outside gpushare.
+const ReasonNotGPUShareNode = "node is not a gpushare GPU node"
+
+func reasonOf(u *alloc.Unfit) string {
+	if len(u.Reasons) == 0 {
+		return string(alloc.ReasonNodeRejected)
+	}
+	return string(u.Reasons[0].Reason)
+}
+
+// PostFilter implements fwk.PostFilterPlugin: it preempts nothing, but
+// adds the numbers to the pod's FailedScheduling event, e.g. "largest free
+// share on any GPU is 3000 MiB, pod needs 3500 MiB".
+func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	c, err := readCycle(state)
+	if err != nil {
+		// PreFilter rejected or skipped the pod: nothing to add.
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	c.mu.Lock()
+	d := alloc.Diagnose(len(c.unfits), c.unfits)
+	c.mu.Unlock()
+	if detail := d.Detail(); detail != "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gpushare: "+detail)
+	}
+	return nil, fwk.NewStatus(fwk.Unschedulable)
+}
+
+// Score implements fwk.ScorePlugin. The raw score is the placement's rank
+// key; NormalizeScore turns it into 0-100.
+func (pl *GPUShare) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	c, err := readCycle(state)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.placements[nodeInfo.Node().Name] == nil {
+		return 0, fwk.AsStatus(fmt.Errorf("%s: node %s was not filtered", Name, nodeInfo.Node().Name))
+	}
+	return 0, nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin.
+func (pl *GPUShare) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore ranks the nodes by the node policy, ties broken by the
+// core's hash of (seed, pod, node): the best gets MaxNodeScore, the next
+// ones step down to 0, so that with the plugin's weight the policy decides
+// among nodes that other plugins rate alike.
+func (pl *GPUShare) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	c, err := readCycle(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	order := make([]int, len(scores))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		pa, pb := c.placements[scores[a].Name], c.placements[scores[b].Name]
+		switch {
+		case alloc.Better(pa, pb, c.req.Key, pl.seed):
+			return -1
+		case alloc.Better(pb, pa, c.req.Key, pl.seed):
+			return 1
+		}
+		return 0
+	})
+	for rank, i := range order {
+		scores[i].Score = rankScore(rank, len(order))
+	}
+	return nil
+}
+
+// rankScore maps rank 0 to MaxNodeScore and the others evenly below 90.
+func rankScore(rank, n int) int64 {
+	if rank == 0 {
+		return fwk.MaxNodeScore
+	}
+	return int64(90 * (n - 1 - rank) / max(n-1, 1))
+}
+
+// Reserve implements fwk.ReservePlugin: it books the pod's GPUs on the
+// chosen node in the cache.
+func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	c, err := readCycle(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	p, err := pl.cache.PlaceAndAssume(pod.UID, pl.placer, nodeName, c.req)
+	if err != nil {
+		var unfit *alloc.Unfit
+		if errors.As(err, &unfit) {
+			return fwk.NewStatus(fwk.Unschedulable, unfit.Error())
+		}
+		return fwk.AsStatus(err)
+	}
+	c.mu.Lock()
+	c.chosen = p
+	c.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "gpus", describe(p))
+	return nil
+}
+
+// Unreserve implements fwk.ReservePlugin.
+func (pl *GPUShare) Unreserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	pl.cache.Forget(pod.UID)
+}
+
+// PreBindPreFlight implements fwk.PreBindPlugin: PreBind has work to do
+// whenever the pod asks for GPUs.
+func (pl *GPUShare) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if _, err := readCycle(state); err != nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{}, nil
+}
+
+// PreBind implements fwk.PreBindPlugin: it records the allocation on the
+// pod. Only then is the pod bound, so a bound pod always has its record.
+func (pl *GPUShare) PreBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	c, err := readCycle(state)
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	p := c.chosen
+	c.mu.Unlock()
+	if p == nil || p.Node != nodeName {
+		return fwk.AsStatus(fmt.Errorf("%s: no reservation on node %s", Name, nodeName))
+	}
+	if err := Annotate(ctx, pl.handle.ClientSet(), pod, p); err != nil {
+		return fwk.AsStatus(err)
+	}
+	return nil
+}
+
+func describe(p *alloc.Placement) string {
+	b, _ := json.Marshal(gpucache.Record(p).Containers)
+	return string(b)
+}
+
+// EventsToRegister implements fwk.EnqueueExtensions: a pod rejected for
+// want of GPUs is retried when a pod holding GPUs goes away or a node's
+// GPU inventory or opt-in label changes.
+func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: podReleased},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: inventoryChanged},
+	}, nil
+}
+
+func podReleased(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
+		if _, held := p.Annotations[gpusharev1.AllocationAnnotation]; !held {
+			return fwk.QueueSkip, nil
+		}
+	}
+	return fwk.Queue, nil
+}
+
+func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	n, ok := newObj.(*corev1.Node)
+	if !ok || n.Labels[gpusharev1.NodeLabel] != "true" {
+		return fwk.QueueSkip, nil
+	}
+	o, ok := oldObj.(*corev1.Node)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if o.Labels[gpusharev1.NodeLabel] != "true" || o.Annotations[gpusharev1.InventoryAnnotation] != n.Annotations[gpusharev1.InventoryAnnotation] {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// Keep the frameworkruntime import honest: the factory matches its type.
+var _ frameworkruntime.PluginFactory = New
