@@ -99,7 +99,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
-func (c *Cluster) path(parts ...string) string { return filepath.Join(append([]string{c.Dir}, parts...)...) }
+func (c *Cluster) path(parts ...string) string {
+	return filepath.Join(append([]string{c.Dir}, parts...)...)
+}
 
 func (c *Cluster) startEtcd(ctx context.Context, port, peer int) error {
 	client, peerURL := "http://"+hostPort(port), "http://"+hostPort(peer)

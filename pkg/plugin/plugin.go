@@ -37,12 +37,12 @@ type GPUShare struct {
 }
 
 var (
-	_ fwk.PreFilterPlugin  = (*GPUShare)(nil)
-	_ fwk.FilterPlugin     = (*GPUShare)(nil)
-	_ fwk.PostFilterPlugin = (*GPUShare)(nil)
-	_ fwk.ScorePlugin      = (*GPUShare)(nil)
-	_ fwk.ReservePlugin    = (*GPUShare)(nil)
-	_ fwk.PreBindPlugin    = (*GPUShare)(nil)
+	_ fwk.PreFilterPlugin   = (*GPUShare)(nil)
+	_ fwk.FilterPlugin      = (*GPUShare)(nil)
+	_ fwk.PostFilterPlugin  = (*GPUShare)(nil)
+	_ fwk.ScorePlugin       = (*GPUShare)(nil)
+	_ fwk.ReservePlugin     = (*GPUShare)(nil)
+	_ fwk.PreBindPlugin     = (*GPUShare)(nil)
 	_ fwk.EnqueueExtensions = (*GPUShare)(nil)
 )
 
