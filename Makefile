@@ -28,12 +28,26 @@ build: ## Build every binary into bin/.
 sim: build ## Run the simulator on its built-in synthetic workload (the main job for now).
 	$(BIN)/gpushare-sim --seeds $(SEEDS)
 
+# The control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl v1.36.4 and kwok v0.8.0), built from the Go module
+# proxy into a versioned cache outside the clone.
+CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.36.4
+export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
+
 .PHONY: test
-test: lint unit fuzz ## Run every test: lint, unit tests with -race, and brief fuzzing.
+test: lint unit fuzz integration ## Run every test: lint, unit tests with -race, brief fuzzing, integration tests on a real control plane.
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
+
+.PHONY: integration
+integration: cluster-tools ## Integration tests on a real control plane (builds it on first use).
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+
+.PHONY: cluster-tools
+cluster-tools: ## Build the control plane binaries (cold: several minutes; then seconds).
+	hack/cluster-tools.sh $(CLUSTER_TOOLS)
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s).

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -62,8 +63,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	logger := klog.FromContext(ctx).WithName(Name)
-	pl := &GPUShare{handle: h, model: model, placer: placer, cache: gpucache.New(logger), seed: args.Seed}
-	if err := pl.watch(h); err != nil {
+	c, err := sharedCache(logger, h)
+	if err != nil {
+		return nil, err
+	}
+	pl := &GPUShare{handle: h, model: model, placer: placer, cache: c, seed: args.Seed}
+	_, err = h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { pl.noteLargestGPU() },
+		UpdateFunc: func(any, any) { pl.noteLargestGPU() },
+	})
+	if err != nil {
 		return nil, err
 	}
 	logger.Info("GPUShare plugin ready", "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
@@ -86,17 +95,34 @@ func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
 	return args, nil
 }
 
-// watch feeds the cache from the scheduler's informers. The scheduler
-// starts them and waits for them to sync before it schedules anything, so
-// the cache holds every recorded allocation before the first decision.
-func (pl *GPUShare) watch(h fwk.Handle) error {
-	f := h.SharedInformerFactory()
+// One cache serves every profile of the scheduler: profiles schedule
+// pods one at a time from one queue, but bind them concurrently, so a
+// booking made under one profile must be seen by the others at once.
+var (
+	cacheOnce sync.Once
+	theCache  *gpucache.Cache
+	cacheErr  error
+)
+
+func sharedCache(logger klog.Logger, h fwk.Handle) (*gpucache.Cache, error) {
+	cacheOnce.Do(func() {
+		theCache = gpucache.New(logger)
+		cacheErr = Watch(theCache, h.SharedInformerFactory())
+	})
+	return theCache, cacheErr
+}
+
+// Watch feeds c from an informer factory's node and pod informers. The
+// scheduler starts them and waits for them to sync before it schedules
+// anything, so the cache holds every recorded allocation before the first
+// decision.
+func Watch(c *gpucache.Cache, f informers.SharedInformerFactory) error {
 	_, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { pl.setNode(obj) },
-		UpdateFunc: func(_, obj any) { pl.setNode(obj) },
+		AddFunc:    func(obj any) { setNode(c, obj) },
+		UpdateFunc: func(_, obj any) { setNode(c, obj) },
 		DeleteFunc: func(obj any) {
 			if n, ok := unwrap(obj).(*corev1.Node); ok {
-				pl.cache.RemoveNode(n.Name)
+				c.RemoveNode(n.Name)
 			}
 		},
 	})
@@ -104,11 +130,11 @@ func (pl *GPUShare) watch(h fwk.Handle) error {
 		return err
 	}
 	_, err = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { pl.setPod(obj) },
-		UpdateFunc: func(_, obj any) { pl.setPod(obj) },
+		AddFunc:    func(obj any) { setPod(c, obj) },
+		UpdateFunc: func(_, obj any) { setPod(c, obj) },
 		DeleteFunc: func(obj any) {
 			if p, ok := unwrap(obj).(*corev1.Pod); ok {
-				pl.cache.RemovePod(p.UID)
+				c.RemovePod(p.UID)
 			}
 		},
 	})
@@ -122,16 +148,15 @@ func unwrap(obj any) any {
 	return obj
 }
 
-func (pl *GPUShare) setNode(obj any) {
+func setNode(c *gpucache.Cache, obj any) {
 	if n, ok := obj.(*corev1.Node); ok {
-		pl.cache.SetNode(n)
-		pl.noteLargestGPU()
+		c.SetNode(n)
 	}
 }
 
-func (pl *GPUShare) setPod(obj any) {
+func setPod(c *gpucache.Cache, obj any) {
 	if p, ok := obj.(*corev1.Pod); ok {
-		pl.cache.SetPod(p)
+		c.SetPod(p)
 	}
 }
 
@@ -369,25 +394,33 @@ func describe(p *alloc.Placement) string {
 // GPU inventory or opt-in label changes.
 func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: podReleased},
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: inventoryChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.podReleased},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.inventoryChanged},
 	}, nil
 }
 
-func podReleased(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+// The hints apply the event to the cache themselves before they requeue
+// the pod: the cache's own informer handler may run after the scheduler's,
+// and a pod retried against a cache that still holds the deleted pod would
+// be rejected again and wait for the next event. Applying an event twice
+// is harmless.
+
+func (pl *GPUShare) podReleased(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
 		if _, held := p.Annotations[gpusharev1.AllocationAnnotation]; !held {
 			return fwk.QueueSkip, nil
 		}
+		pl.cache.RemovePod(p.UID)
 	}
 	return fwk.Queue, nil
 }
 
-func inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (pl *GPUShare) inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	n, ok := newObj.(*corev1.Node)
 	if !ok || n.Labels[gpusharev1.NodeLabel] != "true" {
 		return fwk.QueueSkip, nil
 	}
+	pl.cache.SetNode(n)
 	o, ok := oldObj.(*corev1.Node)
 	if !ok {
 		return fwk.Queue, nil

@@ -66,6 +66,9 @@ func (t *translator) read(c *corev1.Container) (asks, error) {
 			continue
 		}
 		r := t.m.resources[name]
+		if o, ok := t.m.overrides[name][t.pod.Namespace]; ok {
+			r = o
+		}
 		var v int64
 		if reason == "" {
 			v, reason = positiveInt(q)

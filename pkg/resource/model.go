@@ -22,6 +22,9 @@ type Model struct {
 	mpsMemoryAnnotation  string
 	mpsDefaultCompute    int64
 
+	// overrides maps a Memory resource and a namespace to its unit there.
+	overrides map[corev1.ResourceName]map[string]managed
+
 	largestGPU atomic.Int64
 }
 
@@ -59,6 +62,22 @@ func New(cfg *v1alpha1.ResourceModel) (*Model, error) {
 		}
 		m.resources[r.Name] = mr
 		m.names = append(m.names, r.Name)
+	}
+	for _, o := range c.UnitOverrides {
+		mr := m.resources[o.Name]
+		mr.unit, mr.mib = o.Unit, 1
+		if o.Unit == v1alpha1.GiB {
+			mr.mib = 1024
+		}
+		if m.overrides == nil {
+			m.overrides = map[corev1.ResourceName]map[string]managed{}
+		}
+		if m.overrides[o.Name] == nil {
+			m.overrides[o.Name] = map[string]managed{}
+		}
+		for _, ns := range o.Namespaces {
+			m.overrides[o.Name][ns] = mr
+		}
 	}
 	slices.Sort(m.names)
 	return m, nil

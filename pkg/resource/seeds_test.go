@@ -173,3 +173,40 @@ func TestPodRequestSeeds(t *testing.T) {
 		})
 	}
 }
+
+// Seeds 001 (GiB) and 003 (MiB) in one cluster: the MiB team's namespace
+// overrides the unit of aliyun.com/gpu-mem.
+func TestPodRequestUnitOverride(t *testing.T) {
+	m, err := New(&v1alpha1.ResourceModel{UnitOverrides: []v1alpha1.UnitOverride{
+		{Name: "aliyun.com/gpu-mem", Unit: v1alpha1.MiB, Namespaces: []string{"team-mib"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		namespace, template string
+		want                int64
+	}{
+		{"default", aliyunBinpack, 3 * 1024},
+		{"team-mib", aliyunMiB, 3500},
+		{"team-mib", aliyunBinpack, 3},
+	} {
+		req, err := m.PodRequest(fromTemplate(t, tc.namespace, "p", tc.template))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.namespace, err)
+		}
+		if got := req.Containers[0].MemoryMiB; got != tc.want {
+			t.Errorf("namespace %s: %d MiB, want %d", tc.namespace, got, tc.want)
+		}
+	}
+	for _, bad := range []v1alpha1.UnitOverride{
+		{Name: "elasticgpu.io/gpu-core", Unit: v1alpha1.MiB, Namespaces: []string{"a"}},
+		{Name: "aliyun.com/gpu-mem", Unit: "KiB", Namespaces: []string{"a"}},
+		{Name: "aliyun.com/gpu-mem", Unit: v1alpha1.MiB},
+		{Name: "aliyun.com/gpu-mem", Unit: v1alpha1.MiB, Namespaces: []string{"Not_A_Namespace"}},
+	} {
+		if _, err := New(&v1alpha1.ResourceModel{UnitOverrides: []v1alpha1.UnitOverride{bad}}); err == nil {
+			t.Errorf("override %+v accepted", bad)
+		}
+	}
+}

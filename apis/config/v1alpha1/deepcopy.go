@@ -9,6 +9,10 @@ func (in *ResourceModel) DeepCopy() *ResourceModel {
 	}
 	out := *in
 	out.Resources = slices.Clone(in.Resources)
+	out.UnitOverrides = slices.Clone(in.UnitOverrides)
+	for i := range out.UnitOverrides {
+		out.UnitOverrides[i].Namespaces = slices.Clone(in.UnitOverrides[i].Namespaces)
+	}
 	if in.MPSDefaultCompute != nil {
 		v := *in.MPSDefaultCompute
 		out.MPSDefaultCompute = &v

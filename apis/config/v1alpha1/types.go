@@ -45,6 +45,21 @@ type ResourceModel struct {
 	// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT). Without it an MPS container books
 	// compute only.
 	MPSMemoryAnnotation string `json:"mpsMemoryAnnotation,omitempty"`
+
+	// UnitOverrides give a Memory resource another unit for pods in some
+	// namespaces: for a cluster where one team's pods count
+	// aliyun.com/gpu-mem in GiB (seed 001) and another's in MiB (seed 003).
+	UnitOverrides []UnitOverride `json:"unitOverrides,omitempty"`
+}
+
+// UnitOverride is the unit of one Memory resource in some namespaces.
+type UnitOverride struct {
+	// Name is a Memory resource of Resources.
+	Name corev1.ResourceName `json:"name"`
+	// Unit is MiB or GiB.
+	Unit MemoryUnit `json:"unit"`
+	// Namespaces are the namespaces whose pods use Unit.
+	Namespaces []string `json:"namespaces"`
 }
 
 // Resource is one managed extended resource.

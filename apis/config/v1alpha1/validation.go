@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"strings"
 
@@ -14,6 +15,7 @@ func Validate(m *ResourceModel) field.ErrorList {
 	errs := validateTypeMeta(m)
 	errs = append(errs, validateResources(field.NewPath("resources"), m.Resources)...)
 	errs = append(errs, validateAnnotations(m)...)
+	errs = append(errs, validateOverrides(field.NewPath("unitOverrides"), m)...)
 	p := field.NewPath("mpsDefaultCompute")
 	switch c := m.MPSDefaultCompute; {
 	case c == nil:
@@ -105,6 +107,38 @@ func validateAnnotations(m *ResourceModel) field.ErrorList {
 			errs = append(errs, field.Invalid(p, a.key, "must differ from "+other))
 		}
 		seen[a.key] = a.path
+	}
+	return errs
+}
+
+func validateOverrides(p *field.Path, m *ResourceModel) field.ErrorList {
+	var errs field.ErrorList
+	memory := make(map[corev1.ResourceName]bool, len(m.Resources))
+	for _, r := range m.Resources {
+		memory[r.Name] = r.Kind == KindMemory
+	}
+	seen := map[string]bool{}
+	for i, o := range m.UnitOverrides {
+		op := p.Index(i)
+		if !memory[o.Name] {
+			errs = append(errs, field.Invalid(op.Child("name"), o.Name, "must be a Memory resource of resources"))
+		}
+		if o.Unit != MiB && o.Unit != GiB {
+			errs = append(errs, field.NotSupported(op.Child("unit"), o.Unit, []MemoryUnit{MiB, GiB}))
+		}
+		if len(o.Namespaces) == 0 {
+			errs = append(errs, field.Required(op.Child("namespaces"), "the namespaces whose pods use this unit"))
+		}
+		for j, ns := range o.Namespaces {
+			if msgs := content.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(op.Child("namespaces").Index(j), ns, strings.Join(msgs, "; ")))
+			}
+			key := string(o.Name) + "/" + ns
+			if seen[key] {
+				errs = append(errs, field.Duplicate(op.Child("namespaces").Index(j), ns))
+			}
+			seen[key] = true
+		}
 	}
 	return errs
 }

@@ -1,0 +1,73 @@
+package controlplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// Apply creates the objects of a multi-document YAML manifest: namespaces,
+// pods, deployments, statefulsets and jobs. An object without a namespace
+// goes to "default".
+func Apply(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
+	r := utilyaml.NewYAMLReader(bufioReader(manifest))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return fmt.Errorf("decoding manifest: %w", err)
+		}
+		if err := create(ctx, client, obj); err != nil {
+			return err
+		}
+	}
+}
+
+func ns(m *metav1.ObjectMeta) string {
+	if m.Namespace == "" {
+		return metav1.NamespaceDefault
+	}
+	return m.Namespace
+}
+
+func create(ctx context.Context, client kubernetes.Interface, obj any) error {
+	var err error
+	o := metav1.CreateOptions{}
+	switch t := obj.(type) {
+	case *corev1.Namespace:
+		_, err = client.CoreV1().Namespaces().Create(ctx, t, o)
+	case *corev1.Pod:
+		_, err = client.CoreV1().Pods(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *appsv1.Deployment:
+		_, err = client.AppsV1().Deployments(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *appsv1.StatefulSet:
+		_, err = client.AppsV1().StatefulSets(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *batchv1.Job:
+		_, err = client.BatchV1().Jobs(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	default:
+		return fmt.Errorf("apply: unsupported object %T", obj)
+	}
+	return err
+}
+
+func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

@@ -1,0 +1,93 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+)
+
+// NodeSpec describes a simulated GPU node.
+type NodeSpec struct {
+	Name string
+	// Model and MemoryMiB of each of Count GPUs.
+	Model     string
+	MemoryMiB int64
+	Count     int
+	// WholeCard makes the node hand out whole GPUs only.
+	WholeCard bool
+	// CPU cores and memory in GiB; 0 means 64 and 512.
+	CPU, MemoryGiB int64
+}
+
+// Inventory returns the GPU inventory the node daemon would publish: GPUs
+// in pairs joined by NVLink, the first half on NUMA node 0.
+func (s NodeSpec) Inventory() *gpusharev1.GPUInventory {
+	inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
+	if s.WholeCard {
+		inv.Mode = gpusharev1.ModeWholeCard
+	}
+	for i := range s.Count {
+		g := gpusharev1.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: s.Model,
+			MemoryMiB: s.MemoryMiB, Healthy: true, NUMANode: 2 * i / max(s.Count, 1)}
+		if peer := i ^ 1; peer < s.Count {
+			g.NVLinkPeers = []int{peer}
+		}
+		inv.GPUs = append(inv.GPUs, g)
+	}
+	return inv
+}
+
+// Node returns the Node object: labelled gpushare=true and type=kwok,
+// carrying its inventory.
+func (s NodeSpec) Node() (*corev1.Node, error) {
+	value, err := gpusharev1.Marshal(s.Inventory())
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        s.Name,
+		Labels:      map[string]string{gpusharev1.NodeLabel: "true", "type": "kwok", corev1.LabelHostname: s.Name},
+		Annotations: map[string]string{gpusharev1.InventoryAnnotation: value, "kwok.x-k8s.io/node": "fake"},
+	}}, nil
+}
+
+// CreateNode creates the node and sets its capacity, as a kubelet would.
+func CreateNode(ctx context.Context, client kubernetes.Interface, s NodeSpec) error {
+	n, err := s.Node()
+	if err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s: %w", s.Name, err)
+	}
+	cpu, mem := s.CPU, s.MemoryGiB
+	if cpu == 0 {
+		cpu, mem = 64, 512
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    *k8sresource.NewQuantity(cpu, k8sresource.DecimalSI),
+		corev1.ResourceMemory: *k8sresource.NewQuantity(mem<<30, k8sresource.BinarySI),
+		corev1.ResourcePods:   *k8sresource.NewQuantity(250, k8sresource.DecimalSI),
+	}
+	// kwok updates the node's status too: retry on conflicts.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, s.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Status.Capacity, cur.Status.Allocatable = res, res
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("setting node %s capacity: %w", s.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,52 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// DeployKubeconfig is the kubeconfig path in deploy/ configurations;
+// StartScheduler replaces it with the cluster's.
+const DeployKubeconfig = "/etc/kubernetes/scheduler.conf"
+
+// Scheduler is a running kube-scheduler (stock or gpushare's).
+type Scheduler struct {
+	*Process
+	// URL serves /healthz and /metrics.
+	URL string
+}
+
+// StartScheduler runs a kube-scheduler binary with the given
+// KubeSchedulerConfiguration (DeployKubeconfig in it is replaced by the
+// cluster's kubeconfig) and waits until it is healthy.
+func (c *Cluster) StartScheduler(ctx context.Context, name, bin string, config []byte, extraArgs ...string) (*Scheduler, error) {
+	config = bytes.ReplaceAll(config, []byte(DeployKubeconfig), []byte(c.Kubeconfig))
+	path := c.path(name + "-config.yaml")
+	if err := os.WriteFile(path, config, 0o600); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--config=" + path,
+		"--authentication-kubeconfig=" + c.Kubeconfig, "--authorization-kubeconfig=" + c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+		"--v=2",
+	}, extraArgs...)
+	p, err := c.Run(name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{Process: p, URL: "https://" + hostPort(port)}
+	if err := waitHTTP(ctxTimeout(ctx, time.Minute), p, s.URL+"/healthz", ""); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return s, nil
+}

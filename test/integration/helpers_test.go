@@ -1,0 +1,199 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+func createNodes(t *testing.T, client kubernetes.Interface, specs ...controlplane.NodeSpec) {
+	t.Helper()
+	for _, s := range specs {
+		if err := controlplane.CreateNode(context.Background(), client, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitFor polls cond every 100 ms until it returns true or timeout.
+func waitFor(timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errTimeout
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// boundPods waits until n pods matching selector in ns are bound and
+// returns them.
+func boundPods(t *testing.T, client kubernetes.Interface, ns, selector string, n int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := waitFor(60*time.Second, func() (bool, error) {
+		list, err := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %d bound pods %q in %s: %v (have %d)", n, selector, ns, err, len(pods))
+	}
+	return pods
+}
+
+func boundPod(t *testing.T, client kubernetes.Interface, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := waitFor(60*time.Second, func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for pod %s/%s to be bound: %v", ns, name, err)
+	}
+	return pod
+}
+
+// record returns the pod's allocation record; the test fails without one.
+func record(t *testing.T, pod *corev1.Pod) *gpusharev1.Allocation {
+	t.Helper()
+	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
+	if !ok {
+		t.Fatalf("pod %s/%s is bound to %s without an allocation record", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	a, err := gpusharev1.ParseAllocation(value)
+	if err != nil {
+		t.Fatalf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	if a.Node != pod.Spec.NodeName {
+		t.Fatalf("pod %s/%s is bound to %s but recorded on %s", pod.Namespace, pod.Name, pod.Spec.NodeName, a.Node)
+	}
+	return a
+}
+
+// checkNoOvercommit recomputes every GPU's bookings from the pod records
+// and fails if any exceeds its capacity.
+func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int) {
+	t.Helper()
+	ctx := context.Background()
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]*alloc.NodeState{}
+	for i := range nodes.Items {
+		n, err := gpucache.NodeFrom(&nodes.Items[i])
+		if err != nil {
+			continue
+		}
+		states[n.Name] = alloc.NewNodeState(n)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if _, ok := pod.Annotations[gpusharev1.AllocationAnnotation]; !ok || gpucache.Ended(pod) {
+			continue
+		}
+		a := record(t, pod)
+		s := states[a.Node]
+		if s == nil {
+			t.Fatalf("pod %s/%s recorded on unknown node %s", pod.Namespace, pod.Name, a.Node)
+		}
+		p, err := gpucache.PlacementFrom(a, s.Node)
+		if err != nil {
+			t.Fatalf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+		if err := s.Apply(p); err != nil {
+			t.Fatalf("GPU over-committed by pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+		booked++
+	}
+	return booked
+}
+
+// gpuPod returns a pod asking gpushare.io/gpu-mem MiB (and core percent if
+// not zero) in one container.
+func gpuPod(name string, mib, core int64) *corev1.Pod {
+	limits := corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)}
+	if core > 0 {
+		limits["gpushare.io/gpu-core"] = *k8sresource.NewQuantity(core, k8sresource.DecimalSI)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: limits}}}},
+	}
+}
+
+// failedSchedulingMessage waits for a FailedScheduling event on the pod
+// that contains want, and returns it.
+func failedSchedulingMessage(t *testing.T, client kubernetes.Interface, ns, name, want string) string {
+	t.Helper()
+	var last string
+	err := waitFor(30*time.Second, func() (bool, error) {
+		evs, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == "FailedScheduling" {
+				last = e.Note
+				if strings.Contains(e.Note, want) {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no FailedScheduling event for %s/%s containing %q (last: %q): %v", ns, name, want, last, err)
+	}
+	return last
+}
+
+func describeAllocation(a *gpusharev1.Allocation) string {
+	var b strings.Builder
+	for _, c := range a.Containers {
+		fmt.Fprintf(&b, "%s:", c.Name)
+		for _, g := range c.GPUs {
+			fmt.Fprintf(&b, " gpu%d %dMiB %d%%", g.Index, g.MemoryMiB, g.Compute)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}

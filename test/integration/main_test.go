@@ -1,0 +1,96 @@
+// Package integration runs gpushare against a real control plane: etcd,
+// kube-apiserver, kube-controller-manager and kwok built by
+// hack/cluster-tools.sh (`make cluster-tools`). Without the binaries the
+// tests skip, unless GPUSHARE_REQUIRE_CLUSTER=1 (as in `make test` and CI),
+// when they fail.
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+var (
+	tools controlplane.Tools
+	// schedulerBin is gpushare-scheduler, built for this run.
+	schedulerBin string
+	// root is the repository root.
+	root string
+	// skip says why the tests cannot run.
+	skip string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if root, err = filepath.Abs("../.."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tools, err = controlplane.FindTools("")
+	if err != nil {
+		if os.Getenv("GPUSHARE_REQUIRE_CLUSTER") == "1" {
+			fmt.Fprintln(os.Stderr, "integration tests need the control plane:", err)
+			return 1
+		}
+		skip = err.Error()
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "gpushare-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	schedulerBin = filepath.Join(dir, "gpushare-scheduler")
+	build := exec.Command("go", "build", "-o", schedulerBin, "./cmd/gpushare-scheduler")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building gpushare-scheduler:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// startCluster starts a control plane for one test and stops it when the
+// test ends; on failure it prints the tail of every log.
+func startCluster(t *testing.T) *controlplane.Cluster {
+	t.Helper()
+	if skip != "" {
+		t.Skip(skip)
+	}
+	c, err := controlplane.Start(context.Background(), controlplane.Options{Tools: tools})
+	if err != nil {
+		t.Fatalf("starting the control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.Processes() {
+				t.Logf("--- %s log (tail) ---\n%s", p.Name, p.Tail(3000))
+			}
+		}
+		c.Stop()
+	})
+	return c
+}
+
+func readFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var errTimeout = errors.New("timed out")

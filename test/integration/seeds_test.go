@@ -1,0 +1,183 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+var seedNodes = []controlplane.NodeSpec{
+	{Name: "a100-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Count: 4},
+	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 2},
+	{Name: "h100-whole-0", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 2, WholeCard: true},
+}
+
+// The other seeds' manifests; 001 is applied first, alone.
+var seedManifests = []string{
+	"examples/000-keti-nbody.yaml",
+	"examples/003-aliyun-mib.yaml",
+	"examples/004-elastic.yaml",
+	"examples/multi-container.yaml",
+}
+
+// TestSeedsPlugin: every seed example schedules as its seed says, through
+// gpushare-scheduler with deploy/scheduler-config.yaml.
+func TestSeedsPlugin(t *testing.T) {
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	checkSeeds(t, client)
+}
+
+func checkSeeds(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	createNodes(t, client, seedNodes...)
+	// Seed 001 first, alone, as in its seed: the three replicas of 3 GiB
+	// share one GPU under binpack.
+	if err := controlplane.Apply(ctx, client, readFile(t, "examples/001-aliyun-binpack.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	binpack := boundPods(t, client, "default", "app=binpack-1", 3)
+	for _, m := range seedManifests {
+		if err := controlplane.Apply(ctx, client, readFile(t, m)); err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+	}
+
+	first := record(t, &binpack[0])
+	for i := range binpack {
+		a := record(t, &binpack[i])
+		g := a.Containers[0].GPUs
+		if len(g) != 1 || g[0].MemoryMiB != 3072 || a.Node != first.Node || g[0].Index != first.Containers[0].GPUs[0].Index {
+			t.Errorf("binpack-1 pod %s: %s on %s; want 3072 MiB on the GPU of the others", binpack[i].Name, describeAllocation(a), a.Node)
+		}
+	}
+
+	// Seed 003: 3500 MiB each, in the namespace that counts MiB.
+	for _, p := range boundPods(t, client, "team-mib", "app=gpu-test", 3) {
+		if a := record(t, &p); a.Containers[0].GPUs[0].MemoryMiB != 3500 {
+			t.Errorf("gpu-test-mem pod %s: %s; want 3500 MiB", p.Name, describeAllocation(a))
+		}
+	}
+
+	// Seed 004: 256 MiB of one GPU; gpu-core 200 is two whole GPUs.
+	shared := boundPods(t, client, "default", "app=gpu-test", 1)[0]
+	if a := record(t, &shared); len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].MemoryMiB != 256 {
+		t.Errorf("cuda-gpu-test: %s; want 256 MiB of one GPU", describeAllocation(a))
+	}
+	two := boundPods(t, client, "default", "app=gpu-test-2", 1)[0]
+	a := record(t, &two)
+	g := a.Containers[0].GPUs
+	if len(g) != 2 || g[0].Index == g[1].Index || g[0].Compute != 100 || g[1].Compute != 100 {
+		t.Errorf("cuda-gpu-test-2: %s; want two whole GPUs", describeAllocation(a))
+	}
+
+	// Seed 000: the KETI Job, scheduled by the gpu-scheduler profile, gets
+	// one GPU at the MPS default share (10%).
+	nbody := boundPods(t, client, "userpod", "job-name=nbody-benchmark-mps-test", 1)[0]
+	if nbody.Spec.SchedulerName != "gpu-scheduler" {
+		t.Errorf("nbody pod has schedulerName %q", nbody.Spec.SchedulerName)
+	}
+	if a := record(t, &nbody); len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].Compute != 10 {
+		t.Errorf("nbody: %s; want one GPU at 10%% compute", describeAllocation(a))
+	}
+
+	// Several GPU containers in one pod, each with its own share.
+	multi := boundPod(t, client, "default", "multi-container")
+	a = record(t, multi)
+	want := map[string]struct {
+		kind gpusharev1.ContainerKind
+		mib  int64
+	}{"warm-cache": {gpusharev1.ContainerInit, 8192}, "server": {gpusharev1.ContainerApp, 20480}, "tokenizer": {gpusharev1.ContainerApp, 4096}}
+	if len(a.Containers) != len(want) {
+		t.Errorf("multi-container: %s; want 3 containers", describeAllocation(a))
+	}
+	for _, c := range a.Containers {
+		w, ok := want[c.Name]
+		if !ok || c.Kind != w.kind || len(c.GPUs) != 1 || c.GPUs[0].MemoryMiB != w.mib {
+			t.Errorf("multi-container container %s (%s): %s; want %+v", c.Name, c.Kind, describeAllocation(a), w)
+		}
+	}
+	// Nothing lands on the whole-card node but whole GPUs.
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=h100-whole-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		for _, c := range record(t, &pods.Items[i]).Containers {
+			for _, g := range c.GPUs {
+				if g.Compute != 100 {
+					t.Errorf("pod %s got a share (%d%%) of a whole-card node's GPU", pods.Items[i].Name, g.Compute)
+				}
+			}
+		}
+	}
+	checkNoOvercommit(t, client)
+}
+
+// TestPendingAndRestart: a pod that fits no GPU gets an event with the
+// numbers; it is bound as soon as a GPU frees up; a restarted scheduler
+// rebuilds its bookings from the pod records and double-books nothing.
+func TestPendingAndRestart(t *testing.T) {
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	config := readFile(t, "deploy/scheduler-config.yaml")
+	sched, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNodes(t, client, controlplane.NodeSpec{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 1})
+
+	create := func(name string, mib int64) {
+		t.Helper()
+		if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod(name, mib, 0), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("big", 13384)
+	boundPod(t, client, "default", "big")
+	create("waiting", 3500)
+	msg := failedSchedulingMessage(t, client, "default", "waiting", "largest free share on any GPU is 3000 MiB, pod needs 3500 MiB")
+	t.Logf("event: %s", msg)
+
+	// Freeing the GPU schedules the waiting pod at once, not after the
+	// scheduler's periodic retry of unschedulable pods (5 minutes).
+	start := time.Now()
+	if err := client.CoreV1().Pods("default").Delete(ctx, "big", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	boundPod(t, client, "default", "waiting")
+	t.Logf("pending pod bound %v after the GPU was freed", time.Since(start).Round(time.Millisecond))
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("pending pod took %v to be bound after the GPU was freed", d)
+	}
+
+	// Restart: the new scheduler must see the 3500 MiB booked.
+	sched.Stop(10 * time.Second)
+	if _, err := c.StartScheduler(ctx, "gpushare-scheduler-2", schedulerBin, config); err != nil {
+		t.Fatal(err)
+	}
+	create("too-big", 16384-3500+1)
+	failedSchedulingMessage(t, client, "default", "too-big", "largest free share on any GPU is 12884 MiB, pod needs 12885 MiB")
+	create("exact", 16384-3500)
+	boundPod(t, client, "default", "exact")
+	if n := checkNoOvercommit(t, client); n != 2 {
+		t.Errorf("%d pods hold GPUs, want 2 (waiting, exact)", n)
+	}
+}
