@@ -24,8 +24,16 @@ help: ## Show this help.
 build: ## Build every binary into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+.PHONY: demo
+demo: build cluster-tools ## Start the local GPU cluster, schedule the seed examples, print where they landed.
+	$(BIN)/gpushare-demo up
+
+.PHONY: demo-down
+demo-down: build ## Stop the local GPU cluster.
+	$(BIN)/gpushare-demo down
+
 .PHONY: sim
-sim: build ## Run the simulator on its built-in synthetic workload (the main job for now).
+sim: build ## Run the packing simulator on its built-in synthetic workload.
 	$(BIN)/gpushare-sim --seeds $(SEEDS)
 
 # The control plane (etcd, kube-apiserver, kube-controller-manager,

@@ -255,7 +255,7 @@ func (c *Cluster) Stop() {
 	}
 	c.procs = nil
 	if c.ownDir {
-		os.RemoveAll(c.Dir)
+		_ = os.RemoveAll(c.Dir)
 	}
 }
 

@@ -96,7 +96,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -105,7 +105,7 @@ func freePorts(n int) ([]int, error) {
 	ls := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	ports := make([]int, 0, n)
@@ -139,7 +139,7 @@ func waitHTTP(ctx context.Context, p *Process, url, token string) error {
 		}
 		resp, err := client.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
@@ -148,7 +148,7 @@ func waitHTTP(ctx context.Context, p *Process, url, token string) error {
 			last = err.Error()
 		}
 		if p != nil && p.Exited() {
-			return fmt.Errorf("%s exited before %s was ready: %v\n%s", p.Name, url, p.err, p.Tail(4000))
+			return fmt.Errorf("%s exited before %s was ready: %w\n%s", p.Name, url, p.err, p.Tail(4000))
 		}
 		select {
 		case <-ctx.Done():

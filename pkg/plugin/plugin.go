@@ -203,7 +203,7 @@ func readCycle(state fwk.CycleState) (*cycle, error) {
 }
 
 // PreFilter implements fwk.PreFilterPlugin.
-func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req, err := pl.model.PodRequest(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -221,7 +221,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 func (pl *GPUShare) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter implements fwk.FilterPlugin.
-func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	c, err := readCycle(state)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -257,7 +257,7 @@ func reasonOf(u *alloc.Unfit) string {
 // PostFilter implements fwk.PostFilterPlugin: it preempts nothing, but
 // adds the numbers to the pod's FailedScheduling event, e.g. "largest free
 // share on any GPU is 3000 MiB, pod needs 3500 MiB".
-func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	c, err := readCycle(state)
 	if err != nil {
 		// PreFilter rejected or skipped the pod: nothing to add.
@@ -274,7 +274,7 @@ func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *c
 
 // Score implements fwk.ScorePlugin. The raw score is the placement's rank
 // key; NormalizeScore turns it into 0-100.
-func (pl *GPUShare) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+func (pl *GPUShare) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	c, err := readCycle(state)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
@@ -294,7 +294,7 @@ func (pl *GPUShare) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // core's hash of (seed, pod, node): the best gets MaxNodeScore, the next
 // ones step down to 0, so that with the plugin's weight the policy decides
 // among nodes that other plugins rate alike.
-func (pl *GPUShare) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	c, err := readCycle(state)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -324,7 +324,7 @@ func (pl *GPUShare) NormalizeScore(ctx context.Context, state fwk.CycleState, po
 // rankScore maps rank 0 to MaxNodeScore and the others evenly below 90.
 func rankScore(rank, n int) int64 {
 	if rank == 0 {
-		return fwk.MaxNodeScore
+		return fwk.MaxScore
 	}
 	return int64(90 * (n - 1 - rank) / max(n-1, 1))
 }
@@ -352,13 +352,13 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 }
 
 // Unreserve implements fwk.ReservePlugin.
-func (pl *GPUShare) Unreserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
+func (pl *GPUShare) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
 	pl.cache.Forget(pod.UID)
 }
 
 // PreBindPreFlight implements fwk.PreBindPlugin: PreBind has work to do
 // whenever the pod asks for GPUs.
-func (pl *GPUShare) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+func (pl *GPUShare) PreBindPreFlight(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	if _, err := readCycle(state); err != nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}

@@ -51,7 +51,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	schedulerBin = filepath.Join(dir, "gpushare-scheduler")
 	build := exec.Command("go", "build", "-o", schedulerBin, "./cmd/gpushare-scheduler")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr

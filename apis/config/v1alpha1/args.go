@@ -42,7 +42,7 @@ type GPUShareArgs struct {
 	ResourceModel *ResourceModel `json:"resourceModel,omitempty"`
 }
 
-// Default policy.
+// DefaultNodePolicy is the node policy when none is set.
 const DefaultNodePolicy = "binpack"
 
 // SetArgsDefaults fills the unset fields of a.

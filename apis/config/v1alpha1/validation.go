@@ -1,9 +1,10 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation/field"

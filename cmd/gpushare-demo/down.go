@@ -1,0 +1,54 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// alive reports whether pid runs (signal 0 probes without signalling).
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func running(dir string) bool {
+	pids, err := readPIDs(dir)
+	if err != nil {
+		return false
+	}
+	for pid := range pids {
+		if alive(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// down stops the demo's processes by PID: SIGTERM to each process group,
+// SIGKILL to what is left after 10 seconds.
+func down(dir string) error {
+	pids, err := readPIDs(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Println("no demo cluster is running")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for pid, name := range pids {
+		if alive(pid) {
+			fmt.Printf("stopping %s (pid %d)\n", name, pid)
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pid := range pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if alive(pid) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+	return os.Remove(dir + "/" + pidFile)
+}

@@ -1,0 +1,54 @@
+// Command gpushare-demo starts a local GPU cluster: a real control plane
+// with kwok's simulated GPU nodes and gpushare-scheduler, applies the seed
+// examples and prints where every container landed. The cluster keeps
+// running; `gpushare-demo down` (make demo-down) stops it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+func main() {
+	fs := flag.NewFlagSet("gpushare-demo", flag.ExitOnError)
+	dir := fs.String("dir", defaultDir(), "directory for the cluster's state, logs and kubeconfig")
+	scheduler := fs.String("scheduler", "bin/gpushare-scheduler", "the gpushare-scheduler binary")
+	config := fs.String("config", "deploy/scheduler-config.yaml", "the scheduler's KubeSchedulerConfiguration")
+	examples := fs.String("examples", "examples", "directory of manifests to apply")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd := fs.Arg(0); cmd {
+	case "", "up":
+		err = up(ctx, options{dir: *dir, scheduler: *scheduler, config: *config, examples: *examples})
+	case "down":
+		err = down(*dir)
+	default:
+		err = fmt.Errorf("unknown command %q: want up or down", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func defaultDir() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "gpushare-demo")
+	}
+	return filepath.Join(home, ".cache", "gpushare", "demo")
+}
+
+var errRunning = errors.New("a demo cluster is already running; stop it with `make demo-down`")

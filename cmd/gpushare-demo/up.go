@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+type options struct {
+	dir, scheduler, config, examples string
+}
+
+// nodes are the demo's simulated GPU nodes.
+var nodes = []controlplane.NodeSpec{
+	{Name: "h100-0", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 8},
+	{Name: "h200-0", Model: "NVIDIA H200", MemoryMiB: 143771, Count: 8},
+	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 4},
+	{Name: "l4-0", Model: "NVIDIA L4", MemoryMiB: 23034, Count: 2},
+	{Name: "a100-whole-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Count: 4, WholeCard: true},
+}
+
+const pidFile = "pids"
+
+func up(ctx context.Context, o options) (err error) {
+	if running(o.dir) {
+		return errRunning
+	}
+	config, err := os.ReadFile(o.config)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(o.dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
+	}
+	step("starting etcd, kube-apiserver, kube-controller-manager and kwok")
+	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler)")
+	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", o.scheduler, config); err != nil {
+		return err
+	}
+	if err := writePIDs(c); err != nil {
+		return err
+	}
+	client, err := c.Client()
+	if err != nil {
+		return err
+	}
+	step("creating simulated GPU nodes")
+	for _, n := range nodes {
+		if err := controlplane.CreateNode(ctx, client, n); err != nil {
+			return err
+		}
+		mode := "shared"
+		if n.WholeCard {
+			mode = "whole cards only"
+		}
+		fmt.Printf("    %-14s %d x %s (%d MiB), %s\n", n.Name, n.Count, n.Model, n.MemoryMiB, mode)
+	}
+	files, err := filepath.Glob(filepath.Join(o.examples, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		step("applying " + f)
+		if err := controlplane.Apply(ctx, client, b); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	step("waiting for the pods to be scheduled")
+	pods, err := settle(ctx, client)
+	if err != nil {
+		return err
+	}
+	printPlacements(pods)
+	fmt.Printf("\nThe cluster keeps running. Try:\n    kubectl --kubeconfig %s get pods -A -o wide\n", c.Kubeconfig)
+	fmt.Printf("(kubectl v1.36 is in %s)\nLogs are in %s. Stop it with: make demo-down\n",
+		filepath.Dir(c.Tools.Bin("kubectl")), filepath.Join(o.dir, "logs"))
+	return nil
+}
+
+func step(s string) { fmt.Printf("==> %s\n", s) }
+
+// settle waits until every pod is bound or has been found unschedulable,
+// and the set of pods has stopped growing.
+func settle(ctx context.Context, client kubernetes.Interface) ([]corev1.Pod, error) {
+	deadline := time.Now().Add(90 * time.Second)
+	var last int
+	stable := 0
+	for {
+		list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		waiting := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName == "" && !unschedulable(&p) {
+				waiting++
+			}
+		}
+		if waiting == 0 && len(list.Items) == last && len(list.Items) > 0 {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = len(list.Items)
+		if stable >= 5 || time.Now().After(deadline) {
+			return list.Items, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+func printPlacements(pods []corev1.Pod) {
+	sort.Slice(pods, func(i, j int) bool {
+		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
+	})
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "POD\tCONTAINER\tNODE\tGPU\tMEMORY\tCOMPUTE\tPHASE")
+	for i := range pods {
+		p := &pods[i]
+		key := p.Namespace + "/" + p.Name
+		value, ok := p.Annotations[gpusharev1.AllocationAnnotation]
+		if !ok {
+			if p.Spec.NodeName == "" {
+				fmt.Fprintf(w, "%s\t-\t(pending)\t-\t-\t-\t%s\n", key, pendingReason(p))
+			}
+			continue
+		}
+		a, err := gpusharev1.ParseAllocation(value)
+		if err != nil {
+			fmt.Fprintf(w, "%s\t-\t%s\t%v\n", key, p.Spec.NodeName, err)
+			continue
+		}
+		phase := string(p.Status.Phase)
+		if gpucache.Ended(p) {
+			phase += " (GPUs released)"
+		}
+		for _, c := range a.Containers {
+			for _, g := range c.GPUs {
+				name := c.Name
+				if c.Kind != gpusharev1.ContainerApp {
+					name += " (" + strings.ToLower(string(c.Kind)) + ")"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d MiB\t%d%%\t%s\n", key, name, a.Node, g.Index, g.MemoryMiB, g.Compute, phase)
+			}
+		}
+	}
+	_ = w.Flush()
+	if len(pods) > 0 {
+		fmt.Printf("\n%d pods; records are the %s annotation on each pod.\n", len(pods), gpusharev1.AllocationAnnotation)
+	}
+}
+
+func pendingReason(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return c.Message
+		}
+	}
+	return string(p.Status.Phase)
+}
+
+func writePIDs(c *controlplane.Cluster) error {
+	var b strings.Builder
+	for _, p := range c.Processes() {
+		fmt.Fprintf(&b, "%d %s\n", p.Cmd.Process.Pid, p.Name)
+	}
+	return os.WriteFile(filepath.Join(c.Dir, pidFile), []byte(b.String()), 0o644)
+}
+
+func readPIDs(dir string) (map[int]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		pid, name, _ := strings.Cut(line, " ")
+		n, err := strconv.Atoi(pid)
+		if err == nil && n > 0 {
+			out[n] = name
+		}
+	}
+	return out, nil
+}
