@@ -115,7 +115,7 @@ func (c *Cluster) startEtcd(ctx context.Context, port, peer int) error {
 		return err
 	}
 	c.procs = append(c.procs, p)
-	return waitHTTP(ctxTimeout(ctx, time.Minute), p, client+"/health", "")
+	return WaitHTTP(ctxTimeout(ctx, time.Minute), p, client+"/health", "")
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error {
@@ -157,7 +157,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		return err
 	}
 	c.procs = append(c.procs, p)
-	if err := waitHTTP(ctxTimeout(ctx, 2*time.Minute), p, c.Host+"/readyz", c.Token); err != nil {
+	if err := WaitHTTP(ctxTimeout(ctx, 2*time.Minute), p, c.Host+"/readyz", c.Token); err != nil {
 		return err
 	}
 	c.Kubeconfig = c.path("kubeconfig")
@@ -187,7 +187,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, port int) error {
 		return err
 	}
 	c.procs = append(c.procs, p)
-	return waitHTTP(ctxTimeout(ctx, time.Minute), p, "https://"+hostPort(port)+"/healthz", "")
+	return WaitHTTP(ctxTimeout(ctx, time.Minute), p, "https://"+hostPort(port)+"/healthz", "")
 }
 
 func (c *Cluster) startKwok(port int) error {

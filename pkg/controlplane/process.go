@@ -90,8 +90,8 @@ func (p *Process) Tail(n int64) string {
 	return string(b)
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -122,8 +122,9 @@ func freePorts(n int) ([]int, error) {
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
-// waitHTTP polls url until it answers 200 or ctx ends or p exits.
-func waitHTTP(ctx context.Context, p *Process, url, token string) error {
+// WaitHTTP polls url until it answers 200, ctx ends or p (if not nil)
+// exits. TLS certificates are not checked: the servers are on loopback.
+func WaitHTTP(ctx context.Context, p *Process, url, token string) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		// The servers use self-signed certificates on loopback.
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback test servers

@@ -29,7 +29,7 @@ func (c *Cluster) StartScheduler(ctx context.Context, name, bin string, config [
 	if err := os.WriteFile(path, config, 0o600); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (c *Cluster) StartScheduler(ctx context.Context, name, bin string, config [
 		return nil, err
 	}
 	s := &Scheduler{Process: p, URL: "https://" + hostPort(port)}
-	if err := waitHTTP(ctxTimeout(ctx, time.Minute), p, s.URL+"/healthz", ""); err != nil {
+	if err := WaitHTTP(ctxTimeout(ctx, time.Minute), p, s.URL+"/healthz", ""); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return s, nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -108,6 +109,7 @@ func sharedCache(logger klog.Logger, h fwk.Handle) (*gpucache.Cache, error) {
 	cacheOnce.Do(func() {
 		theCache = gpucache.New(logger)
 		cacheErr = Watch(theCache, h.SharedInformerFactory())
+		legacyregistry.RawMustRegister(gpucache.NewCollector(theCache))
 	})
 	return theCache, cacheErr
 }

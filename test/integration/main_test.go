@@ -19,8 +19,8 @@ import (
 
 var (
 	tools controlplane.Tools
-	// schedulerBin is gpushare-scheduler, built for this run.
-	schedulerBin string
+	// schedulerBin and extenderBin are gpushare's, built for this run.
+	schedulerBin, extenderBin string
 	// root is the repository root.
 	root string
 	// skip says why the tests cannot run.
@@ -53,7 +53,8 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	schedulerBin = filepath.Join(dir, "gpushare-scheduler")
-	build := exec.Command("go", "build", "-o", schedulerBin, "./cmd/gpushare-scheduler")
+	extenderBin = filepath.Join(dir, "gpushare-extender")
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building gpushare-scheduler:", err)

@@ -1,0 +1,44 @@
+package cache
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+var (
+	capacityDesc = prometheus.NewDesc("gpushare_gpu_memory_capacity_bytes",
+		"Memory of each GPU of the gpushare nodes.", []string{"node", "gpu", "model"}, nil)
+	bookedDesc = prometheus.NewDesc("gpushare_gpu_memory_booked_bytes",
+		"GPU memory booked by pods (allocation records and assumed placements).", []string{"node", "gpu"}, nil)
+	computeDesc = prometheus.NewDesc("gpushare_gpu_compute_booked_ratio",
+		"Share of each GPU's compute booked by pods, 0 to 1.", []string{"node", "gpu"}, nil)
+)
+
+// Collector exports what the cache books against what the GPUs have.
+type Collector struct{ c *Cache }
+
+// NewCollector returns a Prometheus collector over c.
+func NewCollector(c *Cache) *Collector { return &Collector{c: c} }
+
+// Describe implements prometheus.Collector.
+func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- capacityDesc
+	ch <- bookedDesc
+	ch <- computeDesc
+}
+
+// Collect implements prometheus.Collector.
+func (x *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range x.c.Snapshot() {
+		for i, g := range s.Node.GPUs {
+			idx := strconv.Itoa(i)
+			u := s.GPUs[i]
+			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(g.MemoryMiB)*(1<<20), s.Node.Name, idx, g.Model)
+			ch <- prometheus.MustNewConstMetric(bookedDesc, prometheus.GaugeValue, float64(u.MemoryMiB)*(1<<20), s.Node.Name, idx)
+			ch <- prometheus.MustNewConstMetric(computeDesc, prometheus.GaugeValue, float64(u.Compute)/float64(alloc.FullCompute), s.Node.Name, idx)
+		}
+	}
+}

@@ -1,0 +1,339 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/plugin"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// DefaultMaxBodyBytes bounds a request body: a filter request with full
+// Node objects (nodeCacheCapable false) for 5000 nodes fits.
+const DefaultMaxBodyBytes = 64 << 20
+
+// Server answers kube-scheduler's extender calls.
+type Server struct {
+	Model  *resource.Model
+	Placer *alloc.Placer
+	Cache  *gpucache.Cache
+	Client kubernetes.Interface
+	Logger klog.Logger
+	// Seed breaks ties between equal nodes, as in the plugin.
+	Seed uint64
+	// Prefix is the URL prefix of the verbs, e.g. /gpushare-scheduler.
+	Prefix string
+	// MaxBodyBytes bounds request bodies; DefaultMaxBodyBytes if 0.
+	MaxBodyBytes int64
+	// Ready reports whether the cache has synced; /healthz fails until it has.
+	Ready func() bool
+	// Metrics counts decisions; may be nil.
+	Metrics *Metrics
+}
+
+// Handler returns the HTTP handler: POST {prefix}/filter, /prioritize,
+// /bind and GET /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	p := strings.TrimSuffix(s.Prefix, "/")
+	mux.HandleFunc("POST "+p+"/filter", s.handle("filter", s.filter))
+	mux.HandleFunc("POST "+p+"/prioritize", s.handle("prioritize", s.prioritize))
+	mux.HandleFunc("POST "+p+"/bind", s.handle("bind", s.bind))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.Ready != nil && !s.Ready() {
+			http.Error(w, "cache not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}
+
+// badRequest is an error in the request, answered with 400.
+type badRequest struct{ error }
+
+// handle decodes a size-limited JSON body into the verb's argument type,
+// calls fn and encodes its result. A malformed body gets 400 with the
+// reason; a panic is never the answer to input.
+func (s *Server) handle(verb string, fn func(context.Context, []byte) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		limit := s.MaxBodyBytes
+		if limit <= 0 {
+			limit = DefaultMaxBodyBytes
+		}
+		body, err := readBody(w, r, limit)
+		var out any
+		if err == nil {
+			out, err = fn(r.Context(), body)
+		}
+		result := "ok"
+		switch {
+		case errors.As(err, new(badRequest)):
+			result = "bad_request"
+			http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusBadRequest)
+		case err != nil:
+			result = "error"
+			http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusInternalServerError)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			if err := json.NewEncoder(w).Encode(out); err != nil {
+				s.Logger.Error(err, "Writing the response", "verb", verb)
+			}
+		}
+		s.Metrics.observe(verb, result, time.Since(start))
+	}
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	var raw json.RawMessage
+	dec := json.NewDecoder(r.Body)
+	if err := dec.Decode(&raw); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, badRequest{fmt.Errorf("request body larger than %d bytes", limit)}
+		}
+		return nil, badRequest{fmt.Errorf("malformed JSON: %w", err)}
+	}
+	return raw, nil
+}
+
+func decode(body []byte, into any) error {
+	if err := json.Unmarshal(body, into); err != nil {
+		return badRequest{fmt.Errorf("malformed request: %w", err)}
+	}
+	return nil
+}
+
+// candidates are the node names of a filter or prioritize call.
+func candidates(args *extenderv1.ExtenderArgs) ([]string, error) {
+	switch {
+	case args.Pod == nil:
+		return nil, badRequest{errors.New("request has no pod")}
+	case args.NodeNames != nil:
+		return *args.NodeNames, nil
+	case args.Nodes != nil:
+		names := make([]string, len(args.Nodes.Items))
+		for i := range args.Nodes.Items {
+			names[i] = args.Nodes.Items[i].Name
+		}
+		return names, nil
+	}
+	return nil, badRequest{errors.New("request has neither nodes nor nodeNames")}
+}
+
+// request translates the pod; nil with no error for a pod asking no GPU.
+func (s *Server) request(pod *corev1.Pod) (*alloc.PodRequest, error) {
+	req, err := s.Model.PodRequest(pod)
+	if err != nil {
+		return nil, err
+	}
+	if !req.GPUs() {
+		return nil, nil
+	}
+	// kube-scheduler accounts for CPU and memory.
+	req.CPUMilli, req.MemoryMiB = 0, 0
+	return req, nil
+}
+
+// place rates the pod on each named node.
+func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]*alloc.Placement, map[string]*alloc.Unfit, map[string]error) {
+	fit := make(map[string]*alloc.Placement, len(names))
+	unfit := map[string]*alloc.Unfit{}
+	outside := map[string]error{}
+	for _, name := range names {
+		var (
+			p *alloc.Placement
+			u *alloc.Unfit
+		)
+		if err := s.Cache.Read(name, func(st *alloc.NodeState) { p, u = s.Placer.Place(st, req) }); err != nil {
+			outside[name] = err
+			continue
+		}
+		if u != nil {
+			unfit[name] = u
+			continue
+		}
+		fit[name] = p
+	}
+	return fit, unfit, outside
+}
+
+func (s *Server) filter(_ context.Context, body []byte) (any, error) {
+	var args extenderv1.ExtenderArgs
+	if err := decode(body, &args); err != nil {
+		return nil, err
+	}
+	names, err := candidates(&args)
+	if err != nil {
+		return nil, err
+	}
+	res := &extenderv1.ExtenderFilterResult{FailedNodes: map[string]string{}, FailedAndUnresolvableNodes: map[string]string{}}
+	req, err := s.request(args.Pod)
+	if err != nil {
+		for _, n := range names {
+			res.FailedAndUnresolvableNodes[n] = err.Error()
+		}
+		return finish(res, &args, nil), nil
+	}
+	if req == nil {
+		return finish(res, &args, names), nil
+	}
+	fit, unfit, outside := s.place(names, req)
+	for n := range outside {
+		res.FailedAndUnresolvableNodes[n] = plugin.ReasonNotGPUShareNode
+	}
+	// Every node short of GPUs gets the same reason with the cluster-wide
+	// numbers, so kube-scheduler's event reads "3 InsufficientGPUMemory
+	// (largest free share on any GPU is 3000 MiB, pod needs 3500 MiB)".
+	us := make([]*alloc.Unfit, 0, len(unfit))
+	for _, u := range unfit {
+		us = append(us, u)
+	}
+	detail := alloc.Diagnose(len(us), us).Detail()
+	for n, u := range unfit {
+		reason := string(u.Reasons[0].Reason)
+		if detail != "" {
+			reason += " (gpushare: " + detail + ")"
+		}
+		res.FailedNodes[n] = reason
+	}
+	passed := make([]string, 0, len(fit))
+	for _, n := range names {
+		if fit[n] != nil {
+			passed = append(passed, n)
+		}
+	}
+	return finish(res, &args, passed), nil
+}
+
+// finish fills the passing nodes in the form the call used.
+func finish(res *extenderv1.ExtenderFilterResult, args *extenderv1.ExtenderArgs, passed []string) *extenderv1.ExtenderFilterResult {
+	if passed == nil {
+		passed = []string{}
+	}
+	if args.NodeNames != nil {
+		res.NodeNames = &passed
+		return res
+	}
+	list := &corev1.NodeList{}
+	if args.Nodes != nil {
+		for _, n := range args.Nodes.Items {
+			if slices.Contains(passed, n.Name) {
+				list.Items = append(list.Items, n)
+			}
+		}
+	}
+	res.Nodes = list
+	return res
+}
+
+func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
+	var args extenderv1.ExtenderArgs
+	if err := decode(body, &args); err != nil {
+		return nil, err
+	}
+	names, err := candidates(&args)
+	if err != nil {
+		return nil, err
+	}
+	out := make(extenderv1.HostPriorityList, 0, len(names))
+	req, err := s.request(args.Pod)
+	if err != nil || req == nil {
+		for _, n := range names {
+			out = append(out, extenderv1.HostPriority{Host: n})
+		}
+		return out, nil
+	}
+	fit, _, _ := s.place(names, req)
+	ranked := make([]string, 0, len(fit))
+	for n := range fit {
+		ranked = append(ranked, n)
+	}
+	slices.SortFunc(ranked, func(a, b string) int {
+		switch {
+		case alloc.Better(fit[a], fit[b], req.Key, s.Seed):
+			return -1
+		case alloc.Better(fit[b], fit[a], req.Key, s.Seed):
+			return 1
+		}
+		return 0
+	})
+	score := make(map[string]int64, len(ranked))
+	for rank, n := range ranked {
+		// The best gets 10, the rest step down from 9 to 0.
+		score[n] = int64(9 * (len(ranked) - 1 - rank) / max(len(ranked)-1, 1))
+		if rank == 0 {
+			score[n] = extenderv1.MaxExtenderPriority
+		}
+	}
+	for _, n := range names {
+		out = append(out, extenderv1.HostPriority{Host: n, Score: score[n]})
+	}
+	return out, nil
+}
+
+func (s *Server) bind(ctx context.Context, body []byte) (any, error) {
+	var args extenderv1.ExtenderBindingArgs
+	if err := decode(body, &args); err != nil {
+		return nil, err
+	}
+	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
+		return nil, badRequest{errors.New("bind needs podName, podNamespace and node")}
+	}
+	if err := s.bindPod(ctx, &args); err != nil {
+		s.Logger.Error(err, "Bind failed", "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
+		return &extenderv1.ExtenderBindingResult{Error: err.Error()}, nil
+	}
+	return &extenderv1.ExtenderBindingResult{}, nil
+}
+
+func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
+	pod, err := s.Client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if args.PodUID != "" && pod.UID != args.PodUID {
+		return fmt.Errorf("pod %s/%s has UID %s, not %s: it was replaced", args.PodNamespace, args.PodName, pod.UID, args.PodUID)
+	}
+	req, err := s.request(pod)
+	if err != nil {
+		return err
+	}
+	if req != nil {
+		p, err := s.Cache.PlaceAndAssume(pod.UID, s.Placer, args.Node, req)
+		if err != nil {
+			return err
+		}
+		if err := plugin.Annotate(ctx, s.Client, pod, p); err != nil {
+			s.Cache.Forget(pod.UID)
+			return err
+		}
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
+	}
+	if err := s.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		// The record stays on the pod and keeps its GPUs booked until
+		// the pod is bound again (a new record replaces it) or deleted.
+		return fmt.Errorf("binding pod %s/%s to %s: %w", pod.Namespace, pod.Name, args.Node, err)
+	}
+	s.Logger.V(2).Info("Bound pod", "pod", klog.KObj(pod), "node", args.Node)
+	return nil
+}
