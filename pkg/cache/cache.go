@@ -209,27 +209,17 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.Node {
 		return nil, fmt.Errorf("pod is bound to node %s but its allocation is for node %s", pod.Spec.NodeName, a.Node)
 	}
-	key := pod.Namespace + "/" + pod.Name
-	e := c.nodes[a.Node]
-	if e == nil {
-		// The node is not (yet) known: keep the record and book it when
-		// the node arrives. Check it against the node then.
-		p := &alloc.Placement{Node: a.Node}
-		for _, ca := range a.Containers {
-			cp := alloc.ContainerPlacement{Name: ca.Name}
-			for _, g := range ca.GPUs {
-				cp.GPUs = append(cp.GPUs, alloc.Assignment{GPU: g.Index, UUID: g.UUID, Usage: alloc.Usage{MemoryMiB: g.MemoryMiB, Compute: g.Compute}})
-			}
-			p.Containers = append(p.Containers, cp)
-		}
-		p.Booked = alloc.Booking(p.Containers)
-		return &podEntry{key: key, placement: p, record: value}, nil
+	// A node not known yet: keep the record and book it when the node
+	// arrives; Apply checks it against the node then.
+	var node *alloc.Node
+	if e := c.nodes[a.Node]; e != nil {
+		node = e.inventory
 	}
-	p, err := PlacementFrom(a, e.state.Node)
+	p, err := PlacementFrom(a, node)
 	if err != nil {
 		return nil, err
 	}
-	return &podEntry{key: key, placement: p, record: value}, nil
+	return &podEntry{key: pod.Namespace + "/" + pod.Name, placement: p, record: value}, nil
 }
 
 // RemovePod releases whatever a pod held or was assumed to hold.

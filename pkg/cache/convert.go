@@ -56,8 +56,9 @@ func Record(p *alloc.Placement) *gpusharev1.Allocation {
 
 // PlacementFrom turns a pod's allocation record back into a placement on
 // node, checking that every GPU it names is the node's (index and UUID).
+// With node nil it checks nothing: the node is not known yet.
 func PlacementFrom(a *gpusharev1.Allocation, node *alloc.Node) (*alloc.Placement, error) {
-	if a.Node != node.Name {
+	if node != nil && a.Node != node.Name {
 		return nil, fmt.Errorf("allocation is for node %s, not %s", a.Node, node.Name)
 	}
 	p := &alloc.Placement{Node: a.Node}
@@ -69,7 +70,7 @@ func PlacementFrom(a *gpusharev1.Allocation, node *alloc.Node) (*alloc.Placement
 			}
 		}
 		for _, g := range c.GPUs {
-			if g.Index < 0 || g.Index >= len(node.GPUs) || node.GPUs[g.Index].UUID != g.UUID {
+			if node != nil && (g.Index < 0 || g.Index >= len(node.GPUs) || node.GPUs[g.Index].UUID != g.UUID) {
 				return nil, fmt.Errorf("container %s: node %s has no GPU %d with UUID %s", c.Name, node.Name, g.Index, g.UUID)
 			}
 			cp.GPUs = append(cp.GPUs, alloc.Assignment{GPU: g.Index, UUID: g.UUID,
