@@ -120,6 +120,17 @@ func decode(body []byte, into any) error {
 	return nil
 }
 
+// decodeArgs decodes a filter or prioritize call and returns its node
+// names.
+func decodeArgs(body []byte) (*extenderv1.ExtenderArgs, []string, error) {
+	var args extenderv1.ExtenderArgs
+	if err := decode(body, &args); err != nil {
+		return nil, nil, err
+	}
+	names, err := candidates(&args)
+	return &args, names, err
+}
+
 // candidates are the node names of a filter or prioritize call.
 func candidates(args *extenderv1.ExtenderArgs) ([]string, error) {
 	switch {
@@ -175,11 +186,7 @@ func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]*alloc
 }
 
 func (s *Server) filter(_ context.Context, body []byte) (any, error) {
-	var args extenderv1.ExtenderArgs
-	if err := decode(body, &args); err != nil {
-		return nil, err
-	}
-	names, err := candidates(&args)
+	args, names, err := decodeArgs(body)
 	if err != nil {
 		return nil, err
 	}
@@ -189,10 +196,10 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		for _, n := range names {
 			res.FailedAndUnresolvableNodes[n] = err.Error()
 		}
-		return finish(res, &args, nil), nil
+		return finish(res, args, nil), nil
 	}
 	if req == nil {
-		return finish(res, &args, names), nil
+		return finish(res, args, names), nil
 	}
 	fit, unfit, outside := s.place(names, req)
 	for n := range outside {
@@ -219,7 +226,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 			passed = append(passed, n)
 		}
 	}
-	return finish(res, &args, passed), nil
+	return finish(res, args, passed), nil
 }
 
 // finish fills the passing nodes in the form the call used.
@@ -244,11 +251,7 @@ func finish(res *extenderv1.ExtenderFilterResult, args *extenderv1.ExtenderArgs,
 }
 
 func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
-	var args extenderv1.ExtenderArgs
-	if err := decode(body, &args); err != nil {
-		return nil, err
-	}
-	names, err := candidates(&args)
+	args, names, err := decodeArgs(body)
 	if err != nil {
 		return nil, err
 	}

@@ -62,13 +62,7 @@ func SetArgsDefaults(a *GPUShareArgs) {
 // ValidateArgs reports every invalid field of defaulted args. Policy names
 // are checked by the allocation core, which owns them.
 func ValidateArgs(a *GPUShareArgs) field.ErrorList {
-	var errs field.ErrorList
-	if a.APIVersion != APIVersion {
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), a.APIVersion, []string{APIVersion}))
-	}
-	if a.Kind != KindGPUShareArgs {
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), a.Kind, []string{KindGPUShareArgs}))
-	}
+	errs := validateType(a.APIVersion, a.Kind, KindGPUShareArgs)
 	for _, e := range Validate(a.ResourceModel) {
 		e.Field = "resourceModel." + e.Field
 		errs = append(errs, e)

@@ -28,12 +28,17 @@ func Validate(m *ResourceModel) field.ErrorList {
 }
 
 func validateTypeMeta(m *ResourceModel) field.ErrorList {
+	return validateType(m.APIVersion, m.Kind, Kind)
+}
+
+// validateType checks a document's apiVersion and kind.
+func validateType(apiVersion, kind, want string) field.ErrorList {
 	var errs field.ErrorList
-	if m.APIVersion != APIVersion {
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), m.APIVersion, []string{APIVersion}))
+	if apiVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), apiVersion, []string{APIVersion}))
 	}
-	if m.Kind != Kind {
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), m.Kind, []string{Kind}))
+	if kind != want {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), kind, []string{want}))
 	}
 	return errs
 }
