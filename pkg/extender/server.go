@@ -318,24 +318,16 @@ func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingAr
 	if err != nil {
 		return err
 	}
+	var p *alloc.Placement
 	if req != nil {
-		p, err := s.Cache.PlaceAndAssume(pod.UID, s.Placer, args.Node, req)
-		if err != nil {
-			return err
-		}
-		if err := plugin.Annotate(ctx, s.Client, pod, p); err != nil {
-			s.Cache.Forget(pod.UID)
+		if p, err = s.Cache.PlaceAndAssume(pod.UID, s.Placer, args.Node, req); err != nil {
 			return err
 		}
 	}
-	binding := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
-	}
-	if err := s.Client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		// The record stays on the pod and keeps its GPUs booked until
-		// the pod is bound again (a new record replaces it) or deleted.
-		return fmt.Errorf("binding pod %s/%s to %s: %w", pod.Namespace, pod.Name, args.Node, err)
+	if err := plugin.Bind(ctx, s.Client, pod, args.Node, p); err != nil {
+		// Nothing was recorded: free the GPUs for the next try.
+		s.Cache.Forget(pod.UID)
+		return err
 	}
 	s.Logger.V(2).Info("Bound pod", "pod", klog.KObj(pod), "node", args.Node)
 	return nil

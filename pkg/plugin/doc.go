@@ -9,6 +9,7 @@
 //   - PostFilter: sum up why no node fits, in numbers, for the pod event.
 //   - Score: the node policy's rating, ranked by NormalizeScore.
 //   - Reserve / Unreserve: book the placement in the cache / drop it.
-//   - PreBind: record the allocation on the pod (the annotation
-//     gpushare.io/allocation) before the pod is bound.
+//   - Bind: bind the pod and record its allocation (the annotation
+//     gpushare.io/allocation) in one Binding request; PostBind records it
+//     afterwards if another bind plugin bound the pod first.
 package plugin

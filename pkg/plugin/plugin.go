@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,11 +32,12 @@ const stateKey fwk.StateKey = Name
 
 // GPUShare is the plugin.
 type GPUShare struct {
-	handle fwk.Handle
-	model  *resource.Model
-	placer *alloc.Placer
-	cache  *gpucache.Cache
-	seed   uint64
+	handle  fwk.Handle
+	model   *resource.Model
+	placer  *alloc.Placer
+	cache   *gpucache.Cache
+	metrics *metrics
+	seed    uint64
 }
 
 var (
@@ -44,7 +46,8 @@ var (
 	_ fwk.PostFilterPlugin  = (*GPUShare)(nil)
 	_ fwk.ScorePlugin       = (*GPUShare)(nil)
 	_ fwk.ReservePlugin     = (*GPUShare)(nil)
-	_ fwk.PreBindPlugin     = (*GPUShare)(nil)
+	_ fwk.BindPlugin        = (*GPUShare)(nil)
+	_ fwk.PostBindPlugin    = (*GPUShare)(nil)
 	_ fwk.EnqueueExtensions = (*GPUShare)(nil)
 )
 
@@ -64,11 +67,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	logger := klog.FromContext(ctx).WithName(Name)
-	c, err := sharedCache(logger, h)
+	c, m, err := shared(logger, h)
 	if err != nil {
 		return nil, err
 	}
-	pl := &GPUShare{handle: h, model: model, placer: placer, cache: c, seed: args.Seed}
+	pl := &GPUShare{handle: h, model: model, placer: placer, cache: c, metrics: m, seed: args.Seed}
 	_, err = h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { pl.noteLargestGPU() },
 		UpdateFunc: func(any, any) { pl.noteLargestGPU() },
@@ -98,20 +101,24 @@ func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
 
 // One cache serves every profile of the scheduler: profiles schedule
 // pods one at a time from one queue, but bind them concurrently, so a
-// booking made under one profile must be seen by the others at once.
+// booking made under one profile must be seen by the others at once. The
+// metrics, served on the scheduler's /metrics, are shared too.
 var (
-	cacheOnce sync.Once
-	theCache  *gpucache.Cache
-	cacheErr  error
+	sharedOnce    sync.Once
+	sharedCache   *gpucache.Cache
+	sharedMetrics *metrics
+	sharedErr     error
 )
 
-func sharedCache(logger klog.Logger, h fwk.Handle) (*gpucache.Cache, error) {
-	cacheOnce.Do(func() {
-		theCache = gpucache.New(logger)
-		cacheErr = Watch(theCache, h.SharedInformerFactory())
-		legacyregistry.RawMustRegister(gpucache.NewCollector(theCache))
+func shared(logger klog.Logger, h fwk.Handle) (*gpucache.Cache, *metrics, error) {
+	sharedOnce.Do(func() {
+		sharedCache = gpucache.New(logger)
+		sharedErr = Watch(sharedCache, h.SharedInformerFactory())
+		sharedMetrics = newMetrics()
+		legacyregistry.RawMustRegister(gpucache.NewCollector(sharedCache))
+		legacyregistry.RawMustRegister(sharedMetrics.collectors()...)
 	})
-	return theCache, cacheErr
+	return sharedCache, sharedMetrics, sharedErr
 }
 
 // Watch feeds c from an informer factory's node and pod informers. The
@@ -180,12 +187,16 @@ func (pl *GPUShare) Name() string { return Name }
 // cycle is the plugin's state for one scheduling cycle.
 type cycle struct {
 	req *alloc.PodRequest
+	// start is when PreFilter began, for the decision latency.
+	start time.Time
 
 	mu         sync.Mutex
 	placements map[string]*alloc.Placement
 	unfits     []*alloc.Unfit
-	// chosen is the placement Reserve booked.
-	chosen *alloc.Placement
+	// chosen is the placement Reserve booked; recorded is set once Bind
+	// has bound the pod with its record.
+	chosen   *alloc.Placement
+	recorded bool
 }
 
 // Clone implements fwk.StateData. The state is written by Filter for each
@@ -206,8 +217,10 @@ func readCycle(state fwk.CycleState) (*cycle, error) {
 
 // PreFilter implements fwk.PreFilterPlugin.
 func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	start := time.Now()
 	req, err := pl.model.PodRequest(pod)
 	if err != nil {
+		pl.metrics.observe(resultInvalid, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !req.GPUs() {
@@ -215,7 +228,7 @@ func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *core
 	}
 	// kube-scheduler's own plugins account for CPU and memory.
 	req.CPUMilli, req.MemoryMiB = 0, 0
-	state.Write(stateKey, &cycle{req: req, placements: make(map[string]*alloc.Placement)})
+	state.Write(stateKey, &cycle{req: req, start: start, placements: make(map[string]*alloc.Placement)})
 	return nil, nil
 }
 
@@ -265,6 +278,7 @@ func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev
 		// PreFilter rejected or skipped the pod: nothing to add.
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
+	pl.metrics.observe(resultUnschedulable, c.start)
 	c.mu.Lock()
 	d := alloc.Diagnose(len(c.unfits), c.unfits)
 	c.mu.Unlock()
@@ -340,12 +354,14 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 	}
 	p, err := pl.cache.PlaceAndAssume(pod.UID, pl.placer, nodeName, c.req)
 	if err != nil {
+		pl.metrics.observe(resultUnschedulable, c.start)
 		var unfit *alloc.Unfit
 		if errors.As(err, &unfit) {
 			return fwk.NewStatus(fwk.Unschedulable, unfit.Error())
 		}
 		return fwk.AsStatus(err)
 	}
+	pl.metrics.observe(resultScheduled, c.start)
 	c.mu.Lock()
 	c.chosen = p
 	c.mu.Unlock()
@@ -358,32 +374,63 @@ func (pl *GPUShare) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.P
 	pl.cache.Forget(pod.UID)
 }
 
-// PreBindPreFlight implements fwk.PreBindPlugin: PreBind has work to do
-// whenever the pod asks for GPUs.
-func (pl *GPUShare) PreBindPreFlight(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if _, err := readCycle(state); err != nil {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	return &fwk.PreBindPreFlightResult{}, nil
-}
-
-// PreBind implements fwk.PreBindPlugin: it records the allocation on the
-// pod. Only then is the pod bound, so a bound pod always has its record.
-func (pl *GPUShare) PreBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+// Bind implements fwk.BindPlugin: it binds a pod that asks for GPUs and
+// records its allocation in the same request (see Bind in bind.go). Pods
+// that ask for none are left to DefaultBinder. The profile must list
+// GPUShare under bind so that it comes before DefaultBinder; if
+// DefaultBinder binds first, PostBind adds the record.
+func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	c, err := readCycle(state)
 	if err != nil {
-		return nil
+		return fwk.NewStatus(fwk.Skip)
 	}
-	c.mu.Lock()
-	p := c.chosen
-	c.mu.Unlock()
-	if p == nil || p.Node != nodeName {
-		return fwk.AsStatus(fmt.Errorf("%s: no reservation on node %s", Name, nodeName))
-	}
-	if err := Annotate(ctx, pl.handle.ClientSet(), pod, p); err != nil {
+	p, err := c.reservation(nodeName)
+	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if err := Bind(ctx, pl.handle.ClientSet(), pod, nodeName, p); err != nil {
+		return fwk.AsStatus(err)
+	}
+	c.mu.Lock()
+	c.recorded = true
+	c.mu.Unlock()
 	return nil
+}
+
+// PostBind implements fwk.PostBindPlugin: when another bind plugin bound
+// a GPU pod, it records the allocation after the fact and says that the
+// profile is misconfigured.
+func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	c, err := readCycle(state)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	recorded := c.recorded
+	c.mu.Unlock()
+	if recorded {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	logger.Error(nil, "Another plugin bound a GPU pod; list GPUShare under bind before DefaultBinder in the scheduler profile",
+		"pod", klog.KObj(pod), "node", nodeName)
+	p, err := c.reservation(nodeName)
+	if err == nil {
+		err = Annotate(ctx, pl.handle.ClientSet(), pod, p)
+	}
+	if err != nil {
+		logger.Error(err, "Recording the GPU allocation after binding failed", "pod", klog.KObj(pod))
+	}
+}
+
+// reservation returns the placement Reserve booked on node.
+func (c *cycle) reservation(node string) (*alloc.Placement, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.chosen == nil || c.chosen.Node != node {
+		return nil, fmt.Errorf("%s: no reservation on node %s", Name, node)
+	}
+	return c.chosen, nil
 }
 
 func describe(p *alloc.Placement) string {

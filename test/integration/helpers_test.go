@@ -104,8 +104,9 @@ func record(t *testing.T, pod *corev1.Pod) *gpusharev1.Allocation {
 }
 
 // checkNoOvercommit recomputes every GPU's bookings from the pod records
-// and fails if any exceeds its capacity.
-func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int) {
+// and fails if any exceeds its capacity. It returns how many pods hold
+// GPUs and the GPU memory they book in all.
+func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int, bookedMiB int64) {
 	t.Helper()
 	ctx := context.Background()
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -143,7 +144,29 @@ func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int) {
 		}
 		booked++
 	}
-	return booked
+	for _, s := range states {
+		for _, g := range s.GPUs {
+			bookedMiB += g.MemoryMiB
+		}
+	}
+	return booked, bookedMiB
+}
+
+// recordedPods returns the pods that carry an allocation record, ended or
+// not.
+func recordedPods(t *testing.T, client kubernetes.Interface) []corev1.Pod {
+	t.Helper()
+	pods, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if _, ok := p.Annotations[gpusharev1.AllocationAnnotation]; ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // gpuPod returns a pod asking gpushare.io/gpu-mem MiB (and core percent if

@@ -34,13 +34,31 @@ func TestSeedsPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
+	s, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	checkSeeds(t, client)
+	_, bookedMiB := checkSeeds(t, client)
+
+	// The scheduler's metrics agree with the pod records: one scheduled
+	// decision per pod recorded (the KETI Job's pod may have completed
+	// since), and the memory the running pods book.
+	families := scrape(t, s.URL+"/metrics")
+	recorded := len(recordedPods(t, client))
+	if n, err := metricSum(families, "gpushare_scheduler_decisions_total", map[string]string{"result": "scheduled"}); err != nil || int(n) != recorded {
+		t.Errorf("gpushare_scheduler_decisions_total{result=scheduled} = %v (%v); %d pods have records", n, err, recorded)
+	}
+	if b, err := metricSum(families, "gpushare_gpu_memory_booked_bytes", nil); err != nil || int64(b) != bookedMiB<<20 {
+		t.Errorf("gpushare_gpu_memory_booked_bytes sums to %v (%v); the records book %d MiB", b, err, bookedMiB)
+	}
+	if _, err := metricSum(families, "gpushare_scheduler_decision_duration_seconds", nil); err != nil {
+		t.Error(err)
+	}
 }
 
-func checkSeeds(t *testing.T, client kubernetes.Interface) {
+// checkSeeds applies the seed examples, checks where they landed and
+// returns how many pods hold GPUs and how much GPU memory they book.
+func checkSeeds(t *testing.T, client kubernetes.Interface) (booked int, bookedMiB int64) {
 	t.Helper()
 	ctx := context.Background()
 	createNodes(t, client, seedNodes...)
@@ -124,7 +142,7 @@ func checkSeeds(t *testing.T, client kubernetes.Interface) {
 			}
 		}
 	}
-	checkNoOvercommit(t, client)
+	return checkNoOvercommit(t, client)
 }
 
 // TestPendingAndRestart: a pod that fits no GPU gets an event with the
@@ -177,7 +195,7 @@ func TestPendingAndRestart(t *testing.T) {
 	failedSchedulingMessage(t, client, "default", "too-big", "largest free share on any GPU is 12884 MiB, pod needs 12885 MiB")
 	create("exact", 16384-3500)
 	boundPod(t, client, "default", "exact")
-	if n := checkNoOvercommit(t, client); n != 2 {
+	if n, _ := checkNoOvercommit(t, client); n != 2 {
 		t.Errorf("%d pods hold GPUs, want 2 (waiting, exact)", n)
 	}
 }

@@ -15,6 +15,29 @@ import (
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 )
 
+// Bind binds the pod to node and, when p is not nil, records p on the pod
+// as its allocation annotation in the same request: the apiserver copies a
+// Binding's annotations onto the pod as it sets the node, so a bound pod
+// always carries its record and a failed bind leaves none. The Binding
+// carries the pod's UID, so it cannot land on a new pod of the same name.
+func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, node string, p *alloc.Placement) error {
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if p != nil {
+		value, err := gpusharev1.Marshal(gpucache.Record(p))
+		if err != nil {
+			return err
+		}
+		binding.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
+	}
+	if err := client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("binding pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
+	}
+	return nil
+}
+
 // Annotate records placement p on the pod as its allocation annotation. The
 // patch carries the pod's UID, so it cannot land on a new pod of the same
 // name.
