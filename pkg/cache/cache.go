@@ -43,8 +43,14 @@ type podEntry struct {
 	// pod with its record.
 	assumed bool
 	// record is the annotation value the entry came from, so that an
-	// unchanged pod update costs nothing.
+	// unchanged pod update costs nothing, and alloc its parsed form,
+	// checked again against each new inventory of its node.
 	record string
+	alloc  *gpusharev1.Allocation
+	// invalid is set while the record does not match its node's
+	// inventory (e.g. names a GPU UUID the node does not have): it books
+	// nothing then, exactly as if the node had been seen first.
+	invalid bool
 	// conflict is set when the booking did not fit the node (its
 	// inventory shrank); the GPUs it names are then held full.
 	conflict bool
@@ -84,9 +90,20 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	e := &nodeEntry{inventory: node, state: alloc.NewNodeState(copyNode(node)), pods: make(map[types.UID]*podEntry)}
 	c.nodes[n.Name] = e
 	for uid, p := range c.pods {
-		if p.placement.Node == n.Name {
-			c.book(e, uid, p)
+		if p.placement.Node != n.Name {
+			continue
 		}
+		if p.alloc != nil {
+			// A record is checked against the inventory it will be booked
+			// on, whichever the informers delivered first.
+			placement, err := PlacementFrom(p.alloc, node)
+			if p.invalid = err != nil; p.invalid {
+				c.logger.Error(err, "Ignoring the pod's allocation record", "pod", p.key, "node", n.Name)
+				continue
+			}
+			p.placement = placement
+		}
+		c.book(e, uid, p)
 	}
 	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
 }
@@ -128,6 +145,14 @@ func (c *Cache) book(e *nodeEntry, uid types.UID, p *podEntry) {
 			}
 		}
 	}
+}
+
+// placementNode is the node p books on; "" for a nil entry.
+func (p *podEntry) placementNode() string {
+	if p == nil {
+		return ""
+	}
+	return p.placement.Node
 }
 
 func (c *Cache) unbook(uid types.UID, p *podEntry) {
@@ -210,7 +235,7 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
 		return nil, fmt.Errorf("pod is bound to node %s but its allocation is for node %s", pod.Spec.NodeName, a.Node)
 	}
 	// A node not known yet: keep the record and book it when the node
-	// arrives; Apply checks it against the node then.
+	// arrives; SetNode checks it against the inventory then.
 	var node *alloc.Node
 	if e := c.nodes[a.Node]; e != nil {
 		node = e.inventory
@@ -219,7 +244,7 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &podEntry{key: pod.Namespace + "/" + pod.Name, placement: p, record: value}, nil
+	return &podEntry{key: pod.Namespace + "/" + pod.Name, placement: p, record: value, alloc: a}, nil
 }
 
 // RemovePod releases whatever a pod held or was assumed to hold.
@@ -255,8 +280,9 @@ func (c *Cache) assumeLocked(uid types.UID, key string, p *alloc.Placement) erro
 	}
 	entry := &podEntry{key: key, placement: p, assumed: true}
 	if err := e.state.Apply(p); err != nil {
-		if old != nil {
-			c.book(e, uid, old)
+		// Book the old placement again, on its own node.
+		if oe := c.nodes[old.placementNode()]; oe != nil && !old.invalid {
+			c.book(oe, uid, old)
 		}
 		return err
 	}

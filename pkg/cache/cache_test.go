@@ -1,0 +1,782 @@
+package cache_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/cache"
+)
+
+func TestSetNodeAndPodBook(t *testing.T) {
+	c, logs := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 40960, 40960, 20480))
+	if err := c.NodeError("n1"); err != nil {
+		t.Fatalf("NodeError(n1) = %v, want nil", err)
+	}
+	if got, want := usage(t, c, "n1"), make([]alloc.Usage, 3); !cmp.Equal(got, want) {
+		t.Fatalf("a new node books %v, want nothing", got)
+	}
+
+	a := appRecord("n1",
+		[]gpusharev1.GPUShare{share("n1", 0, 10240, 30), share("n1", 2, 2048, 5)},
+		[]gpusharev1.GPUShare{share("n1", 0, 4096, 20)})
+	b := appRecord("n1", []gpusharev1.GPUShare{share("n1", 2, 8192, 50)})
+	c.SetPod(recordedPod(t, "a", a))
+	c.SetPod(recordedPod(t, "b", b))
+
+	want := appUsage(3, a, b)
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("Read books %v, want %v", got, want)
+	}
+	snap := c.Snapshot()
+	if len(snap) != 1 || snap[0].Node.Name != "n1" {
+		t.Fatalf("Snapshot has %d nodes, want n1 only", len(snap))
+	}
+	if !cmp.Equal(snap[0].GPUs, want) {
+		t.Errorf("Snapshot books %v, want %v", snap[0].GPUs, want)
+	}
+	for _, uid := range []types.UID{"a", "b"} {
+		p, assumed := c.Holding(uid)
+		if p == nil || assumed || p.Node != "n1" {
+			t.Errorf("Holding(%s) = %+v, assumed %v; want a recorded placement on n1", uid, p, assumed)
+		}
+	}
+	if errs := logs.matching("error"); len(errs) != 0 {
+		t.Errorf("valid records logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+
+	// The snapshot is a copy: changing it changes nothing in the cache.
+	snap[0].GPUs[0].MemoryMiB = 1
+	snap[0].Node.GPUs[0].Healthy = false
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("changing a snapshot changed the cache: %v, want %v", got, want)
+	}
+	if again := c.Snapshot(); !again[0].Node.GPUs[0].Healthy {
+		t.Error("changing a snapshot's node changed the cache's node")
+	}
+
+	// The same pod delivered again (an unchanged update) books nothing more.
+	c.SetPod(recordedPod(t, "a", a))
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("after a repeated update: %v, want %v", got, want)
+	}
+}
+
+func TestSnapshotSortedByName(t *testing.T) {
+	c, _ := newCache(t)
+	for _, n := range []string{"node-c", "node-a", "node-b"} {
+		c.SetNode(gpuNode(t, n, 1024))
+	}
+	var names []string
+	for _, s := range c.Snapshot() {
+		names = append(names, s.Node.Name)
+	}
+	if want := []string{"node-a", "node-b", "node-c"}; !cmp.Equal(names, want) {
+		t.Errorf("Snapshot order %v, want %v", names, want)
+	}
+}
+
+func TestPodUpdateReplacesBooking(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	first := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4096, 10)})
+	second := appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 2048, 40)})
+	c.SetPod(recordedPod(t, "p", first))
+	c.SetPod(recordedPod(t, "p", second))
+	if got, want := usage(t, c, "n1"), appUsage(2, second); !cmp.Equal(got, want) {
+		t.Errorf("after the record changed: %v, want only the new record %v", got, want)
+	}
+}
+
+func TestPodReleasesExactlyWhatItBooked(t *testing.T) {
+	ends := map[string]func(*cache.Cache, *corev1.Pod){
+		"deleted": func(c *cache.Cache, p *corev1.Pod) { c.RemovePod(p.UID) },
+		"succeeded": func(c *cache.Cache, p *corev1.Pod) {
+			p = p.DeepCopy()
+			p.Status.Phase = corev1.PodSucceeded
+			c.SetPod(p)
+		},
+		"failed": func(c *cache.Cache, p *corev1.Pod) {
+			p = p.DeepCopy()
+			p.Status.Phase = corev1.PodFailed
+			c.SetPod(p)
+		},
+		"failed, record removed": func(c *cache.Cache, p *corev1.Pod) {
+			p = p.DeepCopy()
+			p.Status.Phase = corev1.PodFailed
+			p.Annotations = nil
+			c.SetPod(p)
+		},
+	}
+	for name, end := range ends {
+		t.Run(name, func(t *testing.T) {
+			c, _ := newCache(t)
+			c.SetNode(gpuNode(t, "n1", 16384, 16384))
+			// Another pod shares GPU 0, so the state to return to is not
+			// empty.
+			other := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 3000, 15)})
+			c.SetPod(recordedPod(t, "other", other))
+			before := c.Snapshot()
+
+			a := appRecord("n1",
+				[]gpusharev1.GPUShare{share("n1", 0, 5000, 25), share("n1", 1, 7000, 35)})
+			pod := recordedPod(t, "p", a)
+			c.SetPod(pod)
+			if got, want := usage(t, c, "n1"), appUsage(2, other, a); !cmp.Equal(got, want) {
+				t.Fatalf("booked %v, want %v", got, want)
+			}
+
+			end(c, pod)
+			if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+				t.Errorf("state after the pod ended differs from before it (-before +after):\n%s", diff)
+			}
+			if p, _ := c.Holding(pod.UID); p != nil {
+				t.Errorf("Holding = %+v after the pod ended, want nil", p)
+			}
+			// A late update of the ended pod releases nothing more.
+			end(c, pod)
+			if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+				t.Errorf("ending the pod twice released more (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEndedPodBooksNothing(t *testing.T) {
+	for _, phase := range []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed} {
+		t.Run(string(phase), func(t *testing.T) {
+			c, _ := newCache(t)
+			c.SetNode(gpuNode(t, "n1", 16384))
+			pod := recordedPod(t, "p", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4096, 10)}))
+			pod.Status.Phase = phase
+			c.SetPod(pod)
+			if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 1)) {
+				t.Errorf("a %s pod books %v, want nothing", phase, got)
+			}
+			if p, _ := c.Holding(pod.UID); p != nil {
+				t.Errorf("Holding = %+v, want nil", p)
+			}
+		})
+	}
+}
+
+func TestAssumeThenForgetIsIdentity(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	c.SetNode(gpuNode(t, "n2", 8192))
+	c.SetPod(recordedPod(t, "other", appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 1000, 10)})))
+	before := c.Snapshot()
+
+	p := placement("n1", 1, 6000, 40)
+	if err := c.Assume("p", "default/p", p); err != nil {
+		t.Fatalf("Assume: %v", err)
+	}
+	want := usage(t, c, "n2")
+	got := usage(t, c, "n1")
+	if got[1].MemoryMiB != 1000+6000 || got[1].Compute != 10+40 {
+		t.Fatalf("after Assume GPU 1 books %+v, want {7000 50}", got[1])
+	}
+	if h, assumed := c.Holding("p"); h != p || !assumed {
+		t.Errorf("Holding = %p, assumed %v; want the assumed placement %p", h, assumed, p)
+	}
+	if !cmp.Equal(want, make([]alloc.Usage, 1)) {
+		t.Errorf("Assume on n1 booked %v on n2", want)
+	}
+
+	c.Forget("p")
+	if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+		t.Errorf("Assume then Forget changed the cache (-before +after):\n%s", diff)
+	}
+	if h, _ := c.Holding("p"); h != nil {
+		t.Errorf("Holding = %+v after Forget, want nil", h)
+	}
+	// Forgetting a pod the cache does not hold changes nothing.
+	c.Forget("p")
+	c.Forget("unknown")
+	if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+		t.Errorf("Forget of unknown pods changed the cache (-before +after):\n%s", diff)
+	}
+}
+
+func TestAssumeReplacesEarlierAssumption(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	if err := c.Assume("p", "default/p", placement("n1", 0, 4000, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Assume("p", "default/p", placement("n1", 1, 3000, 10)); err != nil {
+		t.Fatal(err)
+	}
+	want := []alloc.Usage{{}, {MemoryMiB: 3000, Compute: 10}}
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("after re-assuming: %v, want only the second placement %v", got, want)
+	}
+}
+
+func TestForgetKeepsRecordedPlacement(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4096, 10)})
+	c.SetPod(recordedPod(t, "p", a))
+	c.Forget("p")
+	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
+		t.Errorf("Forget released a recorded pod: %v, want %v", got, want)
+	}
+	if h, assumed := c.Holding("p"); h == nil || assumed {
+		t.Errorf("Holding = %+v, assumed %v; want the recorded placement", h, assumed)
+	}
+}
+
+func TestAssumeThenRecordDoesNotDoubleBook(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	p := placement("n1", 1, 6144, 30)
+	if err := c.Assume("p", "default/p", p); err != nil {
+		t.Fatal(err)
+	}
+	want := []alloc.Usage{{}, {MemoryMiB: 6144, Compute: 30}}
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Fatalf("after Assume: %v, want %v", got, want)
+	}
+
+	// The informer sees the pod before its record is written: the
+	// assumption stays.
+	unrecorded := podWith("p", "", "")
+	delete(unrecorded.Annotations, gpusharev1.AllocationAnnotation)
+	c.SetPod(unrecorded)
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("a pod update without a record changed the booking: %v, want %v", got, want)
+	}
+	if _, assumed := c.Holding("p"); !assumed {
+		t.Error("a pod update without a record ended the assumption")
+	}
+
+	// Then with the record of the same placement, bound.
+	value, err := gpusharev1.Marshal(cache.Record(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := podWith("p", "n1", value)
+	c.SetPod(pod)
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("after the informer delivered the record: %v, want %v (booked once)", got, want)
+	}
+	if h, assumed := c.Holding("p"); h == nil || assumed {
+		t.Errorf("Holding = %+v, assumed %v; want the recorded placement", h, assumed)
+	}
+	// Later updates of the pod do not book it again.
+	c.SetPod(pod.DeepCopy())
+	c.SetPod(pod.DeepCopy())
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("after repeated updates: %v, want %v", got, want)
+	}
+	// And deleting it releases it entirely.
+	c.RemovePod("p")
+	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 2)) {
+		t.Errorf("after RemovePod: %v, want nothing booked", got)
+	}
+}
+
+func TestAssumeFails(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	c.SetPod(recordedPod(t, "other", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 10000, 60)})))
+	before := c.Snapshot()
+
+	tests := []struct {
+		name string
+		p    *alloc.Placement
+		want error
+	}{
+		{"unknown node", placement("n9", 0, 1, 1), cache.ErrNodeGone},
+		{"too much memory", placement("n1", 0, 16384-10000+1, 0), alloc.ErrOvercommit},
+		{"too much compute", placement("n1", 0, 0, 100-60+1), alloc.ErrOvercommit},
+		{"no such GPU", placement("n1", 1, 1, 1), alloc.ErrWrongNode},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Assume("p", "default/p", tc.p)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Assume = %v, want %v", err, tc.want)
+			}
+			if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+				t.Errorf("a failed Assume changed the cache (-before +after):\n%s", diff)
+			}
+			if h, _ := c.Holding("p"); h != nil {
+				t.Errorf("Holding = %+v after a failed Assume, want nil", h)
+			}
+		})
+	}
+}
+
+// A failed re-assumption on the same node keeps the pod's earlier booking.
+func TestFailedAssumeKeepsEarlierBookingSameNode(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	old := placement("n1", 0, 4096, 20)
+	if err := c.Assume("p", "default/p", old); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Snapshot()
+	if err := c.Assume("p", "default/p", placement("n1", 1, 16385, 0)); !errors.Is(err, alloc.ErrOvercommit) {
+		t.Fatalf("Assume = %v, want %v", err, alloc.ErrOvercommit)
+	}
+	if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+		t.Errorf("a failed Assume changed the cache (-before +after):\n%s", diff)
+	}
+	if h, _ := c.Holding("p"); h != old {
+		t.Errorf("Holding = %+v, want the earlier placement", h)
+	}
+}
+
+// A failed re-assumption on another node must keep the pod's earlier
+// booking where it was and leave the other node as it was.
+func TestFailedAssumeKeepsEarlierBookingOtherNode(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	c.SetNode(gpuNode(t, "n2", 16384))
+	old := placement("n1", 0, 4096, 20)
+	if err := c.Assume("p", "default/p", old); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Snapshot()
+	if err := c.Assume("p", "default/p", placement("n2", 0, 16385, 0)); !errors.Is(err, alloc.ErrOvercommit) {
+		t.Fatalf("Assume = %v, want %v", err, alloc.ErrOvercommit)
+	}
+	if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+		t.Errorf("a failed Assume on n2 changed the cache (-before +after):\n%s", diff)
+	}
+	// Forgetting the pod must then release its booking on n1.
+	c.Forget("p")
+	for _, s := range c.Snapshot() {
+		if !cmp.Equal(s.GPUs, make([]alloc.Usage, 1)) || !s.Node.GPUs[0].Healthy {
+			t.Errorf("after Forget node %s books %v, GPU 0 healthy %v; want nothing booked and healthy", s.Node.Name, s.GPUs, s.Node.GPUs[0].Healthy)
+		}
+	}
+}
+
+func TestBadRecordBooksNothing(t *testing.T) {
+	good := func() *gpusharev1.Allocation {
+		return appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 1024, 10), share("n1", 1, 1024, 10)})
+	}
+	marshal := func(a *gpusharev1.Allocation) string {
+		v, err := gpusharev1.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	foreign := good()
+	foreign.Containers[0].GPUs[1].UUID = "GPU-elsewhere-1"
+	outOfRange := good()
+	outOfRange.Containers[0].GPUs[1].Index = 2
+	outOfRange.Containers[0].GPUs[1].UUID = uuidOf("n1", 2)
+	swapped := good()
+	swapped.Containers[0].GPUs[0].UUID = uuidOf("n1", 1)
+	swapped.Containers[0].GPUs[1].UUID = uuidOf("n1", 0)
+	invalid := good()
+	invalid.Containers[0].GPUs[0].Compute = 150
+	otherNode := good()
+	otherNode.Node = "n2"
+
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		// why is what the logged error must say.
+		why string
+	}{
+		{"UUID of another node", podWith("p", "n1", marshal(foreign)), "GPU-elsewhere-1"},
+		{"GPU index past the node's", podWith("p", "n1", marshal(outOfRange)), "no GPU 2"},
+		{"UUIDs of the wrong indexes", podWith("p", "n1", marshal(swapped)), "no GPU 0 with UUID " + uuidOf("n1", 1)},
+		{"malformed JSON", podWith("p", "n1", `{"apiVersion":`), gpusharev1.AllocationAnnotation},
+		{"empty annotation", podWith("p", "n1", ""), gpusharev1.AllocationAnnotation},
+		{"invalid record", podWith("p", "n1", marshal(invalid)), "containers[0].gpus[0].compute"},
+		{"bound to another node", podWith("p", "n1", marshal(otherNode)), "bound to node n1 but its allocation is for node n2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, logs := newCache(t)
+			c.SetNode(gpuNode(t, "n1", 16384, 16384))
+			c.SetNode(gpuNode(t, "n2", 16384, 16384))
+			before := c.Snapshot()
+			c.SetPod(tc.pod)
+			if diff := cmp.Diff(before, c.Snapshot()); diff != "" {
+				t.Errorf("a bad record changed the cache (-before +after):\n%s", diff)
+			}
+			if h, _ := c.Holding(tc.pod.UID); h != nil {
+				t.Errorf("Holding = %+v, want nil for a bad record", h)
+			}
+			if got := logs.matching("Ignoring the pod's allocation record", tc.why); len(got) != 1 {
+				t.Errorf("want one logged error saying %q, got log:\n%s", tc.why, logs)
+			}
+		})
+	}
+}
+
+// A bad update of a recorded pod is reported and leaves what the pod
+// holds as it was.
+func TestBadRecordUpdateKeepsBooking(t *testing.T) {
+	c, logs := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 2048, 10)})
+	c.SetPod(recordedPod(t, "p", a))
+	c.SetPod(podWith("p", "n1", "not json"))
+	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
+		t.Errorf("after a malformed update: %v, want the earlier booking %v", got, want)
+	}
+	if len(logs.matching("Ignoring the pod's allocation record")) != 1 {
+		t.Errorf("malformed update not reported; log:\n%s", logs)
+	}
+}
+
+func TestNodeError(t *testing.T) {
+	withLabel := func(n *corev1.Node, value string) *corev1.Node {
+		n.Labels[gpusharev1.NodeLabel] = value
+		return n
+	}
+	dupUUID := inventory("n1", gpusharev1.ModeShared, 1024, 1024)
+	dupUUID.GPUs[1].UUID = dupUUID.GPUs[0].UUID
+	noAnnotation := gpuNode(t, "n1", 1024)
+	delete(noAnnotation.Annotations, gpusharev1.InventoryAnnotation)
+	noLabels := gpuNode(t, "n1", 1024)
+	noLabels.Labels = nil
+
+	tests := []struct {
+		name string
+		node *corev1.Node
+		// The error must contain each of these.
+		want []string
+	}{
+		{"no labels", noLabels, []string{"n1", "does not opt in", "gpushare=true"}},
+		{"label false", withLabel(gpuNode(t, "n1", 1024), "false"), []string{"n1", "does not opt in", "gpushare=true"}},
+		{"label True", withLabel(gpuNode(t, "n1", 1024), "True"), []string{"n1", "does not opt in"}},
+		{"no inventory", noAnnotation, []string{"n1", "no GPU inventory", gpusharev1.InventoryAnnotation}},
+		{"inventory not JSON", nodeWith("n1", "{gpus"), []string{"n1", gpusharev1.InventoryAnnotation, "invalid character"}},
+		{"inventory of no GPUs", inventoryNode(t, "n1", inventory("n1", gpusharev1.ModeShared)), []string{"node n1", "gpus: Required value"}},
+		{"duplicate UUID", inventoryNode(t, "n1", dupUUID), []string{"node n1", "gpus[1].uuid", "Duplicate value"}},
+		{"wrong kind", nodeWith("n1", `{"apiVersion":"gpushare.io/v1alpha1","kind":"Allocation","gpus":[{"index":0,"uuid":"u","memoryMiB":1}]}`),
+			[]string{"node n1", "kind"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := newCache(t)
+			c.SetNode(tc.node)
+			err := c.NodeError("n1")
+			if err == nil {
+				t.Fatal("NodeError = nil, want why the node takes no part")
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("NodeError %q does not say %q", err, s)
+				}
+			}
+			if errors.Is(err, cache.ErrNodeGone) {
+				t.Errorf("NodeError %q is ErrNodeGone, want the reason the node was rejected", err)
+			}
+			called := false
+			if rerr := c.Read("n1", func(*alloc.NodeState) { called = true }); rerr == nil || rerr.Error() != err.Error() {
+				t.Errorf("Read = %v, want the NodeError %v", rerr, err)
+			}
+			if called {
+				t.Error("Read called its function for a rejected node")
+			}
+			if s := c.Snapshot(); len(s) != 0 {
+				t.Errorf("Snapshot holds %d nodes, want none", len(s))
+			}
+			if aerr := c.Assume("p", "default/p", placement("n1", 0, 1, 1)); !errors.Is(aerr, cache.ErrNodeGone) {
+				t.Errorf("Assume on a rejected node = %v, want %v", aerr, cache.ErrNodeGone)
+			}
+
+			// Fixed, the node joins and its error goes.
+			c.SetNode(gpuNode(t, "n1", 1024))
+			if err := c.NodeError("n1"); err != nil {
+				t.Errorf("NodeError after the node was fixed = %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestNodeErrorUnknownAndRemovedNode(t *testing.T) {
+	c, _ := newCache(t)
+	if err := c.NodeError("nowhere"); !errors.Is(err, cache.ErrNodeGone) || !strings.Contains(err.Error(), "nowhere") {
+		t.Errorf("NodeError(nowhere) = %v, want ErrNodeGone naming the node", err)
+	}
+	c.SetNode(gpuNode(t, "n1", 1024))
+	c.RemoveNode("n1")
+	if err := c.NodeError("n1"); !errors.Is(err, cache.ErrNodeGone) {
+		t.Errorf("NodeError after RemoveNode = %v, want ErrNodeGone", err)
+	}
+	// A removed node's rejection is forgotten too.
+	bad := gpuNode(t, "n2", 1024)
+	bad.Labels = nil
+	c.SetNode(bad)
+	c.RemoveNode("n2")
+	if err := c.NodeError("n2"); !errors.Is(err, cache.ErrNodeGone) {
+		t.Errorf("NodeError after RemoveNode of a rejected node = %v, want ErrNodeGone", err)
+	}
+}
+
+// A node that leaves gpushare and comes back gets its pods' bookings back.
+func TestNodeLeavesAndReturns(t *testing.T) {
+	c, _ := newCache(t)
+	node := gpuNode(t, "n1", 16384, 16384)
+	c.SetNode(node)
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 5000, 50)})
+	c.SetPod(recordedPod(t, "p", a))
+
+	off := node.DeepCopy()
+	off.Labels[gpusharev1.NodeLabel] = "false"
+	c.SetNode(off)
+	if err := c.NodeError("n1"); err == nil || !strings.Contains(err.Error(), "does not opt in") {
+		t.Fatalf("NodeError = %v, want the node to be out", err)
+	}
+	c.SetNode(node)
+	if got, want := usage(t, c, "n1"), appUsage(2, a); !cmp.Equal(got, want) {
+		t.Errorf("after the node returned: %v, want %v", got, want)
+	}
+
+	c.RemoveNode("n1")
+	c.SetNode(node)
+	if got, want := usage(t, c, "n1"), appUsage(2, a); !cmp.Equal(got, want) {
+		t.Errorf("after the node was deleted and re-created: %v, want %v", got, want)
+	}
+}
+
+// A changed inventory rebuilds the node with the bookings of its pods.
+func TestInventoryUpdateKeepsBookings(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 5000, 50)})
+	c.SetPod(recordedPod(t, "p", a))
+	if err := c.Assume("q", "default/q", placement("n1", 1, 1000, 10)); err != nil {
+		t.Fatal(err)
+	}
+	bigger := inventory("n1", gpusharev1.ModeShared, 32768, 32768)
+	bigger.GPUs[1].Healthy = false
+	c.SetNode(inventoryNode(t, "n1", bigger))
+	want := []alloc.Usage{{MemoryMiB: 5000, Compute: 50}, {MemoryMiB: 1000, Compute: 10}}
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("after the inventory changed: %v, want %v", got, want)
+	}
+	s := c.Snapshot()[0]
+	if s.Node.GPUs[0].MemoryMiB != 32768 || s.Node.GPUs[1].Healthy {
+		t.Errorf("the node was not updated: %+v", s.Node.GPUs)
+	}
+}
+
+func TestPodBeforeNode(t *testing.T) {
+	c, _ := newCache(t)
+	a := appRecord("n1",
+		[]gpusharev1.GPUShare{share("n1", 0, 3000, 20), share("n1", 1, 3000, 20)},
+		[]gpusharev1.GPUShare{share("n1", 1, 1000, 5)})
+	c.SetPod(recordedPod(t, "p", a))
+	if err := c.Read("n1", func(*alloc.NodeState) {}); !errors.Is(err, cache.ErrNodeGone) {
+		t.Fatalf("Read before the node = %v, want ErrNodeGone", err)
+	}
+	if h, assumed := c.Holding("p"); h == nil || assumed || h.Node != "n1" {
+		t.Fatalf("Holding = %+v, assumed %v; want the recorded placement kept for n1", h, assumed)
+	}
+
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	if got, want := usage(t, c, "n1"), appUsage(2, a); !cmp.Equal(got, want) {
+		t.Errorf("after the node arrived: %v, want %v", got, want)
+	}
+	c.RemovePod("p")
+	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 2)) {
+		t.Errorf("after RemovePod: %v, want nothing", got)
+	}
+}
+
+// A record seen before its node must be checked against the node when it
+// arrives, as it is when the node comes first: the cache's state must not
+// depend on which informer delivered first.
+func TestPodBeforeNodeWithForeignUUID(t *testing.T) {
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 3000, 20)})
+	a.Containers[0].GPUs[0].UUID = "GPU-replaced-0"
+	pod := recordedPod(t, "p", a)
+
+	nodeFirst, _ := newCache(t)
+	nodeFirst.SetNode(gpuNode(t, "n1", 16384))
+	nodeFirst.SetPod(pod)
+
+	podFirst, _ := newCache(t)
+	podFirst.SetPod(pod)
+	podFirst.SetNode(gpuNode(t, "n1", 16384))
+
+	want := usage(t, nodeFirst, "n1")
+	if !cmp.Equal(want, make([]alloc.Usage, 1)) {
+		t.Fatalf("node first: a record naming a foreign UUID booked %v", want)
+	}
+	if got := usage(t, podFirst, "n1"); !cmp.Equal(got, want) {
+		t.Fatalf("pod first: a record naming GPU UUID %s, which node n1 does not have (its GPU 0 is %s), books %v; "+
+			"with the node first it books %v", a.Containers[0].GPUs[0].UUID, uuidOf("n1", 0), got, want)
+	}
+}
+
+// Concurrent Assume calls for the same GPU never book more than it has.
+func TestConcurrentAssumeNeverOvercommits(t *testing.T) {
+	const (
+		gpuMiB  = 16384
+		podMiB  = 3000
+		compute = 15
+		pods    = 64
+	)
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", gpuMiB))
+	fit := min(gpuMiB/podMiB, 100/compute)
+
+	var (
+		wg             sync.WaitGroup
+		mu             sync.Mutex
+		ok, overcommit int
+		other          []error
+	)
+	for i := range pods {
+		wg.Go(func() {
+			uid := types.UID(fmt.Sprintf("p%d", i))
+			err := c.Assume(uid, "default/"+string(uid), placement("n1", 0, podMiB, compute))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, alloc.ErrOvercommit):
+				overcommit++
+			default:
+				other = append(other, err)
+			}
+		})
+		// Readers alongside the writers, for the race detector.
+		wg.Go(func() { _ = c.Snapshot() })
+	}
+	wg.Wait()
+	if len(other) > 0 {
+		t.Fatalf("unexpected errors: %v", other)
+	}
+	if ok != fit || overcommit != pods-fit {
+		t.Errorf("%d assumptions succeeded and %d overcommitted, want %d and %d", ok, overcommit, fit, pods-fit)
+	}
+	want := []alloc.Usage{{MemoryMiB: int64(ok) * podMiB, Compute: int64(ok) * compute}}
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Errorf("booked %v, want %v for %d pods", got, want, ok)
+	}
+}
+
+// Concurrent PlaceAndAssume calls never book a GPU beyond its capacity,
+// and fill the node exactly.
+func TestConcurrentPlaceAndAssumeNeverOvercommits(t *testing.T) {
+	const (
+		gpus    = 3
+		gpuMiB  = 16384
+		podMiB  = 3000
+		compute = 25
+		pods    = 48
+	)
+	placer, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newCache(t)
+	mibs := make([]int64, gpus)
+	for i := range mibs {
+		mibs[i] = gpuMiB
+	}
+	c.SetNode(gpuNode(t, "n1", mibs...))
+	perGPU := min(gpuMiB/podMiB, 100/compute)
+
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		placed  = map[types.UID]*alloc.Placement{}
+		unfit   int
+		failure []error
+	)
+	for i := range pods {
+		wg.Go(func() {
+			uid := types.UID(fmt.Sprintf("p%d", i))
+			req := &alloc.PodRequest{Key: "default/" + string(uid), Containers: []alloc.PodContainer{{
+				ContainerRequest: alloc.ContainerRequest{Name: "c", MemoryMiB: podMiB, Compute: compute}}}}
+			p, err := c.PlaceAndAssume(uid, placer, "n1", req)
+			mu.Lock()
+			defer mu.Unlock()
+			var u *alloc.Unfit
+			switch {
+			case err == nil:
+				placed[uid] = p
+			case errors.As(err, &u):
+				unfit++
+			default:
+				failure = append(failure, err)
+			}
+		})
+		wg.Go(func() {
+			_ = c.Read("n1", func(s *alloc.NodeState) { _ = s.FreeShare(0) })
+		})
+	}
+	wg.Wait()
+	if len(failure) > 0 {
+		t.Fatalf("unexpected errors: %v", failure)
+	}
+	if want := gpus * perGPU; len(placed) != want || unfit != pods-want {
+		t.Errorf("%d pods placed and %d unfit, want %d and %d", len(placed), unfit, want, pods-want)
+	}
+	// What the cache books is exactly the sum of the placements, within
+	// every GPU's capacity.
+	want := make([]alloc.Usage, gpus)
+	for uid, p := range placed {
+		if h, assumed := c.Holding(uid); h != p || !assumed {
+			t.Errorf("Holding(%s) = %p, assumed %v; want the returned placement %p", uid, h, assumed, p)
+		}
+		for _, b := range p.Booked {
+			want[b.GPU].MemoryMiB += b.MemoryMiB
+			want[b.GPU].Compute += b.Compute
+		}
+	}
+	got := usage(t, c, "n1")
+	if !cmp.Equal(got, want) {
+		t.Errorf("booked %v, want the sum of the placements %v", got, want)
+	}
+	for i, u := range got {
+		if u.MemoryMiB > gpuMiB || u.Compute > 100 {
+			t.Errorf("GPU %d overcommitted: %+v", i, u)
+		}
+	}
+}
+
+// PlaceAndAssume for a pod already assumed on the node rates the node
+// without the pod's old booking, and replaces it.
+func TestPlaceAndAssumeReplacesOwnBooking(t *testing.T) {
+	placer, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	req := &alloc.PodRequest{Key: "default/p", Containers: []alloc.PodContainer{{
+		ContainerRequest: alloc.ContainerRequest{Name: "c", MemoryMiB: 10000, Compute: 60}}}}
+	if _, err := c.PlaceAndAssume("p", placer, "n1", req); err != nil {
+		t.Fatal(err)
+	}
+	// A second copy would not fit beside the first; a replacement does.
+	if _, err := c.PlaceAndAssume("p", placer, "n1", req); err != nil {
+		t.Fatalf("re-placing the same pod: %v", err)
+	}
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 10000, Compute: 60}}; !cmp.Equal(got, want) {
+		t.Errorf("booked %v, want %v", got, want)
+	}
+	if _, err := c.PlaceAndAssume("q", placer, "n1", req); err == nil {
+		t.Error("another pod of the same size fit beside it")
+	}
+	if _, err := c.PlaceAndAssume("q", placer, "n9", req); !errors.Is(err, cache.ErrNodeGone) {
+		t.Errorf("PlaceAndAssume on an unknown node = %v, want ErrNodeGone", err)
+	}
+}

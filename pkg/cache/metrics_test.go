@@ -1,0 +1,116 @@
+package cache_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/cache"
+)
+
+const (
+	capacityMetric = "gpushare_gpu_memory_capacity_bytes"
+	bookedMetric   = "gpushare_gpu_memory_booked_bytes"
+	computeMetric  = "gpushare_gpu_compute_booked_ratio"
+)
+
+// expectedMetrics renders, in the text format, what the collector should
+// export for GPUs: per node and GPU, its model, memory and booking.
+func expectedMetrics(gpus []metricGPU) string {
+	var capacity, booked, compute strings.Builder
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	for _, g := range gpus {
+		fmt.Fprintf(&capacity, "%s{gpu=%q,model=%q,node=%q} %s\n", capacityMetric, strconv.Itoa(g.gpu), g.model, g.node, f(float64(g.mib)*1024*1024))
+		fmt.Fprintf(&booked, "%s{gpu=%q,node=%q} %s\n", bookedMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.MemoryMiB)*1024*1024))
+		fmt.Fprintf(&compute, "%s{gpu=%q,node=%q} %s\n", computeMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.Compute)/100))
+	}
+	return "# HELP " + capacityMetric + " Memory of each GPU of the gpushare nodes.\n" +
+		"# TYPE " + capacityMetric + " gauge\n" + capacity.String() +
+		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements).\n" +
+		"# TYPE " + bookedMetric + " gauge\n" + booked.String() +
+		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1.\n" +
+		"# TYPE " + computeMetric + " gauge\n" + compute.String()
+}
+
+type metricGPU struct {
+	node, model string
+	gpu         int
+	mib         int64
+	used        alloc.Usage
+}
+
+func TestCollector(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 40960, 16384))
+	l4 := inventory("n2", gpusharev1.ModeShared, 23034)
+	l4.GPUs[0].Model = "NVIDIA L4"
+	c.SetNode(inventoryNode(t, "n2", l4))
+	rejected := gpuNode(t, "n3", 1024)
+	rejected.Labels = nil
+	c.SetNode(rejected)
+
+	a := appRecord("n1",
+		[]gpusharev1.GPUShare{share("n1", 0, 10000, 30)},
+		[]gpusharev1.GPUShare{share("n1", 0, 2345, 15), share("n1", 1, 777, 5)})
+	c.SetPod(recordedPod(t, "a", a))
+	assumed := placement("n2", 0, 4321, 45)
+	if err := c.Assume("b", "default/b", assumed); err != nil {
+		t.Fatal(err)
+	}
+
+	n1 := appUsage(2, a)
+	want := []metricGPU{
+		{"n1", testModel, 0, 40960, n1[0]},
+		{"n1", testModel, 1, 16384, n1[1]},
+		{"n2", "NVIDIA L4", 0, 23034, alloc.Usage{MemoryMiB: 4321, Compute: 45}},
+	}
+	collector := cache.NewCollector(c)
+	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(want))); err != nil {
+		t.Errorf("metrics:\n%v", err)
+	}
+	if n := testutil.CollectAndCount(collector); n != 3*len(want) {
+		t.Errorf("collected %d metrics, want %d (three per GPU of the gpushare nodes)", n, 3*len(want))
+	}
+
+	// The exported bookings follow the cache.
+	c.RemovePod("a")
+	c.Forget("b")
+	for i := range want {
+		want[i].used = alloc.Usage{}
+	}
+	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(want))); err != nil {
+		t.Errorf("metrics after the pods went:\n%v", err)
+	}
+}
+
+// The metrics agree with the cache's own snapshot.
+func TestCollectorMatchesSnapshot(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384, 8192))
+	c.SetPod(recordedPod(t, "a", appRecord("n1", []gpusharev1.GPUShare{share("n1", 2, 8192, 100)})))
+	if err := c.Assume("b", "default/b", placement("n1", 1, 123, 7)); err != nil {
+		t.Fatal(err)
+	}
+	var want []metricGPU
+	for _, s := range c.Snapshot() {
+		for i, g := range s.Node.GPUs {
+			want = append(want, metricGPU{s.Node.Name, g.Model, i, g.MemoryMiB, s.GPUs[i]})
+		}
+	}
+	if len(want) != 3 || want[1].used != (alloc.Usage{MemoryMiB: 123, Compute: 7}) || want[2].used != (alloc.Usage{MemoryMiB: 8192, Compute: 100}) {
+		t.Fatalf("snapshot %+v does not hold the two bookings", want)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(cache.NewCollector(c)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expectedMetrics(want))); err != nil {
+		t.Errorf("metrics differ from the snapshot:\n%v", err)
+	}
+}
