@@ -108,6 +108,20 @@ func record(t *testing.T, pod *corev1.Pod) *gpusharev1.Allocation {
 // GPUs and the GPU memory they book in all.
 func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int, bookedMiB int64) {
 	t.Helper()
+	states, booked := recompute(t, client)
+	for _, s := range states {
+		for _, g := range s.GPUs {
+			bookedMiB += g.MemoryMiB
+		}
+	}
+	return booked, bookedMiB
+}
+
+// recompute rebuilds every gpushare node's state from the pod records,
+// failing the test if a record over-commits a GPU, and returns the states
+// and how many pods hold GPUs.
+func recompute(t *testing.T, client kubernetes.Interface) (map[string]*alloc.NodeState, int) {
+	t.Helper()
 	ctx := context.Background()
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -125,6 +139,7 @@ func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int, b
 	if err != nil {
 		t.Fatal(err)
 	}
+	booked := 0
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if _, ok := pod.Annotations[gpusharev1.AllocationAnnotation]; !ok || gpucache.Ended(pod) {
@@ -144,12 +159,7 @@ func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int, b
 		}
 		booked++
 	}
-	for _, s := range states {
-		for _, g := range s.GPUs {
-			bookedMiB += g.MemoryMiB
-		}
-	}
-	return booked, bookedMiB
+	return states, booked
 }
 
 // recordedPods returns the pods that carry an allocation record, ended or
