@@ -39,6 +39,8 @@ type options struct {
 	prefix       string
 	config       string
 	maxBodyBytes int64
+	qps          float64
+	burst        int
 }
 
 func main() {
@@ -50,6 +52,8 @@ func main() {
 	fs.StringVar(&o.prefix, "url-prefix", "/gpushare-scheduler", "URL prefix of the filter, prioritize and bind verbs (the urlPrefix path in KubeSchedulerConfiguration)")
 	fs.StringVar(&o.config, "config", "", "GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1); defaults if empty")
 	fs.Int64Var(&o.maxBodyBytes, "max-request-bytes", extender.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second to the apiserver")
+	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries to the apiserver")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -88,7 +92,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	cfg.QPS, cfg.Burst = 200, 400
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -101,7 +105,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpucache.NewCollector(cache))
 	synced := make(chan struct{})
-	srv := &extender.Server{Model: model, Placer: placer, Cache: cache, Client: client, Logger: logger,
+	srv := &extender.Server{Model: model, Placer: placer, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
 		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, Metrics: extender.NewMetrics(reg),
 		Ready: func() bool {
 			select {

@@ -30,6 +30,10 @@ type Options struct {
 	Dir string
 	// NoKwok leaves kwok out: nodes then stay as created.
 	NoKwok bool
+	// ControllerManagerArgs are added to kube-controller-manager's, e.g.
+	// --controllers=*,-node-lifecycle-controller to keep nodes without
+	// kwok Ready.
+	ControllerManagerArgs []string
 	// QPS and Burst of the clients the cluster hands out; 0 means 500/1000.
 	QPS   float32
 	Burst int
@@ -85,7 +89,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.startAPIServer(ctx, apiPort, etcdPort); err != nil {
 		return nil, err
 	}
-	if err := c.startControllerManager(ctx, kcmPort); err != nil {
+	if err := c.startControllerManager(ctx, kcmPort, o.ControllerManagerArgs); err != nil {
 		return nil, err
 	}
 	if !o.NoKwok {
@@ -173,16 +177,18 @@ func (c *Cluster) writeKubeconfig(path string) error {
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-func (c *Cluster) startControllerManager(ctx context.Context, port int) error {
-	p, err := start(c.Dir, "kube-controller-manager", c.Tools.Bin("kube-controller-manager"),
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+func (c *Cluster) startControllerManager(ctx context.Context, port int, extra []string) error {
+	args := append([]string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig, "--authorization-kubeconfig=" + c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--leader-elect=false",
-		"--service-account-private-key-file="+c.path("pki", "sa.key"),
-		"--root-ca-file="+c.path("pki", "apiserver.crt"),
+		"--service-account-private-key-file=" + c.path("pki", "sa.key"),
+		"--root-ca-file=" + c.path("pki", "apiserver.crt"),
 		"--kube-api-qps=500", "--kube-api-burst=1000",
-		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10", "--concurrent-job-syncs=10")
+		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10", "--concurrent-job-syncs=10",
+	}, extra...)
+	p, err := start(c.Dir, "kube-controller-manager", c.Tools.Bin("kube-controller-manager"), args...)
 	if err != nil {
 		return err
 	}

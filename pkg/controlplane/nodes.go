@@ -24,6 +24,9 @@ type NodeSpec struct {
 	WholeCard bool
 	// CPU cores and memory in GiB; 0 means 64 and 512.
 	CPU, MemoryGiB int64
+	// Extended resources the node advertises besides CPU, memory and
+	// pods, e.g. a plain extended resource for stock kube-scheduler.
+	Extended map[corev1.ResourceName]int64
 }
 
 // Inventory returns the GPU inventory the node daemon would publish: GPUs
@@ -76,6 +79,9 @@ func CreateNode(ctx context.Context, client kubernetes.Interface, s NodeSpec) er
 		corev1.ResourceMemory: *k8sresource.NewQuantity(mem<<30, k8sresource.BinarySI),
 		corev1.ResourcePods:   *k8sresource.NewQuantity(250, k8sresource.DecimalSI),
 	}
+	for name, v := range s.Extended {
+		res[name] = *k8sresource.NewQuantity(v, k8sresource.DecimalSI)
+	}
 	// kwok updates the node's status too: retry on conflicts.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := client.CoreV1().Nodes().Get(ctx, s.Name, metav1.GetOptions{})
@@ -83,6 +89,10 @@ func CreateNode(ctx context.Context, client kubernetes.Interface, s NodeSpec) er
 			return err
 		}
 		cur.Status.Capacity, cur.Status.Allocatable = res, res
+		if len(cur.Status.Conditions) == 0 {
+			cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		}
 		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
@@ -90,4 +100,25 @@ func CreateNode(ctx context.Context, client kubernetes.Interface, s NodeSpec) er
 		return fmt.Errorf("setting node %s capacity: %w", s.Name, err)
 	}
 	return nil
+}
+
+// MarkSchedulable removes the not-ready taint the apiserver puts on new
+// nodes, as the node lifecycle controller does once a node is Ready: for
+// clusters without kwok and without that controller (benchmarks).
+func MarkSchedulable(ctx context.Context, client kubernetes.Interface, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		taints := n.Spec.Taints[:0]
+		for _, t := range n.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				taints = append(taints, t)
+			}
+		}
+		n.Spec.Taints = taints
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -32,6 +33,8 @@ type Server struct {
 	Placer *alloc.Placer
 	Cache  *gpucache.Cache
 	Client kubernetes.Interface
+	// Pods, if set, is read before the apiserver when binding.
+	Pods   corelisters.PodLister
 	Logger klog.Logger
 	// Seed breaks ties between equal nodes, as in the plugin.
 	Seed uint64
@@ -306,8 +309,20 @@ func (s *Server) bind(ctx context.Context, body []byte) (any, error) {
 	return &extenderv1.ExtenderBindingResult{}, nil
 }
 
+// pod returns the pod to bind: from the informer when it has this one
+// (the scheduler saw the pod there too), else from the apiserver.
+func (s *Server) pod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*corev1.Pod, error) {
+	if s.Pods != nil {
+		pod, err := s.Pods.Pods(args.PodNamespace).Get(args.PodName)
+		if err == nil && (args.PodUID == "" || pod.UID == args.PodUID) {
+			return pod, nil
+		}
+	}
+	return s.Client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+}
+
 func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
-	pod, err := s.Client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	pod, err := s.pod(ctx, args)
 	if err != nil {
 		return err
 	}

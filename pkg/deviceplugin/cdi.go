@@ -1,0 +1,142 @@
+package deviceplugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+)
+
+// CDIKind is the CDI kind of the devices the plugin names in Allocate.
+const CDIKind = "gpushare.io/container"
+
+// claimOf names the allocation of ids of resource: IDs of one resource are
+// held by one container at a time, so the name is unique among the
+// node's running containers.
+func claimOf(resource string, ids []string) string {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	h := sha256.New()
+	h.Write([]byte(resource))
+	for _, id := range sorted {
+		h.Write([]byte{0})
+		h.Write([]byte(id))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:10])
+}
+
+// MPS configures the environment of containers on GPUs shared under MPS.
+type MPS struct {
+	// PipeDir is the MPS control daemon's pipe directory on the host; it
+	// is mounted at the same path in the container.
+	PipeDir string
+	// LogDir is the daemon's log directory.
+	LogDir string
+}
+
+// spec is a CDI specification (cdiVersion 0.6.0) of one device.
+type spec struct {
+	CDIVersion string      `json:"cdiVersion"`
+	Kind       string      `json:"kind"`
+	Devices    []cdiDevice `json:"devices"`
+}
+
+type cdiDevice struct {
+	Name           string `json:"name"`
+	ContainerEdits edits  `json:"containerEdits"`
+}
+
+type edits struct {
+	Env    []string   `json:"env,omitempty"`
+	Mounts []cdiMount `json:"mounts,omitempty"`
+}
+
+type cdiMount struct {
+	HostPath      string   `json:"hostPath"`
+	ContainerPath string   `json:"containerPath"`
+	Options       []string `json:"options,omitempty"`
+}
+
+// Env returns what a container with allocation c sees: its GPUs and, for
+// frameworks that read them, its shares; under MPS the client limits sized
+// from its own request.
+func Env(c *gpusharev1.ContainerAllocation, mps *MPS) []string {
+	var uuids, mem, compute, limits []string
+	minCompute := int64(100)
+	for i, g := range c.GPUs {
+		uuids = append(uuids, g.UUID)
+		mem = append(mem, strconv.FormatInt(g.MemoryMiB, 10))
+		compute = append(compute, strconv.FormatInt(g.Compute, 10))
+		if g.MemoryMiB > 0 {
+			// Ordinals as the container sees them: its GPUs renumbered
+			// from 0 in NVIDIA_VISIBLE_DEVICES order.
+			limits = append(limits, fmt.Sprintf("%d=%dM", i, g.MemoryMiB))
+		}
+		minCompute = min(minCompute, g.Compute)
+	}
+	env := []string{
+		"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ","),
+		"GPUSHARE_GPU_UUIDS=" + strings.Join(uuids, ","),
+		"GPUSHARE_GPU_MEMORY_MIB=" + strings.Join(mem, ","),
+		"GPUSHARE_GPU_COMPUTE_PERCENT=" + strings.Join(compute, ","),
+	}
+	if mps != nil {
+		env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+mps.PipeDir)
+		if mps.LogDir != "" {
+			env = append(env, "CUDA_MPS_LOG_DIRECTORY="+mps.LogDir)
+		}
+		if len(limits) > 0 {
+			env = append(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+strings.Join(limits, ","))
+		}
+		if minCompute > 0 && minCompute < 100 {
+			env = append(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.FormatInt(minCompute, 10))
+		}
+	}
+	return env
+}
+
+// writeSpec writes the CDI spec of claim atomically into dir.
+func writeSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) error {
+	d := cdiDevice{Name: claim, ContainerEdits: edits{Env: Env(c, mps)}}
+	if mps != nil {
+		d.ContainerEdits.Mounts = []cdiMount{{HostPath: mps.PipeDir, ContainerPath: mps.PipeDir, Options: []string{"rbind", "rw"}}}
+	}
+	b, err := json.MarshalIndent(spec{CDIVersion: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{d}}, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := SpecPath(dir, claim)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil { //nolint:gosec // CDI specs are read by the container runtime
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// SpecPath is where the CDI spec of claim is written.
+func SpecPath(dir, claim string) string {
+	return filepath.Join(dir, "gpushare-"+claim+".json")
+}
+
+// ReadSpecEnv reads the environment a CDI spec written by the plugin gives.
+func ReadSpecEnv(dir, claim string) ([]string, error) {
+	b, err := os.ReadFile(SpecPath(dir, claim))
+	if err != nil {
+		return nil, err
+	}
+	var s spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	if len(s.Devices) != 1 {
+		return nil, fmt.Errorf("spec of %s has %d devices", claim, len(s.Devices))
+	}
+	return s.Devices[0].ContainerEdits.Env, nil
+}

@@ -1,0 +1,297 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/gpu"
+)
+
+// Config configures the device plugins of one node.
+type Config struct {
+	// Node is this node's name: records for other nodes are refused.
+	Node string
+	// Dir is the kubelet's device plugin directory (kubelet.sock is in
+	// it); the plugins' sockets go there too.
+	Dir string
+	// PodResourcesSocket is the kubelet's PodResources socket.
+	PodResourcesSocket string
+	// CDIDir is where CDI specs are written (e.g. /var/run/cdi).
+	CDIDir string
+	// Resources are served, one plugin each.
+	Resources []Resource
+	Backend   gpu.Backend
+	Pods      PodGetter
+	// MPS, if set, gives containers the MPS client environment.
+	MPS *MPS
+	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
+	// DefaultMaxDevices if 0.
+	SlotsPerGPU, MaxDevices int
+}
+
+// Manager runs a plugin for each resource and keeps them registered.
+type Manager struct {
+	cfg     Config
+	logger  klog.Logger
+	pr      *podResources
+	plugins []*plugin
+	// skipped says why a resource is not served.
+	skipped map[string]error
+
+	mu   sync.Mutex
+	gpus map[string]gpu.Device
+}
+
+// New checks cfg, discovers the GPUs and builds the plugins.
+func New(logger klog.Logger, cfg Config) (*Manager, error) {
+	if cfg.Node == "" || cfg.Dir == "" || cfg.PodResourcesSocket == "" || cfg.CDIDir == "" || cfg.Backend == nil || cfg.Pods == nil {
+		return nil, errors.New("device plugin: node, plugin directory, pod resources socket, CDI directory, GPU backend and pod getter are required")
+	}
+	if cfg.SlotsPerGPU == 0 {
+		cfg.SlotsPerGPU = DefaultSlotsPerGPU
+	}
+	if cfg.MaxDevices == 0 {
+		cfg.MaxDevices = DefaultMaxDevices
+	}
+	if err := os.MkdirAll(cfg.CDIDir, 0o755); err != nil { //nolint:gosec // the runtime reads CDI specs
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}}
+	devs, err := cfg.Backend.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	m.setGPUs(devs)
+	for _, r := range cfg.Resources {
+		list, err := devicesOf(devs, r, &cfg)
+		if err != nil {
+			m.skipped[string(r.Name)] = err
+			logger.Error(err, "Not serving resource", "resource", r.Name)
+			continue
+		}
+		socket := filepath.Join(cfg.Dir, "gpushare-"+strings.NewReplacer("/", "-", ".", "-").Replace(string(r.Name))+".sock")
+		p := &plugin{res: r, socket: socket, m: m, logger: logger.WithValues("resource", r.Name),
+			devices: list, updates: make(chan struct{})}
+		m.plugins = append(m.plugins, p)
+	}
+	if m.pr, err = dialPodResources(cfg.PodResourcesSocket); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Skipped returns the resources not served and why.
+func (m *Manager) Skipped() map[string]error { return m.skipped }
+
+func (m *Manager) setGPUs(devs []gpu.Device) {
+	byUUID := make(map[string]gpu.Device, len(devs))
+	for _, d := range devs {
+		byUUID[d.UUID] = d
+	}
+	m.mu.Lock()
+	m.gpus = byUUID
+	m.mu.Unlock()
+}
+
+// Run serves and registers the plugins, registers them again whenever the
+// kubelet restarts (its socket is created anew), and passes GPU health
+// changes on, until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	defer func() { _ = m.pr.close() }()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Close() }()
+	if err := w.Add(m.cfg.Dir); err != nil {
+		return fmt.Errorf("watching %s: %w", m.cfg.Dir, err)
+	}
+	kubelet := filepath.Join(m.cfg.Dir, filepath.Base(pluginapi.KubeletSocket))
+	m.restart(ctx, kubelet)
+	defer m.stop()
+
+	events := make(chan gpu.Event, 16)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- m.cfg.Backend.Watch(ctx, events) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-watchErr:
+			if err != nil {
+				return fmt.Errorf("watching GPU health: %w", err)
+			}
+		case ev := <-events:
+			m.logger.Info("GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
+			m.refresh()
+		case ev := <-w.Events:
+			if ev.Name == kubelet && ev.Op.Has(fsnotify.Create) {
+				m.logger.Info("Kubelet restarted; registering again")
+				m.restart(ctx, kubelet)
+			}
+		case err := <-w.Errors:
+			m.logger.Error(err, "Watching the device plugin directory")
+		}
+	}
+}
+
+// restart stops the plugins' servers (the kubelet removed their sockets),
+// then serves and registers each again. Old servers stop first: a new
+// registration followed by the old stream's end would disconnect the new.
+func (m *Manager) restart(ctx context.Context, kubelet string) {
+	m.stop()
+	if _, err := os.Stat(kubelet); err != nil {
+		m.logger.Info("Waiting for the kubelet", "socket", kubelet)
+		return
+	}
+	for _, p := range m.plugins {
+		// The kubelet may create its socket a moment before it accepts
+		// connections: try for a while.
+		var err error
+		for try := range 10 {
+			if try > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+				}
+			}
+			p.stop()
+			if err = p.serve(); err != nil {
+				continue
+			}
+			if err = p.register(ctx, kubelet); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			m.logger.Error(err, "Registering device plugin")
+			continue
+		}
+		m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", len(p.devices))
+	}
+}
+
+func (m *Manager) stop() {
+	for _, p := range m.plugins {
+		p.stop()
+	}
+}
+
+// refresh reads the GPUs again and updates every plugin's devices.
+func (m *Manager) refresh() {
+	devs, err := m.cfg.Backend.Devices()
+	if err != nil {
+		m.logger.Error(err, "Reading GPUs")
+		return
+	}
+	m.setGPUs(devs)
+	for _, p := range m.plugins {
+		list, err := devicesOf(devs, p.res, &m.cfg)
+		if err != nil {
+			m.logger.Error(err, "Updating devices", "resource", p.res.Name)
+			continue
+		}
+		p.setDevices(list)
+	}
+}
+
+// resolve finds the container holding ids of resource and returns its
+// allocation from its pod's record, checked against this node's GPUs.
+func (m *Manager) resolve(ctx context.Context, resource string, ids []string) (holder, *gpusharev1.ContainerAllocation, error) {
+	list, err := m.pr.list(ctx)
+	if err != nil {
+		return holder{}, nil, fmt.Errorf("asking the kubelet which container holds %d %s devices: %w", len(ids), resource, err)
+	}
+	h, err := find(list, resource, ids)
+	if err != nil {
+		return h, nil, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
+	}
+	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
+	if err != nil {
+		return h, nil, fmt.Errorf("reading pod %s/%s: %w", h.Namespace, h.Pod, err)
+	}
+	h.Container = whichContainer(pod, h, resource, len(ids))
+	if h.Container == "" {
+		return h, nil, fmt.Errorf("pod %s/%s: no container asks %d %s devices", h.Namespace, h.Pod, len(ids), resource)
+	}
+	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
+	if !ok {
+		return h, nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", h.Namespace, h.Pod, gpusharev1.AllocationAnnotation)
+	}
+	a, err := gpusharev1.ParseAllocation(value)
+	if err != nil {
+		return h, nil, fmt.Errorf("pod %s/%s: %w", h.Namespace, h.Pod, err)
+	}
+	if a.Node != m.cfg.Node {
+		return h, nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, this is %s", h.Namespace, h.Pod, a.Node, m.cfg.Node)
+	}
+	var c *gpusharev1.ContainerAllocation
+	for i := range a.Containers {
+		if a.Containers[i].Name == h.Container {
+			c = &a.Containers[i]
+		}
+	}
+	if c == nil {
+		return h, nil, fmt.Errorf("pod %s/%s: the allocation record has no container %s", h.Namespace, h.Pod, h.Container)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range c.GPUs {
+		d, ok := m.gpus[g.UUID]
+		switch {
+		case !ok || d.Index != g.Index:
+			return h, nil, fmt.Errorf("pod %s/%s container %s: GPU %d (%s): %w", h.Namespace, h.Pod, h.Container, g.Index, g.UUID, errNoGPU)
+		case !d.Healthy:
+			return h, nil, fmt.Errorf("pod %s/%s container %s: GPU %d (%s) is unhealthy", h.Namespace, h.Pod, h.Container, g.Index, g.UUID)
+		}
+	}
+	return h, c, nil
+}
+
+// whichContainer names the container of pod that the kubelet asked about.
+// The listing names app and sidecar containers only, and app containers
+// reuse the devices of init containers: devices held within a listed
+// container's (h.Init), or exactly those of an app container while an
+// init container asking as many has not finished, are that init
+// container's.
+func whichContainer(pod *corev1.Pod, h holder, resource string, count int) string {
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			continue // sidecars are listed under their own name
+		}
+		if q, ok := c.Resources.Limits[corev1.ResourceName(resource)]; !ok || q.Value() != int64(count) {
+			continue
+		}
+		if !finished(pod, c.Name) {
+			return c.Name
+		}
+	}
+	if h.Init {
+		return ""
+	}
+	return h.Container
+}
+
+// finished reports whether the pod's status says init container name
+// exited successfully.
+func finished(pod *corev1.Pod, name string) bool {
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name == name && s.State.Terminated != nil && s.State.Terminated.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
+}

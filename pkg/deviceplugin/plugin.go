@@ -1,0 +1,196 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/gpu"
+)
+
+// PodGetter returns a pod by namespace and name (from an informer on the
+// node's pods, or the apiserver).
+type PodGetter func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+
+// plugin serves one resource.
+type plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	res    Resource
+	socket string
+	m      *Manager
+	logger klog.Logger
+
+	mu      sync.Mutex
+	devices []*pluginapi.Device
+	// updates wakes ListAndWatch streams when devices change.
+	updates chan struct{}
+	server  *grpc.Server
+}
+
+func (p *plugin) setDevices(devs []*pluginapi.Device) {
+	p.mu.Lock()
+	p.devices = devs
+	old := p.updates
+	p.updates = make(chan struct{})
+	p.mu.Unlock()
+	close(old)
+}
+
+func (p *plugin) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.devices, p.updates
+}
+
+// GetDevicePluginOptions implements pluginapi.DevicePluginServer.
+func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch implements pluginapi.DevicePluginServer: the device list,
+// again whenever a GPU's health changes.
+func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		devs, changed := p.snapshot()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// GetPreferredAllocation implements pluginapi.DevicePluginServer. The
+// devices are tokens; it prefers the lowest IDs so that allocations stay
+// compact and easy to read.
+func (p *plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.GetContainerRequests() {
+		chosen := slices.Clone(c.GetMustIncludeDeviceIDs())
+		for _, id := range c.GetAvailableDeviceIDs() {
+			if len(chosen) >= int(c.GetAllocationSize()) {
+				break
+			}
+			if !slices.Contains(chosen, id) {
+				chosen = append(chosen, id)
+			}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: chosen})
+	}
+	return resp, nil
+}
+
+// Allocate implements pluginapi.DevicePluginServer: each container gets a
+// CDI device named after its device IDs, resolved in PreStartContainer.
+func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range req.GetContainerRequests() {
+		claim := claimOf(string(p.res.Name), c.GetDevicesIds())
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
+			CdiDevices: []*pluginapi.CDIDevice{{Name: CDIKind + "=" + claim}},
+		})
+	}
+	return resp, nil
+}
+
+// PreStartContainer implements pluginapi.DevicePluginServer: it finds the
+// container that holds the devices, reads its pod's record and writes the
+// CDI spec that Allocate named.
+func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	start := time.Now()
+	ids := req.GetDevicesIds()
+	claim := claimOf(string(p.res.Name), ids)
+	h, a, err := p.m.resolve(ctx, string(p.res.Name), ids)
+	if err != nil {
+		p.logger.Error(err, "Refusing to start a container", "resource", p.res.Name, "devices", len(ids), "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container)
+		return nil, err
+	}
+	if err := writeSpec(p.m.cfg.CDIDir, claim, a, p.m.cfg.MPS); err != nil {
+		return nil, fmt.Errorf("writing the CDI spec of container %s of pod %s/%s: %w", h.Container, h.Namespace, h.Pod, err)
+	}
+	p.logger.V(2).Info("Container gets its GPUs", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container,
+		"resource", p.res.Name, "gpus", uuids(a), "took", time.Since(start))
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+func uuids(a *gpusharev1.ContainerAllocation) string {
+	var s []string
+	for _, g := range a.GPUs {
+		s = append(s, g.UUID)
+	}
+	return strings.Join(s, ",")
+}
+
+// serve starts the plugin's gRPC server on its socket.
+func (p *plugin) serve() error {
+	_ = os.Remove(p.socket)
+	l, err := net.Listen("unix", p.socket)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.res.Name, err)
+	}
+	s := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(s, p)
+	p.mu.Lock()
+	p.server = s
+	p.mu.Unlock()
+	go func() { _ = s.Serve(l) }()
+	return nil
+}
+
+func (p *plugin) stop() {
+	p.mu.Lock()
+	s := p.server
+	p.server = nil
+	p.mu.Unlock()
+	if s != nil {
+		s.Stop()
+	}
+	_ = os.Remove(p.socket)
+}
+
+// register tells the kubelet about the plugin.
+func (p *plugin) register(ctx context.Context, kubeletSocket string) error {
+	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(p.socket),
+		ResourceName: string(p.res.Name),
+		Options:      &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true},
+	})
+	if err != nil {
+		return fmt.Errorf("registering %s with the kubelet: %w", p.res.Name, err)
+	}
+	return nil
+}
+
+// errNoGPU says the record names a GPU this node does not have.
+var errNoGPU = errors.New("the allocation record names a GPU this node does not have")
+
+// devicesOf converts GPU health to the plugin's devices of every resource.
+func devicesOf(gpus []gpu.Device, r Resource, cfg *Config) ([]*pluginapi.Device, error) {
+	return r.deviceList(gpus, cfg.SlotsPerGPU, cfg.MaxDevices)
+}

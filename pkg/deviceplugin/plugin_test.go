@@ -1,0 +1,203 @@
+package deviceplugin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/gpu"
+)
+
+// 100 identical pods start on one node at once: each container gets the
+// GPU its own record names, never a neighbour's.
+func TestConcurrentIdenticalPods(t *testing.T) {
+	n := startNode(t)
+	const pods, mib = 100, 300
+	all := make([]*corev1Pod, pods)
+	for i := range all {
+		// Identical requests; the scheduler put even pods on GPU 0 and
+		// odd ones on GPU 1.
+		all[i] = n.pod(fmt.Sprintf("same-%03d", i), share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 2, mib: mib, compute: 10})
+	}
+	// Admission is serial in the kubelet; container starts are not.
+	for _, p := range all {
+		if err := n.admit(p); err != nil {
+			t.Fatalf("admitting %s: %v", p.Name, err)
+		}
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		times []time.Duration
+	)
+	for i, p := range all {
+		wg.Go(func() {
+			start := time.Now()
+			env, err := n.start(p, "main")
+			took := time.Since(start)
+			mu.Lock()
+			times = append(times, took)
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("starting %s: %v", p.Name, err)
+				return
+			}
+			if want := n.gpuUUID(i % 2); env["NVIDIA_VISIBLE_DEVICES"] != want {
+				t.Errorf("pod %s was recorded on GPU %d (%s) but its container sees %q", p.Name, i%2, want, env["NVIDIA_VISIBLE_DEVICES"])
+			}
+			if env["GPUSHARE_GPU_MEMORY_MIB"] != fmt.Sprint(mib) || env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != fmt.Sprintf("0=%dM", mib) ||
+				env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "10" {
+				t.Errorf("pod %s: environment %v does not carry its own %d MiB and 10%% limits", p.Name, env, mib)
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(times)
+	t.Logf("PreStartContainer through the device manager, %d containers at once: p50 %v, p99 %v",
+		pods, times[len(times)/2], times[len(times)*99/100])
+}
+
+// A pod with an init container and two app containers on different GPUs:
+// each container gets its own share.
+func TestMultiContainerPod(t *testing.T) {
+	n := startNode(t)
+	p := n.pod("multi",
+		share{container: "warm", kind: gpusharev1.ContainerInit, gpu: 1, mib: 2048},
+		share{container: "server", kind: gpusharev1.ContainerApp, gpu: 0, mib: 8192, compute: 50},
+		share{container: "tokenizer", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024, compute: 20})
+	if err := n.admit(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		container string
+		gpu       int
+		mib       string
+		threads   string
+	}{{"warm", 1, "2048", ""}, {"server", 0, "8192", "50"}, {"tokenizer", 1, "1024", "20"}} {
+		env, err := n.start(p, want.container)
+		if err != nil {
+			t.Fatalf("%s: %v", want.container, err)
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(want.gpu) || env["GPUSHARE_GPU_MEMORY_MIB"] != want.mib ||
+			env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != want.threads {
+			t.Errorf("container %s: %v; want GPU %d, %s MiB, thread percentage %q", want.container, env, want.gpu, want.mib, want.threads)
+		}
+	}
+}
+
+// Pods without a valid record for this node get a clear error, and
+// nothing is handed out.
+func TestBadRecords(t *testing.T) {
+	n := startNode(t)
+	good := n.pod("x", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 512})
+	cases := map[string]struct {
+		edit func(p *corev1Pod)
+		want string
+	}{
+		"no record":  {func(p *corev1Pod) { delete(p.Annotations, gpusharev1.AllocationAnnotation) }, "has no gpushare.io/allocation annotation"},
+		"malformed":  {func(p *corev1Pod) { p.Annotations[gpusharev1.AllocationAnnotation] = "{not json" }, "gpushare.io/allocation"},
+		"other node": {func(p *corev1Pod) { setRecord(t, p, func(a *gpusharev1.Allocation) { a.Node = "node-b" }) }, "allocated on node node-b"},
+		"foreign GPU": {func(p *corev1Pod) {
+			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].GPUs[0].UUID = "GPU-elsewhere" })
+		}, errNoGPU.Error()},
+		"no such container": {func(p *corev1Pod) {
+			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].Name = "other" })
+		}, "has no container main"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := good.DeepCopy()
+			p.Name, p.UID = "bad-"+strings.ReplaceAll(name, " ", "-"), corev1UID("bad-"+name)
+			c.edit(p)
+			if err := n.admit(p); err != nil {
+				t.Fatal(err)
+			}
+			env, err := n.start(p, "main")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("start gave %v, %v; want an error containing %q", env, err, c.want)
+			}
+		})
+	}
+}
+
+// An unhealthy GPU leaves the kubelet's allocatable devices, and a
+// container recorded on it does not start.
+func TestUnhealthyGPU(t *testing.T) {
+	n := startNode(t)
+	p := n.pod("on-one", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024})
+	if err := n.admit(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.gpus.SetHealth(1, false, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitAllocatable("gpushare.io/gpu-mem", 16384)
+	n.waitAllocatable("gpushare.io/gpu-core", 100)
+	if _, err := n.start(p, "main"); err == nil || !strings.Contains(err.Error(), "unhealthy") {
+		t.Fatalf("a container recorded on the unhealthy GPU started: %v", err)
+	}
+}
+
+// After a kubelet restart the plugins register again, and containers of
+// pods admitted before it still get their GPUs.
+func TestKubeletRestart(t *testing.T) {
+	n := startNode(t)
+	before := n.pod("before", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 4096})
+	if err := n.admit(before); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	n.waitAllocatable("gpushare.io/gpu-mem", 2*16384)
+	after := n.pod("after", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 2048})
+	if err := n.admit(after); err != nil {
+		t.Fatal(err)
+	}
+	for p, gpu := range map[*corev1Pod]int{before: 1, after: 0} {
+		env, err := n.start(p, "main")
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(gpu) {
+			t.Errorf("%s sees %q, want GPU %d", p.Name, env["NVIDIA_VISIBLE_DEVICES"], gpu)
+		}
+	}
+}
+
+// The devices of a resource at DefaultMaxDevices fit the kubelet's 4 MiB
+// message; a node whose MiB devices would not is refused with the reason.
+func TestListAndWatchFitsMessageLimit(t *testing.T) {
+	big := make([]gpu.Device, 8)
+	for i := range big {
+		big[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryMiB: 144384, Healthy: true}
+	}
+	mib := Resource{Name: "gpushare.io/gpu-mem", Kind: "Memory", UnitMiB: 1}
+	if _, err := mib.deviceList(big, DefaultSlotsPerGPU, DefaultMaxDevices); err == nil || !strings.Contains(err.Error(), "4 MiB message limit") {
+		t.Fatalf("8 x 141 GiB in MiB devices: %v; want the message-limit error", err)
+	}
+	gib := Resource{Name: "aliyun.com/gpu-mem", Kind: "Memory", UnitMiB: 1024}
+	if devs, err := gib.deviceList(big, DefaultSlotsPerGPU, DefaultMaxDevices); err != nil || len(devs) != 8*141 {
+		t.Fatalf("8 x 141 GiB in GiB devices: %d devices, %v", len(devs), err)
+	}
+	// The largest MiB node that is served: DefaultMaxDevices MiB over 8
+	// GPUs, the longest IDs.
+	edge := make([]gpu.Device, 8)
+	for i := range edge {
+		edge[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryMiB: DefaultMaxDevices / 8, Healthy: true}
+	}
+	devs, err := mib.deviceList(edge, DefaultSlotsPerGPU, DefaultMaxDevices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := proto.Size(&pluginapi.ListAndWatchResponse{Devices: devs})
+	t.Logf("ListAndWatch with %d devices: %d bytes", len(devs), size)
+	if size >= 4<<20 {
+		t.Errorf("ListAndWatch with %d devices is %d bytes, over the kubelet's 4 MiB limit", len(devs), size)
+	}
+}

@@ -1,0 +1,149 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// maxListBytes bounds a PodResources listing: it names every device of
+// every container on the node, one MiB token each.
+const maxListBytes = 256 << 20
+
+// holder is the pod container that holds some devices.
+type holder struct {
+	Namespace, Pod, Container string
+	// Init is set when the devices belong to an init container of the
+	// pod, not yet known which (see initContainer).
+	Init bool
+}
+
+// podResources asks the kubelet's PodResources API who holds devices.
+// Callers that arrive while a listing is under way share the next one.
+type podResources struct {
+	client podresourcesapi.PodResourcesListerClient
+	conn   *grpc.ClientConn
+
+	mu      sync.Mutex
+	waiting []chan listing
+	running bool
+}
+
+type listing struct {
+	resp *podresourcesapi.ListPodResourcesResponse
+	err  error
+}
+
+// dialPodResources connects to the kubelet's PodResources socket.
+func dialPodResources(socket string) (*podResources, error) {
+	conn, err := grpc.NewClient("unix://"+socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxListBytes)))
+	if err != nil {
+		return nil, fmt.Errorf("pod resources socket %s: %w", socket, err)
+	}
+	return &podResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn}, nil
+}
+
+func (r *podResources) close() error { return r.conn.Close() }
+
+// list returns a listing begun after the call: one that includes every
+// allocation made before it.
+func (r *podResources) list(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+	ch := make(chan listing, 1)
+	r.mu.Lock()
+	r.waiting = append(r.waiting, ch)
+	if !r.running {
+		r.running = true
+		go r.run()
+	}
+	r.mu.Unlock()
+	select {
+	case l := <-ch:
+		return l.resp, l.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run lists for the waiting callers until none is left.
+func (r *podResources) run() {
+	for {
+		r.mu.Lock()
+		batch := r.waiting
+		r.waiting = nil
+		if len(batch) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		resp, err := r.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+		cancel()
+		for _, ch := range batch {
+			ch <- listing{resp, err}
+		}
+	}
+}
+
+// errNotHeld says no container holds the devices (yet).
+var errNotHeld = errors.New("no container holds these devices")
+
+// find returns the container that holds exactly ids of resource. App
+// containers reuse the devices of init containers, and the listing leaves
+// out init containers that are not sidecars, so devices a listed
+// container holds more of belong to an init container of its pod: find
+// returns that pod with Init set.
+func find(resp *podresourcesapi.ListPodResourcesResponse, resource string, ids []string) (holder, error) {
+	if len(ids) == 0 {
+		return holder{}, errors.New("no device IDs")
+	}
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	var within *holder
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			var held []string
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == resource {
+					held = append(held, d.GetDeviceIds()...)
+				}
+			}
+			if !slices.Contains(held, want[0]) {
+				continue
+			}
+			h := holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
+			slices.Sort(held)
+			if slices.Equal(held, want) {
+				return h, nil
+			}
+			if subset(want, held) {
+				h.Container, h.Init = "", true
+				within = &h
+			}
+		}
+	}
+	if within != nil {
+		return *within, nil
+	}
+	return holder{}, errNotHeld
+}
+
+// subset reports whether sorted a is within sorted b.
+func subset(a, b []string) bool {
+	i := 0
+	for _, x := range b {
+		if i < len(a) && a[i] == x {
+			i++
+		}
+	}
+	return i == len(a)
+}

@@ -1,0 +1,465 @@
+// Command scheduler is gpushare's scheduling throughput benchmark (make
+// bench-scheduler). For each node count it starts a real control plane,
+// creates the nodes (8 GPUs each) and the fractional-GPU pods, then starts
+// one scheduler and times how fast it binds them all:
+//
+//   - gpushare: gpushare-scheduler with deploy/scheduler-config.yaml; pods
+//     ask gpushare.io/gpu-mem.
+//   - stock: kube-scheduler with no extender; pods ask a plain extended
+//     resource the nodes advertise (what kube-scheduler alone can do).
+//   - extender: kube-scheduler with gpushare-extender and
+//     deploy/extender-scheduler-config.yaml; pods ask gpushare.io/gpu-mem.
+//
+// Every scheduler gets the same client rate limit (--qps, --burst). Nodes
+// have no kubelet or kwok: the node lifecycle controller is off so that
+// they stay schedulable. Throughput is the pods bound over the time from
+// the first bind to the last; RSS is the scheduler's (and the extender's)
+// resident memory once every pod is bound, and its peak.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+// stockResource is the plain extended resource of the stock runs.
+const stockResource corev1.ResourceName = "bench.gpushare.io/gpu-mem"
+
+const gpuMiB = 81920
+
+type options struct {
+	nodes   []int
+	pods    int
+	modes   []string
+	qps     int
+	bin     string
+	timeout time.Duration
+	json    bool
+}
+
+// Result is one run's figures.
+type Result struct {
+	Mode  string `json:"mode"`
+	Nodes int    `json:"nodes"`
+	Pods  int    `json:"pods"`
+	// PodsPerSecond is Pods over the time from the first bind to the last.
+	PodsPerSecond float64 `json:"pods_per_second"`
+	// MedianPerSecond is the median of the per-second bind counts.
+	MedianPerSecond float64 `json:"median_pods_per_second"`
+	Seconds         float64 `json:"seconds"`
+	RSSMiB          float64 `json:"rss_mib"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+}
+
+func main() {
+	var (
+		o                  options
+		nodes, modes, root string
+	)
+	flag.StringVar(&nodes, "nodes", "1000,5000", "node counts, comma-separated")
+	flag.IntVar(&o.pods, "pods", 10000, "pods per run")
+	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender")
+	flag.IntVar(&o.qps, "qps", 5000, "client QPS and burst of every scheduler and of the extender")
+	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
+	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
+	flag.Parse()
+	for f := range strings.SplitSeq(nodes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fail(fmt.Errorf("--nodes: %q is not a positive number", f))
+		}
+		o.nodes = append(o.nodes, n)
+	}
+	o.modes = strings.Split(modes, ",")
+	for _, m := range o.modes {
+		if !slices.Contains([]string{"gpushare", "stock", "extender"}, m) {
+			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, extender)", m))
+		}
+	}
+	if err := os.Chdir(root); err != nil {
+		fail(err)
+	}
+	dir, err := os.MkdirTemp("", "gpushare-bench-")
+	if err != nil {
+		fail(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	o.bin = dir
+	if err := run(o); err != nil {
+		_ = os.RemoveAll(dir)
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench-scheduler:", err)
+	os.Exit(1)
+}
+
+func run(o options) error {
+	build := exec.Command("go", "build", "-o", o.bin+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building: %w", err)
+	}
+	tools, err := controlplane.FindTools("")
+	if err != nil {
+		return err
+	}
+	var results []Result
+	for _, n := range o.nodes {
+		for _, m := range o.modes {
+			r, err := runOne(o, tools, m, n)
+			if err != nil {
+				return fmt.Errorf("%s at %d nodes: %w", m, n, err)
+			}
+			results = append(results, r)
+			if o.json {
+				b, _ := json.Marshal(r)
+				fmt.Println(string(b))
+			}
+		}
+	}
+	if !o.json {
+		printTable(results)
+	}
+	return nil
+}
+
+func printTable(results []Result) {
+	fmt.Printf("%-9s %6s %6s %9s %12s %8s %8s %9s %10s\n", "mode", "nodes", "pods", "pods/s", "median/s", "seconds", "RSS MiB", "peak MiB", "vs stock")
+	for _, r := range results {
+		ratio := ""
+		for _, s := range results {
+			if s.Mode == "stock" && s.Nodes == r.Nodes && s.PodsPerSecond > 0 {
+				ratio = fmt.Sprintf("%.2f", r.PodsPerSecond/s.PodsPerSecond)
+			}
+		}
+		fmt.Printf("%-9s %6d %6d %9.1f %12.1f %8.1f %8.0f %9.0f %10s\n", r.Mode, r.Nodes, r.Pods, r.PodsPerSecond,
+			r.MedianPerSecond, r.Seconds, r.RSSMiB, r.PeakRSSMiB, ratio)
+	}
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result, error) {
+	ctx := context.Background()
+	progress("%s, %d nodes: starting the control plane", mode, nodes)
+	c, err := controlplane.Start(ctx, controlplane.Options{Tools: tools, NoKwok: true, QPS: 2000, Burst: 4000,
+		ControllerManagerArgs: []string{"--controllers=*,-node-lifecycle-controller"}})
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Stop()
+	client, err := c.Client()
+	if err != nil {
+		return Result{}, err
+	}
+	progress("creating %d nodes", nodes)
+	err = parallel(nodes, func(i int) error {
+		s := controlplane.NodeSpec{Name: fmt.Sprintf("node-%05d", i), Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: gpuMiB, Count: 8}
+		if mode == "stock" {
+			s.Extended = map[corev1.ResourceName]int64{stockResource: 8 * gpuMiB}
+		}
+		if err := controlplane.CreateNode(ctx, client, s); err != nil {
+			return err
+		}
+		return controlplane.MarkSchedulable(ctx, client, s.Name)
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	progress("creating %d pods", o.pods)
+	resourceName := corev1.ResourceName("gpushare.io/gpu-mem")
+	if mode == "stock" {
+		resourceName = stockResource
+	}
+	sizes := []int64{2048, 4096, 8192, 10240, 20480}
+	rng := rand.New(rand.NewPCG(42, uint64(o.pods)))
+	mib := make([]int64, o.pods)
+	for i := range mib {
+		mib[i] = sizes[rng.IntN(len(sizes))]
+	}
+	err = parallel(o.pods, func(i int) error {
+		_, err := client.CoreV1().Pods("default").Create(ctx, benchPod(i, resourceName, mib[i]), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+
+	binds := newBindWatch(client, o.pods)
+	defer binds.stop()
+	procs, err := startScheduler(ctx, c, o, mode)
+	if err != nil {
+		return Result{}, err
+	}
+	progress("%s is running; waiting for %d pods to be bound", mode, o.pods)
+	if err := binds.wait(o.timeout); err != nil {
+		return Result{}, err
+	}
+	r := Result{Mode: mode, Nodes: nodes, Pods: o.pods}
+	r.Seconds, r.PodsPerSecond, r.MedianPerSecond = binds.rates()
+	for _, p := range procs {
+		rss, peak, err := memory(p.Cmd.Process.Pid)
+		if err != nil {
+			return Result{}, err
+		}
+		r.RSSMiB += rss
+		r.PeakRSSMiB += peak
+	}
+	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB", mode, nodes, r.PodsPerSecond, r.RSSMiB)
+	return r, nil
+}
+
+func benchPod(i int, name corev1.ResourceName, mib int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    k8sresource.MustParse("100m"),
+					corev1.ResourceMemory: k8sresource.MustParse("128Mi"),
+				},
+				Limits: corev1.ResourceList{name: *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)},
+			}}}},
+	}
+}
+
+// startScheduler starts mode's scheduler (and extender) with the bench's
+// client rate limit and returns the processes to measure.
+func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mode string) ([]*controlplane.Process, error) {
+	limit := func(config []byte) []byte {
+		config = bytes.Replace(config, []byte("qps: 200"), []byte("qps: "+strconv.Itoa(o.qps)), 1)
+		return bytes.Replace(config, []byte("burst: 400"), []byte("burst: "+strconv.Itoa(o.qps)), 1)
+	}
+	read := func(path string) ([]byte, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Contains(b, []byte("qps: 200")) || !bytes.Contains(b, []byte("burst: 400")) {
+			return nil, fmt.Errorf("%s: expected clientConnection qps: 200 and burst: 400 to replace", path)
+		}
+		return limit(b), nil
+	}
+	switch mode {
+	case "gpushare":
+		config, err := read("deploy/scheduler-config.yaml")
+		if err != nil {
+			return nil, err
+		}
+		s, err := c.StartScheduler(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), config, "--v=1")
+		if err != nil {
+			return nil, err
+		}
+		return []*controlplane.Process{s.Process}, nil
+	case "stock":
+		config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, controlplane.DeployKubeconfig, o.qps, o.qps)
+		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), []byte(config), "--v=1")
+		if err != nil {
+			return nil, err
+		}
+		return []*controlplane.Process{s.Process}, nil
+	default:
+		port, err := controlplane.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		base := "http://127.0.0.1:" + strconv.Itoa(port)
+		ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), "--kubeconfig="+c.Kubeconfig,
+			"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--config=deploy/extender-config.yaml",
+			"--kube-api-qps="+strconv.Itoa(o.qps), "--kube-api-burst="+strconv.Itoa(o.qps), "-v=1")
+		if err != nil {
+			return nil, err
+		}
+		if err := controlplane.WaitHTTP(ctx, ext, base+"/healthz", ""); err != nil {
+			return nil, err
+		}
+		config, err := read("deploy/extender-scheduler-config.yaml")
+		if err != nil {
+			return nil, err
+		}
+		config = bytes.ReplaceAll(config, []byte("http://127.0.0.1:8888"), []byte(base))
+		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), config, "--v=1")
+		if err != nil {
+			return nil, err
+		}
+		return []*controlplane.Process{s.Process, ext}, nil
+	}
+}
+
+// parallel runs fn(0..n-1) on 32 goroutines and returns the first error.
+func parallel(n int, fn func(int) error) error {
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		first atomic.Pointer[error]
+	)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || first.Load() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					first.CompareAndSwap(nil, &err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := first.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// bindWatch records when each pod is first seen bound.
+type bindWatch struct {
+	want  int
+	mu    sync.Mutex
+	times map[string]time.Time
+	done  chan struct{}
+	quit  chan struct{}
+}
+
+func newBindWatch(client kubernetes.Interface, want int) *bindWatch {
+	w := &bindWatch{want: want, times: make(map[string]time.Time, want), done: make(chan struct{}), quit: make(chan struct{})}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
+		}))
+	seen := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if _, ok := w.times[p.Name]; ok {
+			return
+		}
+		w.times[p.Name] = time.Now()
+		if len(w.times) == w.want {
+			close(w.done)
+		}
+	}
+	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) },
+	})
+	f.Start(w.quit)
+	return w
+}
+
+func (w *bindWatch) stop() { close(w.quit) }
+
+func (w *bindWatch) wait(timeout time.Duration) error {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case <-w.done:
+			return nil
+		case <-tick.C:
+			w.mu.Lock()
+			progress("%d of %d bound", len(w.times), w.want)
+			w.mu.Unlock()
+		case <-deadline:
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return fmt.Errorf("only %d of %d pods bound after %v", len(w.times), w.want, timeout)
+		}
+	}
+}
+
+// rates returns the seconds from the first bind to the last, the pods per
+// second over that span, and the median of the per-second bind counts.
+func (w *bindWatch) rates() (seconds, perSecond, median float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ts := make([]time.Time, 0, len(w.times))
+	for _, t := range w.times {
+		ts = append(ts, t)
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	if len(ts) < 2 {
+		return 0, 0, 0
+	}
+	span := ts[len(ts)-1].Sub(ts[0]).Seconds()
+	buckets := make([]float64, int(span)+1)
+	for _, t := range ts {
+		buckets[int(t.Sub(ts[0]).Seconds())]++
+	}
+	// The last second is partial.
+	if len(buckets) > 1 {
+		buckets = buckets[:len(buckets)-1]
+	}
+	slices.Sort(buckets)
+	return span, float64(len(ts)) / span, buckets[len(buckets)/2]
+}
+
+// memory returns a process's resident and peak resident memory in MiB.
+func memory(pid int) (rss, peak float64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kib, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			rss = kib / 1024
+		case "VmHWM:":
+			peak = kib / 1024
+		}
+	}
+	if rss == 0 {
+		return 0, 0, errors.New("no VmRSS in /proc status")
+	}
+	return rss, peak, nil
+}
