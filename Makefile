@@ -5,6 +5,8 @@ SHELL := /usr/bin/env bash
 
 GO ?= go
 BIN := bin
+# go-nvml's cgo preamble calls NVML functions the header marks deprecated.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # Tools are built from the Go module proxy into a versioned cache outside
 # the clone, so that every clone on a machine shares them.
 TOOLS_DIR ?= $(HOME)/.cache/gpushare/tools
@@ -86,6 +88,10 @@ bench-packing: build ## Packing benchmark: every policy on all 17 openb workload
 bench-default: build ## Packing benchmark on the openb default workload only.
 	@test -f $(OPENB)/openb_node_list_gpu_node.csv || { echo "openb trace not found in $(OPENB); see docs/simulator.md" >&2; exit 1; }
 	$(BIN)/gpushare-sim --nodes $(OPENB)/openb_node_list_gpu_node.csv --pods $(OPENB)/openb_pod_list_default.csv --seeds $(SEEDS) --plot $(BIN)/curve-default.png
+
+.PHONY: bench-scheduler
+bench-scheduler: cluster-tools ## Scheduling throughput and memory: gpushare-scheduler, stock kube-scheduler and the extender (NODES, PODS).
+	$(GO) run ./test/bench/scheduler --nodes $(or $(NODES),1000,5000) --pods $(or $(PODS),10000)
 
 .PHONY: clean
 clean: ## Remove build outputs.

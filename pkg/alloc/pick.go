@@ -16,6 +16,10 @@ func Better(a, b *Placement, podKey string, seed uint64) bool {
 	return better(a.Score, a.Node, b.Score, b.Node, podKey, seed)
 }
 
+// TieBreak is the key that orders nodes of equal score for a pod: the
+// higher wins. Better is Score.Compare, then TieBreak.
+func TieBreak(podKey, node string, seed uint64) uint64 { return mix(seed, podKey, node, -2) }
+
 func better(a Score, aNode string, b Score, bNode string, podKey string, seed uint64) bool {
 	if c := a.Compare(b); c != 0 {
 		return c > 0

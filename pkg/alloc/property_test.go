@@ -90,6 +90,7 @@ func replayRandom(t *testing.T, seed uint64, policy string) ([]*NodeState, []*Pl
 			t.Fatalf("generated an invalid pod: %v", err)
 		}
 		d := pl.Pick(states, pod, seed)
+		checkRate(t, pl, states, pod)
 		if d.Index < 0 {
 			if len(pl.Explain(states, pod)) != len(states) {
 				t.Fatalf("pod %s fits nowhere, but Explain does not reject every node", pod.Key)
@@ -189,4 +190,23 @@ func equalAssignments(a, b []Assignment) bool {
 		}
 	}
 	return true
+}
+
+// checkRate: Rate, with one Scratch reused over the nodes, agrees with
+// Place on every node: the same score, or the same refusal.
+func checkRate(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
+	t.Helper()
+	var x Scratch
+	for _, s := range states {
+		p, unfit := pl.Place(s, pod)
+		score, rateUnfit := pl.Rate(&x, s, pod)
+		switch {
+		case (unfit == nil) != (rateUnfit == nil):
+			t.Fatalf("pod %s on %s: Place unfit %v, Rate unfit %v", pod.Key, s.Node.Name, unfit, rateUnfit)
+		case unfit != nil && unfit.Error() != rateUnfit.Error():
+			t.Fatalf("pod %s on %s: Place says %q, Rate says %q", pod.Key, s.Node.Name, unfit, rateUnfit)
+		case unfit == nil && p.Score != score:
+			t.Fatalf("pod %s on %s: Place scores %v, Rate %v", pod.Key, s.Node.Name, p.Score, score)
+		}
+	}
 }

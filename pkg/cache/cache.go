@@ -24,6 +24,9 @@ type Cache struct {
 	// rejected holds why a node seen by the informer takes no part.
 	rejected map[string]error
 	pods     map[types.UID]*podEntry
+	// gpuSizes counts the GPUs of each memory size over the nodes, for
+	// LargestGPU.
+	gpuSizes map[int64]int
 }
 
 type nodeEntry struct {
@@ -63,6 +66,7 @@ func New(logger klog.Logger) *Cache {
 		nodes:    make(map[string]*nodeEntry),
 		rejected: make(map[string]error),
 		pods:     make(map[types.UID]*podEntry),
+		gpuSizes: make(map[int64]int),
 	}
 }
 
@@ -77,7 +81,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 		if old != nil {
 			c.logger.Info("Node leaves gpushare", "node", klog.KObj(n), "reason", err)
 		}
-		delete(c.nodes, n.Name)
+		c.dropNode(n.Name)
 		c.rejected[n.Name] = err
 		// Pods keep their entries: if the node comes back they are
 		// booked again.
@@ -88,7 +92,9 @@ func (c *Cache) SetNode(n *corev1.Node) {
 		return
 	}
 	e := &nodeEntry{inventory: node, state: alloc.NewNodeState(copyNode(node)), pods: make(map[types.UID]*podEntry)}
+	c.dropNode(n.Name)
 	c.nodes[n.Name] = e
+	c.countGPUs(node, 1)
 	for uid, p := range c.pods {
 		if p.placement.Node != n.Name {
 			continue
@@ -126,8 +132,35 @@ func sameInventory(a, b *alloc.Node) bool {
 func (c *Cache) RemoveNode(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.nodes, name)
+	c.dropNode(name)
 	delete(c.rejected, name)
+}
+
+// dropNode removes a node entry and its GPUs from the size counts.
+func (c *Cache) dropNode(name string) {
+	if e := c.nodes[name]; e != nil {
+		c.countGPUs(e.inventory, -1)
+		delete(c.nodes, name)
+	}
+}
+
+func (c *Cache) countGPUs(n *alloc.Node, delta int) {
+	for _, g := range n.GPUs {
+		if c.gpuSizes[g.MemoryMiB] += delta; c.gpuSizes[g.MemoryMiB] <= 0 {
+			delete(c.gpuSizes, g.MemoryMiB)
+		}
+	}
+}
+
+// LargestGPU returns the memory of the largest GPU of any node, in MiB.
+func (c *Cache) LargestGPU() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var largest int64
+	for size := range c.gpuSizes {
+		largest = max(largest, size)
+	}
+	return largest
 }
 
 // book applies p to e. A booking that no longer fits (the node's GPUs

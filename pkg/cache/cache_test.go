@@ -780,3 +780,24 @@ func TestPlaceAndAssumeReplacesOwnBooking(t *testing.T) {
 		t.Errorf("PlaceAndAssume on an unknown node = %v, want ErrNodeGone", err)
 	}
 }
+
+// LargestGPU follows nodes coming, changing and going.
+func TestLargestGPU(t *testing.T) {
+	c, _ := newCache(t)
+	if got := c.LargestGPU(); got != 0 {
+		t.Fatalf("empty cache: %d", got)
+	}
+	c.SetNode(gpuNode(t, "small", 16384, 16384))
+	c.SetNode(gpuNode(t, "big", 81920))
+	if got := c.LargestGPU(); got != 81920 {
+		t.Fatalf("largest %d, want 81920", got)
+	}
+	c.SetNode(gpuNode(t, "big", 24576))
+	if got := c.LargestGPU(); got != 24576 {
+		t.Fatalf("after the big node shrank: %d, want 24576", got)
+	}
+	c.RemoveNode("big")
+	if got := c.LargestGPU(); got != 16384 {
+		t.Fatalf("after the big node left: %d, want 16384", got)
+	}
+}

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -165,17 +166,19 @@ func (s *Server) request(pod *corev1.Pod) (*alloc.PodRequest, error) {
 	return req, nil
 }
 
-// place rates the pod on each named node.
-func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]*alloc.Placement, map[string]*alloc.Unfit, map[string]error) {
-	fit := make(map[string]*alloc.Placement, len(names))
+// place rates the pod on each named node with the core's allocation-free
+// Rate.
+func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.Score, map[string]*alloc.Unfit, map[string]error) {
+	fit := make(map[string]alloc.Score, len(names))
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
+	var x alloc.Scratch
 	for _, name := range names {
 		var (
-			p *alloc.Placement
-			u *alloc.Unfit
+			score alloc.Score
+			u     *alloc.Unfit
 		)
-		if err := s.Cache.Read(name, func(st *alloc.NodeState) { p, u = s.Placer.Place(st, req) }); err != nil {
+		if err := s.Cache.Read(name, func(st *alloc.NodeState) { score, u = s.Placer.Rate(&x, st, req) }); err != nil {
 			outside[name] = err
 			continue
 		}
@@ -183,7 +186,7 @@ func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]*alloc
 			unfit[name] = u
 			continue
 		}
-		fit[name] = p
+		fit[name] = score
 	}
 	return fit, unfit, outside
 }
@@ -225,7 +228,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	}
 	passed := make([]string, 0, len(fit))
 	for _, n := range names {
-		if fit[n] != nil {
+		if _, ok := fit[n]; ok {
 			passed = append(passed, n)
 		}
 	}
@@ -243,8 +246,12 @@ func finish(res *extenderv1.ExtenderFilterResult, args *extenderv1.ExtenderArgs,
 	}
 	list := &corev1.NodeList{}
 	if args.Nodes != nil {
+		keep := make(map[string]bool, len(passed))
+		for _, n := range passed {
+			keep[n] = true
+		}
 		for _, n := range args.Nodes.Items {
-			if slices.Contains(passed, n.Name) {
+			if keep[n.Name] {
 				list.Items = append(list.Items, n)
 			}
 		}
@@ -267,21 +274,24 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 		return out, nil
 	}
 	fit, _, _ := s.place(names, req)
-	ranked := make([]string, 0, len(fit))
-	for n := range fit {
-		ranked = append(ranked, n)
+	type node struct {
+		name  string
+		score alloc.Score
+		tie   uint64
 	}
-	slices.SortFunc(ranked, func(a, b string) int {
-		switch {
-		case alloc.Better(fit[a], fit[b], req.Key, s.Seed):
-			return -1
-		case alloc.Better(fit[b], fit[a], req.Key, s.Seed):
-			return 1
+	ranked := make([]node, 0, len(fit))
+	for n, sc := range fit {
+		ranked = append(ranked, node{n, sc, alloc.TieBreak(req.Key, n, s.Seed)})
+	}
+	slices.SortFunc(ranked, func(a, b node) int {
+		if c := b.score.Compare(a.score); c != 0 {
+			return c
 		}
-		return 0
+		return cmp.Compare(b.tie, a.tie)
 	})
 	score := make(map[string]int64, len(ranked))
-	for rank, n := range ranked {
+	for rank, r := range ranked {
+		n := r.name
 		// The best gets 10, the rest step down from 9 to 0.
 		score[n] = int64(9 * (len(ranked) - 1 - rank) / max(len(ranked)-1, 1))
 		if rank == 0 {

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,13 +173,7 @@ func setPod(c *gpucache.Cache, obj any) {
 // noteLargestGPU tells the resource model the largest GPU, so that a
 // request no GPU could hold is rejected with that message.
 func (pl *GPUShare) noteLargestGPU() {
-	var largest int64
-	for _, s := range pl.cache.Snapshot() {
-		for _, g := range s.Node.GPUs {
-			largest = max(largest, g.MemoryMiB)
-		}
-	}
-	pl.model.SetLargestGPU(largest)
+	pl.model.SetLargestGPU(pl.cache.LargestGPU())
 }
 
 // Name implements fwk.Plugin.
@@ -190,9 +185,10 @@ type cycle struct {
 	// start is when PreFilter began, for the decision latency.
 	start time.Time
 
-	mu         sync.Mutex
-	placements map[string]*alloc.Placement
-	unfits     []*alloc.Unfit
+	mu sync.Mutex
+	// scores holds the score of each node that passed Filter.
+	scores map[string]alloc.Score
+	unfits []*alloc.Unfit
 	// chosen is the placement Reserve booked; recorded is set once Bind
 	// has bound the pod with its record.
 	chosen   *alloc.Placement
@@ -228,7 +224,7 @@ func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *core
 	}
 	// kube-scheduler's own plugins account for CPU and memory.
 	req.CPUMilli, req.MemoryMiB = 0, 0
-	state.Write(stateKey, &cycle{req: req, start: start, placements: make(map[string]*alloc.Placement)})
+	state.Write(stateKey, &cycle{req: req, start: start, scores: make(map[string]alloc.Score)})
 	return nil, nil
 }
 
@@ -243,10 +239,13 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 	}
 	name := nodeInfo.Node().Name
 	var (
-		p     *alloc.Placement
+		score alloc.Score
 		unfit *alloc.Unfit
 	)
-	if err := pl.cache.Read(name, func(s *alloc.NodeState) { p, unfit = pl.placer.Place(s, c.req) }); err != nil {
+	x := scratchPool.Get().(*alloc.Scratch)
+	err = pl.cache.Read(name, func(s *alloc.NodeState) { score, unfit = pl.placer.Rate(x, s, c.req) })
+	scratchPool.Put(x)
+	if err != nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotGPUShareNode)
 	}
 	c.mu.Lock()
@@ -255,9 +254,13 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 		c.unfits = append(c.unfits, unfit)
 		return fwk.NewStatus(fwk.Unschedulable, reasonOf(unfit))
 	}
-	c.placements[name] = p
+	c.scores[name] = score
 	return nil
 }
+
+// scratchPool holds the core's rating buffers: Filter runs on many
+// goroutines, and rating a node then allocates nothing.
+var scratchPool = sync.Pool{New: func() any { return new(alloc.Scratch) }}
 
 // ReasonNotGPUShareNode is the Filter reason for nodes outside gpushare.
 const ReasonNotGPUShareNode = "node is not a gpushare GPU node"
@@ -290,16 +293,7 @@ func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev
 
 // Score implements fwk.ScorePlugin. The raw score is the placement's rank
 // key; NormalizeScore turns it into 0-100.
-func (pl *GPUShare) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	c, err := readCycle(state)
-	if err != nil {
-		return 0, fwk.AsStatus(err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.placements[nodeInfo.Node().Name] == nil {
-		return 0, fwk.AsStatus(fmt.Errorf("%s: node %s was not filtered", Name, nodeInfo.Node().Name))
-	}
+func (pl *GPUShare) Score(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeInfo) (int64, *fwk.Status) {
 	return 0, nil
 }
 
@@ -315,24 +309,25 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	order := make([]int, len(scores))
-	for i := range order {
-		order[i] = i
+	type ranked struct {
+		i     int
+		score alloc.Score
+		tie   uint64
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		pa, pb := c.placements[scores[a].Name], c.placements[scores[b].Name]
-		switch {
-		case alloc.Better(pa, pb, c.req.Key, pl.seed):
-			return -1
-		case alloc.Better(pb, pa, c.req.Key, pl.seed):
-			return 1
+	order := make([]ranked, len(scores))
+	c.mu.Lock()
+	for i := range scores {
+		order[i] = ranked{i: i, score: c.scores[scores[i].Name], tie: alloc.TieBreak(c.req.Key, scores[i].Name, pl.seed)}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(order, func(a, b ranked) int {
+		if c := b.score.Compare(a.score); c != 0 {
+			return c
 		}
-		return 0
+		return cmp.Compare(b.tie, a.tie)
 	})
-	for rank, i := range order {
-		scores[i].Score = rankScore(rank, len(order))
+	for rank, r := range order {
+		scores[r.i].Score = rankScore(rank, len(order))
 	}
 	return nil
 }

@@ -80,7 +80,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON implements json.Marshaler.
 func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
 
-// Load reads a Config file; unknown fields are errors.
+// LoadFile reads a Config file; unknown fields are errors.
 func LoadFile(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -1,0 +1,214 @@
+// Command gpushare-node is gpushare's node daemon: it discovers the node's
+// GPUs, publishes their inventory on the Node for the scheduler, and runs
+// the kubelet device plugins that give each container exactly the GPUs
+// its pod's allocation record names.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpu/nvml"
+	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/inventory"
+	"github.com/gpushare/gpushare/pkg/usage"
+)
+
+type options struct {
+	kubeconfig   string
+	node         string
+	simConfig    string
+	config       string
+	wholeCard    bool
+	pluginDir    string
+	podResources string
+	cdiDir       string
+	mpsPipeDir   string
+	noPlugin     bool
+	resync       time.Duration
+	metricsAddr  string
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("gpushare-node", flag.ExitOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration if empty")
+	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.simConfig, "simulated-gpus", "", "simulate the GPUs described in this file instead of using NVML")
+	fs.StringVar(&o.config, "config", "", "GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1): the resource model; defaults if empty")
+	fs.BoolVar(&o.wholeCard, "whole-card", false, "hand out whole GPUs only (inventory mode WholeCard)")
+	fs.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device plugin directory")
+	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
+	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where CDI specs for containers are written")
+	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "", "MPS pipe directory; when set, containers get the MPS client environment and mount")
+	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
+	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName("gpushare-node").WithValues("node", o.node)
+	if err := run(klog.NewContext(ctx, logger), o); err != nil {
+		logger.Error(err, "Exiting")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	if o.node == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	backend, err := openBackend(o.simConfig)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = backend.Close() }()
+	var raw []byte
+	if o.config != "" {
+		if raw, err = os.ReadFile(o.config); err != nil {
+			return err
+		}
+	}
+	args, err := v1alpha1.LoadArgs(raw)
+	if err != nil {
+		return err
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig}, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	mode := gpusharev1.ModeShared
+	if o.wholeCard {
+		mode = gpusharev1.ModeWholeCard
+	}
+	pub := &inventory.Publisher{Client: client, Node: o.node}
+	publish := func() {
+		devs, err := backend.Devices()
+		if err == nil {
+			err = pub.Publish(ctx, inventory.From(devs, mode))
+		}
+		if err != nil {
+			logger.Error(err, "Publishing the GPU inventory")
+		}
+	}
+	publish()
+	logger.Info("Published the GPU inventory", "mode", mode)
+
+	// The pods of this node, for the device plugin and the metrics.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.node).String()
+		}))
+	pods := factory.Core().V1().Pods().Lister()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	errc := make(chan error, 3)
+	if o.metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			&usage.Collector{Backend: backend, Logger: logger, Pods: func() []*corev1.Pod {
+				list, err := pods.List(labels.Everything())
+				if err != nil {
+					logger.Error(err, "Listing the node's pods")
+				}
+				return list
+			}})
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		srv := &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- srv.ListenAndServe() }()
+		go func() {
+			<-ctx.Done()
+			_ = srv.Close()
+		}()
+		logger.Info("Serving metrics", "address", o.metricsAddr)
+	}
+	if !o.noPlugin {
+		var mps *deviceplugin.MPS
+		if o.mpsPipeDir != "" {
+			mps = &deviceplugin.MPS{PipeDir: o.mpsPipeDir}
+		}
+		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
+			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mps,
+			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+				// The informer first; a pod it has not seen yet from
+				// the apiserver.
+				if p, err := pods.Pods(ns).Get(name); err == nil {
+					return p, nil
+				}
+				return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			}})
+		if err != nil {
+			return err
+		}
+		go func() { errc <- m.Run(ctx) }()
+	}
+	events := make(chan gpu.Event, 16)
+	go func() { errc <- backend.Watch(ctx, events) }()
+	tick := time.NewTicker(o.resync)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+		case ev := <-events:
+			logger.Info("GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
+			publish()
+		case <-tick.C:
+			publish()
+		}
+	}
+}
+
+// openBackend returns the simulated GPUs of file, or NVML's when file is
+// empty.
+func openBackend(file string) (gpu.Backend, error) {
+	if file == "" {
+		return nvml.New()
+	}
+	cfg, err := sim.LoadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	b, err := sim.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return b, nil
+}

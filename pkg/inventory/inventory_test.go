@@ -1,0 +1,75 @@
+package inventory
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/gpu/sim"
+)
+
+// The published inventory is what the scheduler's parser reads back, and
+// a failed GPU shows as unhealthy; an unchanged inventory is not written
+// again.
+func TestPublish(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"keep": "me"}}})
+	gpus, err := sim.New(&sim.Config{GPUs: []sim.Group{{Model: "NVIDIA H200", MemoryMiB: 143771, Count: 4, NUMANodes: 2, NVLink: "all"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Publisher{Client: client, Node: "n1"}
+	publish := func() *gpusharev1.GPUInventory {
+		t.Helper()
+		devs, err := gpus.Devices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Publish(ctx, From(devs, gpusharev1.ModeShared)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels[gpusharev1.NodeLabel] != "true" || n.Labels["keep"] != "me" {
+			t.Fatalf("labels %v: want gpushare=true added and the others kept", n.Labels)
+		}
+		inv, err := gpusharev1.ParseInventory(n.Annotations[gpusharev1.InventoryAnnotation])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inv
+	}
+	inv := publish()
+	if len(inv.GPUs) != 4 || inv.GPUs[3].MemoryMiB != 143771 || inv.GPUs[3].NUMANode != 1 || !cmp.Equal(inv.GPUs[3].NVLinkPeers, []int{0, 1, 2}) {
+		t.Fatalf("inventory %+v does not describe 4 H200s on 2 NUMA nodes joined by NVLink", inv.GPUs)
+	}
+	writes := len(client.Actions())
+	publish()
+	if patches := countPatches(client.Actions()[writes:]); patches != 0 {
+		t.Errorf("an unchanged inventory was written again (%d patches)", patches)
+	}
+	if err := gpus.SetHealth(2, false, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	if inv := publish(); inv.GPUs[2].Healthy || !inv.GPUs[1].Healthy {
+		t.Errorf("after GPU 2 failed: %+v", inv.GPUs)
+	}
+}
+
+func countPatches(actions []clienttesting.Action) int {
+	n := 0
+	for _, a := range actions {
+		if a.GetVerb() == "patch" {
+			n++
+		}
+	}
+	return n
+}

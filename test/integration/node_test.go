@@ -1,0 +1,125 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+// TestNodeDaemonInventory: gpushare-node publishes a simulated node's GPUs
+// on a kwok node that carries none; gpushare-scheduler then places pods on
+// them by UUID, and a failed GPU is taken out of scheduling.
+func TestNodeDaemonInventory(t *testing.T) {
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	// A kwok node without inventory and without the label.
+	spec := controlplane.NodeSpec{Name: "h200-0", Model: "unused", MemoryMiB: 1, Count: 1}
+	n, err := spec.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(n.Labels, gpusharev1.NodeLabel)
+	delete(n.Annotations, gpusharev1.InventoryAnnotation)
+	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
+	if err := os.WriteFile(simFile, []byte("gpus:\n- {model: NVIDIA H200, memoryMiB: 143771, count: 2, nvlink: all}\nfailures:\n- {index: 1, after: 8s, xid: 79}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "gpushare-node")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gpushare-node")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building gpushare-node: %v\n%s", err, out)
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsURL := "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
+	if _, err := c.Run("gpushare-node", bin, "--kubeconfig="+c.Kubeconfig, "--node-name=h200-0",
+		"--simulated-gpus="+simFile, "--no-device-plugin", "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(port), "-v=2"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var inv *gpusharev1.GPUInventory
+	err = waitFor(30*time.Second, func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "h200-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, ok := n.Annotations[gpusharev1.InventoryAnnotation]
+		if !ok || n.Labels[gpusharev1.NodeLabel] != "true" {
+			return false, nil
+		}
+		inv, err = gpusharev1.ParseInventory(v)
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatalf("gpushare-node did not publish the inventory: %v", err)
+	}
+	if len(inv.GPUs) != 2 || inv.GPUs[0].MemoryMiB != 143771 {
+		t.Fatalf("published inventory %+v; want two 143771 MiB GPUs", inv.GPUs)
+	}
+	// Both GPUs take pods while healthy; GPU 1 fails 8 s after the daemon
+	// starts.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("early", 100000, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	early := record(t, boundPod(t, client, "default", "early"))
+	if got := early.Containers[0].GPUs[0].UUID; got != inv.GPUs[early.Containers[0].GPUs[0].Index].UUID {
+		t.Errorf("early pod got GPU UUID %s, not the published one", got)
+	}
+	err = waitFor(30*time.Second, func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "h200-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		inv, err := gpusharev1.ParseInventory(n.Annotations[gpusharev1.InventoryAnnotation])
+		return err == nil && !inv.GPUs[1].Healthy, err
+	})
+	if err != nil {
+		t.Fatalf("the failed GPU was not published as unhealthy: %v", err)
+	}
+	t.Logf("GPU 1 failed and was published unhealthy %v after the daemon started", time.Since(start).Round(time.Second))
+	// The daemon's metrics agree with the simulated GPUs.
+	families := scrape(t, metricsURL)
+	if total, err := metricSum(families, "gpushare_node_gpu_memory_total_bytes", nil); err != nil || total != 2*143771<<20 {
+		t.Errorf("gpushare_node_gpu_memory_total_bytes sums to %v (%v); want two 143771 MiB GPUs", total, err)
+	}
+	for gpu, want := range map[string]float64{"0": 1, "1": 0} {
+		if h, err := metricSum(families, "gpushare_node_gpu_healthy", map[string]string{"gpu": gpu}); err != nil || h != want {
+			t.Errorf("gpushare_node_gpu_healthy{gpu=%s} = %v (%v), want %v", gpu, h, err, want)
+		}
+	}
+	// With GPU 1 out, a second 100000 MiB pod fits nowhere if the first
+	// took GPU 0, or only on GPU 0.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("late", 100000, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if early.Containers[0].GPUs[0].Index == 0 {
+		failedSchedulingMessage(t, client, "default", "late", "largest free share on any GPU is 43771 MiB, pod needs 100000 MiB")
+		return
+	}
+	late := record(t, boundPod(t, client, "default", "late"))
+	if late.Containers[0].GPUs[0].Index != 0 {
+		t.Errorf("late pod landed on unhealthy GPU %d", late.Containers[0].GPUs[0].Index)
+	}
+}
