@@ -121,6 +121,7 @@ func run(ctx context.Context, o options) error {
 	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.port))
 	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
+	go plugin.ExpireLive(ctx, cache)
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {

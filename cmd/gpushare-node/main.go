@@ -50,6 +50,7 @@ type options struct {
 	noPlugin     bool
 	resync       time.Duration
 	metricsAddr  string
+	usageEvery   time.Duration
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
+	fs.DurationVar(&o.usageEvery, "usage-interval", 30*time.Second, "how often live GPU use is published for load-aware scheduling; 0 to disable")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -179,6 +181,29 @@ func run(ctx context.Context, o options) error {
 	go func() { errc <- backend.Watch(ctx, events) }()
 	tick := time.NewTicker(o.resync)
 	defer tick.Stop()
+	var usageTick <-chan time.Time
+	if o.usageEvery > 0 {
+		t := time.NewTicker(o.usageEvery)
+		defer t.Stop()
+		usageTick = t.C
+	}
+	publishUsage := func() {
+		devs, err := backend.Devices()
+		if err != nil {
+			logger.Error(err, "Reading GPUs")
+			return
+		}
+		use, err := backend.Usage()
+		if err == nil {
+			err = pub.PublishUsage(ctx, inventory.UsageFrom(use, devs, time.Now()))
+		}
+		if err != nil {
+			logger.Error(err, "Publishing live GPU use")
+		}
+	}
+	if o.usageEvery > 0 {
+		publishUsage()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -192,6 +217,8 @@ func run(ctx context.Context, o options) error {
 			publish()
 		case <-tick.C:
 			publish()
+		case <-usageTick:
+			publishUsage()
 		}
 	}
 }

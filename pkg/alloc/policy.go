@@ -85,14 +85,16 @@ var (
 		"fgd-pack": func(o Options) (NodeScorer, error) {
 			return newFGD(o, fgdPack)
 		},
+		"load-aware": func(Options) (NodeScorer, error) { return loadAware{}, nil },
 	}
 	gpuPolicies = map[string]gpuFactory{
-		"binpack":  func(Options) (GPUScorer, error) { return binpack{}, nil },
-		"bestfit":  func(Options) (GPUScorer, error) { return binpack{}, nil },
-		"spread":   func(Options) (GPUScorer, error) { return spread{}, nil },
-		"random":   func(o Options) (GPUScorer, error) { return random{seed: o.Seed}, nil },
-		"fgd":      func(o Options) (GPUScorer, error) { return newFGD(o, fgdPlain) },
-		"fgd-pack": func(o Options) (GPUScorer, error) { return newFGD(o, fgdPack) },
+		"binpack":    func(Options) (GPUScorer, error) { return binpack{}, nil },
+		"bestfit":    func(Options) (GPUScorer, error) { return binpack{}, nil },
+		"spread":     func(Options) (GPUScorer, error) { return spread{}, nil },
+		"random":     func(o Options) (GPUScorer, error) { return random{seed: o.Seed}, nil },
+		"fgd":        func(o Options) (GPUScorer, error) { return newFGD(o, fgdPlain) },
+		"fgd-pack":   func(o Options) (GPUScorer, error) { return newFGD(o, fgdPack) },
+		"load-aware": func(Options) (GPUScorer, error) { return loadAware{}, nil },
 	}
 )
 

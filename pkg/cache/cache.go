@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,13 +28,21 @@ type Cache struct {
 	// gpuSizes counts the GPUs of each memory size over the nodes, for
 	// LargestGPU.
 	gpuSizes map[int64]int
+	// now is the clock live samples are judged by.
+	now func() time.Time
 }
+
+// LiveStaleAfter is how old a node's live GPU sample may be before
+// load-aware scoring ignores it and goes by bookings alone.
+const LiveStaleAfter = 3 * time.Minute
 
 type nodeEntry struct {
 	// inventory is the node as its inventory says; state.Node is a copy
 	// in which GPUs under a conflicting booking are marked unhealthy.
 	inventory *alloc.Node
 	state     *alloc.NodeState
+	// liveAt is when state.Live was sampled.
+	liveAt time.Time
 	// pods holds the pods booked here, so that a new inventory can be
 	// rebuilt with their bookings.
 	pods map[types.UID]*podEntry
@@ -67,6 +76,7 @@ func New(logger klog.Logger) *Cache {
 		rejected: make(map[string]error),
 		pods:     make(map[types.UID]*podEntry),
 		gpuSizes: make(map[int64]int),
+		now:      time.Now,
 	}
 }
 
@@ -89,9 +99,11 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	delete(c.rejected, n.Name)
 	if old != nil && sameInventory(old.inventory, node) {
+		old.setLive(c.live(n, node))
 		return
 	}
 	e := &nodeEntry{inventory: node, state: alloc.NewNodeState(copyNode(node)), pods: make(map[types.UID]*podEntry)}
+	e.setLive(c.live(n, node))
 	c.dropNode(n.Name)
 	c.nodes[n.Name] = e
 	c.countGPUs(node, 1)
@@ -126,6 +138,58 @@ func sameInventory(a, b *alloc.Node) bool {
 		}
 	}
 	return true
+}
+
+// live reads the node's GPUUsage annotation into samples parallel to its
+// GPUs, with the sample's time; nil when absent, malformed or stale.
+func (c *Cache) live(n *corev1.Node, node *alloc.Node) *liveSample {
+	value, ok := n.Annotations[gpusharev1.UsageAnnotation]
+	if !ok {
+		return nil
+	}
+	u, err := gpusharev1.ParseUsage(value)
+	if err != nil {
+		c.logger.V(2).Info("Ignoring the node's GPU usage", "node", klog.KObj(n), "err", err)
+		return nil
+	}
+	if c.now().Sub(u.Time.Time) > LiveStaleAfter {
+		return nil
+	}
+	live := make([]alloc.Live, len(node.GPUs))
+	for _, g := range u.GPUs {
+		if g.Index < len(live) {
+			live[g.Index] = alloc.Live{Valid: true, MemoryMiB: g.UsedMemoryMiB, Utilization: g.UtilizationPercent}
+		}
+	}
+	return &liveSample{at: u.Time.Time, gpus: live}
+}
+
+// liveSample is a node's live GPU use at a time.
+type liveSample struct {
+	at   time.Time
+	gpus []alloc.Live
+}
+
+func (e *nodeEntry) setLive(l *liveSample) {
+	e.liveAt = time.Time{}
+	e.state.Live = nil
+	if l != nil {
+		e.liveAt, e.state.Live = l.at, l.gpus
+	}
+}
+
+// ExpireLive drops live samples older than LiveStaleAfter, so that a node
+// whose daemon stopped reporting is scored by its bookings. Call it
+// periodically.
+func (c *Cache) ExpireLive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, e := range c.nodes {
+		if e.state.Live != nil && c.now().Sub(e.liveAt) > LiveStaleAfter {
+			c.logger.V(2).Info("Live GPU usage is stale; scoring by bookings", "node", name, "sampled", e.liveAt)
+			e.setLive(nil)
+		}
+	}
 }
 
 // RemoveNode drops a node; its pods' entries stay until the pods go.
@@ -213,8 +277,9 @@ func copyNode(n *alloc.Node) *alloc.Node {
 }
 
 func (c *Cache) rebuild(e *nodeEntry) {
-	pods := e.pods
+	pods, live := e.pods, e.state.Live
 	e.state = alloc.NewNodeState(copyNode(e.inventory))
+	e.state.Live = live
 	e.pods = make(map[types.UID]*podEntry, len(pods))
 	for uid, p := range pods {
 		c.book(e, uid, p)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,5 +59,41 @@ func (p *Publisher) Publish(ctx context.Context, inv *gpusharev1.GPUInventory) e
 		return fmt.Errorf("publishing the GPU inventory of node %s: %w", p.Node, err)
 	}
 	p.last = value
+	return nil
+}
+
+// UsageFrom summarises live use for the scheduler.
+func UsageFrom(use []gpu.Usage, devices []gpu.Device, at time.Time) *gpusharev1.GPUUsage {
+	index := make(map[string]int, len(devices))
+	for _, d := range devices {
+		index[d.UUID] = d.Index
+	}
+	u := &gpusharev1.GPUUsage{Time: metav1.NewTime(at)}
+	for _, x := range use {
+		if i, ok := index[x.UUID]; ok {
+			u.GPUs = append(u.GPUs, gpusharev1.GPULoad{Index: i, UsedMemoryMiB: x.UsedMemoryMiB,
+				UtilizationPercent: int64(min(max(x.UtilizationPercent, 0), 100))})
+		}
+	}
+	return u
+}
+
+// PublishUsage writes the node's live GPU use. The daemon calls it once
+// per interval, which bounds the rate of writes; the scheduler ignores a
+// sample older than a few intervals.
+func (p *Publisher) PublishUsage(ctx context.Context, u *gpusharev1.GPUUsage) error {
+	value, err := gpusharev1.Marshal(u)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{gpusharev1.UsageAnnotation: value},
+	}})
+	if err != nil {
+		return err
+	}
+	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("publishing the GPU usage of node %s: %w", p.Node, err)
+	}
 	return nil
 }

@@ -68,7 +68,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	logger := klog.FromContext(ctx).WithName(Name)
-	c, m, err := shared(logger, h)
+	c, m, err := shared(ctx, logger, h)
 	if err != nil {
 		return nil, err
 	}
@@ -111,8 +111,9 @@ var (
 	sharedErr     error
 )
 
-func shared(logger klog.Logger, h fwk.Handle) (*gpucache.Cache, *metrics, error) {
+func shared(ctx context.Context, logger klog.Logger, h fwk.Handle) (*gpucache.Cache, *metrics, error) {
 	sharedOnce.Do(func() {
+		defer func() { go ExpireLive(ctx, sharedCache) }()
 		sharedCache = gpucache.New(logger)
 		sharedErr = Watch(sharedCache, h.SharedInformerFactory())
 		sharedMetrics = newMetrics()
@@ -120,6 +121,22 @@ func shared(logger klog.Logger, h fwk.Handle) (*gpucache.Cache, *metrics, error)
 		legacyregistry.RawMustRegister(sharedMetrics.collectors()...)
 	})
 	return sharedCache, sharedMetrics, sharedErr
+}
+
+// ExpireLive drops stale live GPU samples from c every 30 s until ctx
+// ends, so that load-aware scoring of a node whose daemon went quiet falls
+// back to bookings.
+func ExpireLive(ctx context.Context, c *gpucache.Cache) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.ExpireLive()
+		}
+	}
 }
 
 // Watch feeds c from an informer factory's node and pod informers. The

@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,12 +46,7 @@ func TestNodeDaemonInventory(t *testing.T) {
 	if err := os.WriteFile(simFile, []byte("gpus:\n- {model: NVIDIA H200, memoryMiB: 143771, count: 2, nvlink: all}\nfailures:\n- {index: 1, after: 8s, xid: 79}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "gpushare-node")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpushare-node")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building gpushare-node: %v\n%s", err, out)
-	}
+	bin := nodeBin(t)
 	port, err := controlplane.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -123,3 +121,85 @@ func TestNodeDaemonInventory(t *testing.T) {
 		t.Errorf("late pod landed on unhealthy GPU %d", late.Containers[0].GPUs[0].Index)
 	}
 }
+
+// TestLoadAware: gpushare-node publishes live GPU use; under the load-aware
+// policy a GPU with little booked but much memory really in use (here by a
+// process outside Kubernetes) is not chosen first.
+func TestLoadAware(t *testing.T) {
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	config := bytes.ReplaceAll(readFile(t, "deploy/scheduler-config.yaml"), []byte("nodePolicy: binpack"), []byte("nodePolicy: load-aware"))
+	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, config); err != nil {
+		t.Fatal(err)
+	}
+	spec := controlplane.NodeSpec{Name: "t4-0", Model: "unused", MemoryMiB: 1, Count: 1}
+	n, err := spec.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(n.Annotations, gpusharev1.InventoryAnnotation)
+	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
+	gpus := "gpus:\n- {model: Tesla T4, memoryMiB: 15360, count: 2}\n" +
+		"usage:\n- {index: 0, usedMemoryMiB: 12288, utilizationPercent: 5, processes: [{pid: 4242, usedMemoryMiB: 12288}]}\n"
+	if err := os.WriteFile(simFile, []byte(gpus), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run("gpushare-node", nodeBin(t), "--kubeconfig="+c.Kubeconfig, "--node-name=t4-0",
+		"--simulated-gpus="+simFile, "--no-device-plugin", "--metrics-bind-address=", "--usage-interval=2s"); err != nil {
+		t.Fatal(err)
+	}
+	err = waitFor(30*time.Second, func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "t4-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, inv := n.Annotations[gpusharev1.InventoryAnnotation]
+		_, use := n.Annotations[gpusharev1.UsageAnnotation]
+		return inv && use, nil
+	})
+	if err != nil {
+		t.Fatalf("gpushare-node did not publish inventory and usage: %v", err)
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("small", 1024, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Binpack alone would take GPU 0 (equal bookings, lowest index).
+	if got := record(t, boundPod(t, client, "default", "small")).Containers[0].GPUs[0].Index; got != 1 {
+		t.Errorf("the pod got GPU %d; GPU 0 has 12 GiB in use outside the bookings, want GPU 1", got)
+	}
+}
+
+// nodeBin builds gpushare-node once per test binary.
+func nodeBin(t *testing.T) string {
+	t.Helper()
+	nodeBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpushare-node-")
+		if err != nil {
+			nodeBinErr = err
+			return
+		}
+		nodeBinPath = filepath.Join(dir, "gpushare-node")
+		build := exec.Command("go", "build", "-o", nodeBinPath, "./cmd/gpushare-node")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			nodeBinErr = fmt.Errorf("building gpushare-node: %w\n%s", err, out)
+		}
+	})
+	if nodeBinErr != nil {
+		t.Fatal(nodeBinErr)
+	}
+	return nodeBinPath
+}
+
+var (
+	nodeBinOnce sync.Once
+	nodeBinPath string
+	nodeBinErr  error
+)

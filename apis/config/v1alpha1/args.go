@@ -24,8 +24,11 @@ type GPUShareArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// NodePolicy chooses among the nodes a pod fits: binpack (default),
-	// spread, random, bestfit. fgd and fgd-pack need a workload and are
-	// for the simulator.
+	// spread, random, bestfit, or load-aware (binpack that avoids GPUs
+	// whose live use, published by gpushare-node, exceeds their bookings
+	// or whose engine is busy; bookings alone when the sample is older
+	// than 3 minutes). fgd and fgd-pack need a workload and are for the
+	// simulator.
 	NodePolicy string `json:"nodePolicy,omitempty"`
 	// GPUPolicy chooses the GPUs of the chosen node; default: the GPU
 	// policy of the same name as NodePolicy.

@@ -36,14 +36,44 @@ func ParseAllocation(value string) (*Allocation, error) {
 	return &a, nil
 }
 
-// Marshal encodes v (a *GPUInventory or *Allocation) with its apiVersion
-// and kind set.
+// ParseUsage decodes and validates a GPUUsage annotation value.
+func ParseUsage(value string) (*GPUUsage, error) {
+	var u GPUUsage
+	if err := json.Unmarshal([]byte(value), &u); err != nil {
+		return nil, fmt.Errorf("%s: %w", UsageAnnotation, err)
+	}
+	errs := validateType(u.APIVersion, u.Kind, KindGPUUsage)
+	for i, g := range u.GPUs {
+		p := field.NewPath("gpus").Index(i)
+		if g.Index < 0 {
+			errs = append(errs, field.Invalid(p.Child("index"), g.Index, "must not be negative"))
+		}
+		if g.UsedMemoryMiB < 0 {
+			errs = append(errs, field.Invalid(p.Child("usedMemoryMiB"), g.UsedMemoryMiB, "must not be negative"))
+		}
+		if g.UtilizationPercent < 0 || g.UtilizationPercent > 100 {
+			errs = append(errs, field.Invalid(p.Child("utilizationPercent"), g.UtilizationPercent, "must be 0 to 100"))
+		}
+	}
+	if u.Time.IsZero() {
+		errs = append(errs, field.Required(field.NewPath("time"), "the sample's time"))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", UsageAnnotation, errs.ToAggregate())
+	}
+	return &u, nil
+}
+
+// Marshal encodes v (a *GPUInventory, *Allocation or *GPUUsage) with its
+// apiVersion and kind set.
 func Marshal(v any) (string, error) {
 	switch t := v.(type) {
 	case *GPUInventory:
 		t.APIVersion, t.Kind = APIVersion, KindGPUInventory
 	case *Allocation:
 		t.APIVersion, t.Kind = APIVersion, KindAllocation
+	case *GPUUsage:
+		t.APIVersion, t.Kind = APIVersion, KindGPUUsage
 	default:
 		return "", fmt.Errorf("gpushare.io/v1alpha1: cannot marshal %T", v)
 	}

@@ -17,6 +17,9 @@ const (
 	InventoryAnnotation = "gpushare.io/gpu-inventory"
 	// AllocationAnnotation on a Pod holds its Allocation.
 	AllocationAnnotation = "gpushare.io/allocation"
+	// UsageAnnotation on a Node holds its GPUUsage, the node daemon's
+	// summary of live use for load-aware scheduling.
+	UsageAnnotation = "gpushare.io/gpu-usage"
 	// NodeLabel, set to "true", opts a node in to gpushare.
 	NodeLabel = "gpushare"
 )
@@ -25,6 +28,7 @@ const (
 const (
 	KindGPUInventory = "GPUInventory"
 	KindAllocation   = "Allocation"
+	KindGPUUsage     = "GPUUsage"
 )
 
 // Mode is how a node hands out its GPUs.
@@ -104,4 +108,25 @@ type GPUShare struct {
 	MemoryMiB int64 `json:"memoryMiB"`
 	// Compute is the percent of the GPU's compute the container may use.
 	Compute int64 `json:"compute"`
+}
+
+// GPUUsage is a sample of what a node's GPUs are really doing, published
+// by the node daemon at a bounded rate. The scheduler uses it while it is
+// fresh and falls back to bookings alone when it is stale or missing.
+type GPUUsage struct {
+	metav1.TypeMeta `json:",inline"`
+	// Time is when the sample was taken.
+	Time metav1.Time `json:"time"`
+	// GPUs lists each GPU's use, by index.
+	GPUs []GPULoad `json:"gpus"`
+}
+
+// GPULoad is one GPU's live use.
+type GPULoad struct {
+	Index int `json:"index"`
+	// UsedMemoryMiB is the memory in use by every process, in or out of
+	// Kubernetes.
+	UsedMemoryMiB int64 `json:"usedMemoryMiB"`
+	// UtilizationPercent is the share of time a kernel ran, 0-100.
+	UtilizationPercent int64 `json:"utilizationPercent"`
 }
