@@ -44,7 +44,7 @@ const testNode = "node-a"
 // kubelet is the kubelet's device manager and PodResources server over a
 // temporary plugin directory, with the pods the test adds as active pods.
 type kubelet struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	dm     *devicemanager.ManagerImpl
 	mu     sync.Mutex
@@ -52,7 +52,7 @@ type kubelet struct {
 	server *grpc.Server
 }
 
-func startKubelet(t *testing.T, dir string) *kubelet {
+func startKubelet(t testing.TB, dir string) *kubelet {
 	t.Helper()
 	k := &kubelet{t: t, dir: dir, pods: map[types.UID]*corev1.Pod{}}
 	k.startDeviceManager()
@@ -157,7 +157,7 @@ func (k *kubelet) allocatable(resource string) int64 {
 
 func (k *kubelet) waitAllocatable(resource string, want int64) {
 	k.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for k.allocatable(resource) != want {
 		if time.Now().After(deadline) {
 			k.t.Fatalf("%s allocatable is %d, want %d", resource, k.allocatable(resource), want)
@@ -216,7 +216,10 @@ type node struct {
 	done   chan error
 }
 
-func startNode(t *testing.T) *node {
+func startNode(t testing.TB) *node { return startNodeObserved(t, nil) }
+
+// startNodeObserved is startNode with Config.Observe set.
+func startNodeObserved(t testing.TB, observe func(string, time.Duration)) *node {
 	t.Helper()
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(tctx)
@@ -234,7 +237,7 @@ func startNode(t *testing.T) *node {
 	n := &node{kubelet: k, gpus: gpus, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
 	m, err := New(klog.FromContext(ctx), Config{Node: testNode, Dir: dir, PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
 		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.getPod,
-		MPS: &MPS{PipeDir: "/tmp/nvidia-mps"}})
+		MPS: &MPS{PipeDir: "/tmp/nvidia-mps"}, Observe: observe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +259,9 @@ func (n *node) gpuUUID(index int) string {
 }
 
 type share struct {
+	// resource is asked for amount; gpushare.io/gpu-mem for mib if empty.
+	resource  string
+	amount    int64
 	container string
 	kind      gpusharev1.ContainerKind
 	gpu       int
@@ -269,8 +275,12 @@ func (n *node) pod(name string, shares ...share) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}}
 	a := &gpusharev1.Allocation{Node: testNode}
 	for _, s := range shares {
+		name, amount := corev1.ResourceName(s.resource), s.amount
+		if name == "" {
+			name, amount = "gpushare.io/gpu-mem", s.mib
+		}
 		c := corev1.Container{Name: s.container, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-			"gpushare.io/gpu-mem": *k8sresource.NewQuantity(s.mib, k8sresource.DecimalSI)}}}
+			name: *k8sresource.NewQuantity(amount, k8sresource.DecimalSI)}}}
 		if s.kind == gpusharev1.ContainerInit {
 			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
 		} else {
@@ -347,7 +357,7 @@ type corev1Pod = corev1.Pod
 func corev1UID(s string) types.UID { return types.UID("uid-" + strings.ReplaceAll(s, " ", "-")) }
 
 // setRecord edits the pod's allocation record.
-func setRecord(t *testing.T, p *corev1.Pod, edit func(*gpusharev1.Allocation)) {
+func setRecord(t testing.TB, p *corev1.Pod, edit func(*gpusharev1.Allocation)) {
 	t.Helper()
 	a, err := gpusharev1.ParseAllocation(p.Annotations[gpusharev1.AllocationAnnotation])
 	if err != nil {

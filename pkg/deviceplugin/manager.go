@@ -39,6 +39,9 @@ type Config struct {
 	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
 	// DefaultMaxDevices if 0.
 	SlotsPerGPU, MaxDevices int
+	// Observe, if set, is told how long each Allocate and
+	// PreStartContainer call took ("Allocate", "PreStartContainer").
+	Observe func(method string, took time.Duration)
 }
 
 // Manager runs a plugin for each resource and keeps them registered.
@@ -52,6 +55,13 @@ type Manager struct {
 
 	mu   sync.Mutex
 	gpus map[string]gpu.Device
+	// cancelRegister ends the registration goroutines of the last
+	// restart; registering waits for them.
+	cancelRegister context.CancelFunc
+	registering    sync.WaitGroup
+	// allocated holds when Allocate named each claim not yet started, so
+	// that PreStartContainer may use a PodResources listing taken since.
+	allocated map[string]time.Time
 }
 
 // New checks cfg, discovers the GPUs and builds the plugins.
@@ -68,7 +78,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.CDIDir, 0o755); err != nil { //nolint:gosec // the runtime reads CDI specs
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}}
+	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}, allocated: map[string]time.Time{}}
 	devs, err := cfg.Backend.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
@@ -120,7 +130,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	kubelet := filepath.Join(m.cfg.Dir, filepath.Base(pluginapi.KubeletSocket))
 	m.restart(ctx, kubelet)
-	defer m.stop()
+	defer func() {
+		m.cancelRegister()
+		m.registering.Wait()
+		m.stop()
+	}()
 
 	events := make(chan gpu.Event, 16)
 	watchErr := make(chan error, 1)
@@ -148,39 +162,47 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 // restart stops the plugins' servers (the kubelet removed their sockets),
-// then serves and registers each again. Old servers stop first: a new
-// registration followed by the old stream's end would disconnect the new.
+// then serves and registers each again, each in its own goroutine that
+// keeps trying until it succeeds or the next restart. Old servers stop
+// first: a new registration followed by the old stream's end would
+// disconnect the new.
 func (m *Manager) restart(ctx context.Context, kubelet string) {
+	if m.cancelRegister != nil {
+		m.cancelRegister()
+		m.registering.Wait()
+	}
 	m.stop()
+	ctx, m.cancelRegister = context.WithCancel(ctx)
 	if _, err := os.Stat(kubelet); err != nil {
 		m.logger.Info("Waiting for the kubelet", "socket", kubelet)
 		return
 	}
 	for _, p := range m.plugins {
-		// The kubelet may create its socket a moment before it accepts
-		// connections: try for a while.
-		var err error
-		for try := range 10 {
-			if try > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Duration(try) * 200 * time.Millisecond):
-				}
-			}
-			p.stop()
-			if err = p.serve(); err != nil {
-				continue
-			}
+		m.registering.Go(func() { m.register(ctx, p, kubelet) })
+	}
+}
+
+// register serves p and registers it with the kubelet, trying again with
+// a growing pause (the kubelet may create its socket a moment before it
+// accepts, or be slow to answer) until it succeeds or ctx ends.
+func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
+	for try := 0; ; try++ {
+		p.stop()
+		err := p.serve()
+		if err == nil {
 			if err = p.register(ctx, kubelet); err == nil {
-				break
+				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", len(p.devices))
+				return
 			}
 		}
-		if err != nil {
-			m.logger.Error(err, "Registering device plugin")
-			continue
+		if try > 0 {
+			m.logger.Error(err, "Registering device plugin; trying again", "resource", p.res.Name, "attempt", try+1)
 		}
-		m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", len(p.devices))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(try+1)*200*time.Millisecond, 5*time.Second)):
+		}
 	}
 }
 
@@ -208,14 +230,57 @@ func (m *Manager) refresh() {
 	}
 }
 
+func (m *Manager) observe(method string, start time.Time) {
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(method, time.Since(start))
+	}
+}
+
+// noteAllocated records that Allocate named claim now.
+func (m *Manager) noteAllocated(claim string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.allocated[claim] = time.Now()
+	// Claims of containers that never started: forget them after a while.
+	for c, at := range m.allocated {
+		if time.Since(at) > 10*time.Minute {
+			delete(m.allocated, c)
+		}
+	}
+}
+
+// holderOf finds the container that holds ids. A PodResources listing
+// asked for after Allocate named the claim serves many containers
+// starting at once; when it does not show the IDs (the kubelet records an
+// allocation when Allocate returns), a new listing is taken.
+func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []string) (holder, error) {
+	m.mu.Lock()
+	since, ok := m.allocated[claim]
+	m.mu.Unlock()
+	if ok {
+		if list := m.pr.recent(since); list != nil {
+			if h, err := find(list, resource, ids); err == nil {
+				return h, nil
+			}
+		}
+	}
+	list, err := m.pr.list(ctx)
+	if err != nil {
+		return holder{}, fmt.Errorf("asking the kubelet which container holds %d %s devices: %w", len(ids), resource, err)
+	}
+	return find(list, resource, ids)
+}
+
 // resolve finds the container holding ids of resource and returns its
 // allocation from its pod's record, checked against this node's GPUs.
 func (m *Manager) resolve(ctx context.Context, resource string, ids []string) (holder, *gpusharev1.ContainerAllocation, error) {
-	list, err := m.pr.list(ctx)
-	if err != nil {
-		return holder{}, nil, fmt.Errorf("asking the kubelet which container holds %d %s devices: %w", len(ids), resource, err)
+	claim := claimOf(resource, ids)
+	h, err := m.holderOf(ctx, resource, claim, ids)
+	if err == nil {
+		m.mu.Lock()
+		delete(m.allocated, claim)
+		m.mu.Unlock()
 	}
-	h, err := find(list, resource, ids)
 	if err != nil {
 		return h, nil, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
 	}

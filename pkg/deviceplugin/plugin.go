@@ -101,9 +101,11 @@ func (p *plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 // Allocate implements pluginapi.DevicePluginServer: each container gets a
 // CDI device named after its device IDs, resolved in PreStartContainer.
 func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	defer p.m.observe("Allocate", time.Now())
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.GetContainerRequests() {
 		claim := claimOf(string(p.res.Name), c.GetDevicesIds())
+		p.m.noteAllocated(claim)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
 			CdiDevices: []*pluginapi.CDIDevice{{Name: CDIKind + "=" + claim}},
 		})
@@ -116,6 +118,7 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 // CDI spec that Allocate named.
 func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	start := time.Now()
+	defer p.m.observe("PreStartContainer", start)
 	ids := req.GetDevicesIds()
 	claim := claimOf(string(p.res.Name), ids)
 	h, a, err := p.m.resolve(ctx, string(p.res.Name), ids)

@@ -34,11 +34,15 @@ type podResources struct {
 	mu      sync.Mutex
 	waiting []chan listing
 	running bool
+	// last is the latest successful listing.
+	last *listing
 }
 
 type listing struct {
 	resp *podresourcesapi.ListPodResourcesResponse
 	err  error
+	// started is when the listing was asked for.
+	started time.Time
 }
 
 // dialPodResources connects to the kubelet's PodResources socket.
@@ -53,6 +57,16 @@ func dialPodResources(socket string) (*podResources, error) {
 }
 
 func (r *podResources) close() error { return r.conn.Close() }
+
+// recent returns the latest listing if it was asked for after since.
+func (r *podResources) recent(since time.Time) *podresourcesapi.ListPodResourcesResponse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last != nil && r.last.started.After(since) {
+		return r.last.resp
+	}
+	return nil
+}
 
 // list returns a listing begun after the call: one that includes every
 // allocation made before it.
@@ -86,10 +100,16 @@ func (r *podResources) run() {
 		}
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		resp, err := r.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+		l := listing{started: time.Now()}
+		l.resp, l.err = r.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 		cancel()
+		if l.err == nil {
+			r.mu.Lock()
+			r.last = &l
+			r.mu.Unlock()
+		}
 		for _, ch := range batch {
-			ch <- listing{resp, err}
+			ch <- l
 		}
 	}
 }
