@@ -34,6 +34,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpu/nvml"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
 	"github.com/gpushare/gpushare/pkg/inventory"
+	"github.com/gpushare/gpushare/pkg/mps"
 	"github.com/gpushare/gpushare/pkg/usage"
 )
 
@@ -46,7 +47,10 @@ type options struct {
 	pluginDir    string
 	podResources string
 	cdiDir       string
+	mps          bool
 	mpsPipeDir   string
+	mpsLogDir    string
+	mpsControl   string
 	noPlugin     bool
 	resync       time.Duration
 	metricsAddr  string
@@ -64,7 +68,10 @@ func main() {
 	fs.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device plugin directory")
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where CDI specs for containers are written")
-	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "", "MPS pipe directory; when set, containers get the MPS client environment and mount")
+	fs.BoolVar(&o.mps, "mps", false, "share this node's GPUs under NVIDIA MPS: run and supervise the MPS control daemon, and give containers the MPS client environment (limits from their own requests) and the pipe mount")
+	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory (seed 000's path)")
+	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory")
+	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
@@ -135,7 +142,7 @@ func run(ctx context.Context, o options) error {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -158,12 +165,14 @@ func run(ctx context.Context, o options) error {
 		logger.Info("Serving metrics", "address", o.metricsAddr)
 	}
 	if !o.noPlugin {
-		var mps *deviceplugin.MPS
-		if o.mpsPipeDir != "" {
-			mps = &deviceplugin.MPS{PipeDir: o.mpsPipeDir}
+		var mpsEnv *deviceplugin.MPS
+		if o.mps {
+			mpsEnv = &deviceplugin.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir}
+			d := &mps.Daemon{Control: o.mpsControl, PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, Logger: logger.WithName("mps")}
+			go func() { errc <- d.Run(ctx) }()
 		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
-			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mps,
+			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -31,17 +32,7 @@ func TestNodeDaemonInventory(t *testing.T) {
 	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	// A kwok node without inventory and without the label.
-	spec := controlplane.NodeSpec{Name: "h200-0", Model: "unused", MemoryMiB: 1, Count: 1}
-	n, err := spec.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
-	delete(n.Labels, gpusharev1.NodeLabel)
-	delete(n.Annotations, gpusharev1.InventoryAnnotation)
-	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	bareNode(t, client, "h200-0")
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
 	if err := os.WriteFile(simFile, []byte("gpus:\n- {model: NVIDIA H200, memoryMiB: 143771, count: 2, nvlink: all}\nfailures:\n- {index: 1, after: 8s, xid: 79}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -136,15 +127,7 @@ func TestLoadAware(t *testing.T) {
 	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, config); err != nil {
 		t.Fatal(err)
 	}
-	spec := controlplane.NodeSpec{Name: "t4-0", Model: "unused", MemoryMiB: 1, Count: 1}
-	n, err := spec.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
-	delete(n.Annotations, gpusharev1.InventoryAnnotation)
-	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	bareNode(t, client, "t4-0")
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
 	gpus := "gpus:\n- {model: Tesla T4, memoryMiB: 15360, count: 2}\n" +
 		"usage:\n- {index: 0, usedMemoryMiB: 12288, utilizationPercent: 5, processes: [{pid: 4242, usedMemoryMiB: 12288}]}\n"
@@ -173,6 +156,21 @@ func TestLoadAware(t *testing.T) {
 	// Binpack alone would take GPU 0 (equal bookings, lowest index).
 	if got := record(t, boundPod(t, client, "default", "small")).Containers[0].GPUs[0].Index; got != 1 {
 		t.Errorf("the pod got GPU %d; GPU 0 has 12 GiB in use outside the bookings, want GPU 1", got)
+	}
+}
+
+// bareNode creates a kwok node with neither GPU inventory nor the opt-in
+// label: gpushare-node adds both.
+func bareNode(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	n, err := controlplane.NodeSpec{Name: name, Model: "unused", MemoryMiB: 1, Count: 1}.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(n.Labels, gpusharev1.NodeLabel)
+	delete(n.Annotations, gpusharev1.InventoryAnnotation)
+	if _, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,126 @@
+package mps
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+)
+
+// fakeControl stands in for nvidia-cuda-mps-control: "-f" runs until a
+// "quit" command; the client answers get_server_list while the daemon
+// runs and the test has not made it hang.
+const fakeControl = `#!/bin/sh
+if [ "$1" = "-f" ]; then
+  echo $$ > "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid"
+  echo started >> "$CUDA_MPS_LOG_DIRECTORY/starts"
+  while [ ! -f "$CUDA_MPS_PIPE_DIRECTORY/quit" ]; do sleep 0.05; done
+  echo quit >> "$CUDA_MPS_LOG_DIRECTORY/quits"
+  rm -f "$CUDA_MPS_PIPE_DIRECTORY/quit" "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid"
+  exit 0
+fi
+read cmd
+pid=$(cat "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid" 2>/dev/null) || exit 1
+kill -0 "$pid" 2>/dev/null || exit 1
+[ -f "$CUDA_MPS_PIPE_DIRECTORY/hang" ] && exit 1
+case "$cmd" in
+  get_server_list) exit 0 ;;
+  quit) touch "$CUDA_MPS_PIPE_DIRECTORY/quit"; exit 0 ;;
+esac
+exit 1
+`
+
+type fixture struct {
+	d      *Daemon
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(bin, []byte(fakeControl), 0o755); err != nil { //nolint:gosec // an executable test script
+		t.Fatal(err)
+	}
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	f := &fixture{d: &Daemon{Control: bin, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"),
+		Check: 100 * time.Millisecond, Logger: logger}, cancel: cancel, done: make(chan error, 1)}
+	go func() { f.done <- f.d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-f.done
+	})
+	f.waitLines(t, "starts", 1)
+	return f
+}
+
+// lines counts the lines of a file the fake writes in its log directory.
+func (f *fixture) lines(name string) int {
+	b, err := os.ReadFile(filepath.Join(f.d.LogDir, name))
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\n")
+}
+
+func (f *fixture) waitLines(t *testing.T, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.lines(name) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d lines, want %d", name, f.lines(name), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCleanShutdown(t *testing.T) {
+	f := start(t)
+	if err := f.d.Healthy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.cancel()
+	if err := <-f.done; err != nil {
+		t.Fatal(err)
+	}
+	f.done <- nil // for the cleanup
+	if f.lines("quits") != 1 {
+		t.Errorf("the daemon was not asked to quit")
+	}
+}
+
+func TestRestartWhenKilled(t *testing.T) {
+	f := start(t)
+	b, err := os.ReadFile(filepath.Join(f.d.PipeDir, "daemon.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLines(t, "starts", 2)
+}
+
+func TestRestartWhenUnresponsive(t *testing.T) {
+	f := start(t)
+	if err := os.WriteFile(filepath.Join(f.d.PipeDir, "hang"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := os.Remove(filepath.Join(f.d.PipeDir, "hang")); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLines(t, "starts", 2)
+}
