@@ -80,9 +80,7 @@ func benchStart(b *testing.B, req share) {
 			})
 		}
 		wg.Wait()
-		n.mu.Lock()
-		clear(n.pods)
-		n.mu.Unlock()
+		n.Clear()
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	slices.Sort(lat)

@@ -125,8 +125,30 @@ func SpecPath(dir, claim string) string {
 	return filepath.Join(dir, "gpushare-"+claim+".json")
 }
 
-// ReadSpecEnv reads the environment a CDI spec written by the plugin gives.
-func ReadSpecEnv(dir, claim string) ([]string, error) {
+// EnvOf reads the environment that CDI devices named by the plugin give a
+// container (for tests and diagnosis): name=value, from the specs in dir.
+func EnvOf(dir string, devices []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, d := range devices {
+		claim, ok := strings.CutPrefix(d, CDIKind+"=")
+		if !ok {
+			continue
+		}
+		lines, err := readSpecEnv(dir, claim)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range lines {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	return env, nil
+}
+
+// readSpecEnv reads the environment a CDI spec written by the plugin gives.
+func readSpecEnv(dir, claim string) ([]string, error) {
 	b, err := os.ReadFile(SpecPath(dir, claim))
 	if err != nil {
 		return nil, err

@@ -3,213 +3,30 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-	_ "unsafe" // go:linkname to the device manager's constructor
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
-	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
-	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
-	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
-	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
-	"k8s.io/kubernetes/pkg/kubelet/config"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
 )
 
-// The kubelet's device manager, in process. Its exported constructor
-// hard-wires /var/lib/kubelet/device-plugins; the unexported one, which
-// its own tests use, takes the socket path.
-//
-//go:linkname newManagerImpl k8s.io/kubernetes/pkg/kubelet/cm/devicemanager.newManagerImpl
-func newManagerImpl(logger klog.Logger, socketPath string, topology []cadvisorapi.Node, topologyAffinityStore topologymanager.Store) (*devicemanager.ManagerImpl, error)
-
 const testNode = "node-a"
-
-// kubelet is the kubelet's device manager and PodResources server over a
-// temporary plugin directory, with the pods the test adds as active pods.
-type kubelet struct {
-	t      testing.TB
-	dir    string
-	dm     *devicemanager.ManagerImpl
-	mu     sync.Mutex
-	pods   map[types.UID]*corev1.Pod
-	server *grpc.Server
-}
-
-func startKubelet(t testing.TB, dir string) *kubelet {
-	t.Helper()
-	k := &kubelet{t: t, dir: dir, pods: map[types.UID]*corev1.Pod{}}
-	k.startDeviceManager()
-	// The PodResources server, as the kubelet serves it.
-	// In its own directory, as on a node: the device manager removes
-	// every socket in the plugin directory when it starts.
-	sock := filepath.Join(dir, "pod-resources", "kubelet.sock")
-	if err := os.MkdirAll(filepath.Dir(sock), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.server = grpc.NewServer()
-	podresourcesapi.RegisterPodResourcesListerServer(k.server, podresources.NewV1PodResourcesServer(context.Background(),
-		podresources.PodResourcesProviders{Pods: k, Devices: devicesProvider{k}, Cpus: noCPUs{}, Memory: noMemory{}, DynamicResources: noDRA{}}))
-	go func() { _ = k.server.Serve(l) }()
-	t.Cleanup(func() {
-		k.server.Stop()
-		_ = k.manager().Stop(klog.Background())
-	})
-	return k
-}
-
-func (k *kubelet) startDeviceManager() {
-	k.t.Helper()
-	logger := klog.Background()
-	dm, err := newManagerImpl(logger, filepath.Join(k.dir, "kubelet.sock"), nil, topologymanager.NewFakeManager())
-	if err != nil {
-		k.t.Fatal(err)
-	}
-	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
-	if err := dm.Start(logger, k.GetActivePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
-		k.t.Fatal(err)
-	}
-	k.mu.Lock()
-	k.dm = dm
-	k.mu.Unlock()
-}
-
-func (k *kubelet) manager() *devicemanager.ManagerImpl {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.dm
-}
-
-// restart stops the device manager and starts a new one on the same
-// directory, as a kubelet restart does.
-func (k *kubelet) restart() {
-	if err := k.manager().Stop(klog.Background()); err != nil {
-		k.t.Fatal(err)
-	}
-	k.startDeviceManager()
-}
-
-func (k *kubelet) add(pod *corev1.Pod) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.pods[pod.UID] = pod
-}
-
-// GetActivePods implements podresources.PodsProvider and the device
-// manager's ActivePodsFunc.
-func (k *kubelet) GetActivePods() []*corev1.Pod {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	out := make([]*corev1.Pod, 0, len(k.pods))
-	for _, p := range k.pods {
-		out = append(out, p)
-	}
-	return out
-}
-
-// GetPods implements podresources.PodsProvider.
-func (k *kubelet) GetPods() []*corev1.Pod { return k.GetActivePods() }
-
-// GetPodByName implements podresources.PodsProvider.
-func (k *kubelet) GetPodByName(namespace, name string) (*corev1.Pod, bool) {
-	for _, p := range k.GetActivePods() {
-		if p.Namespace == namespace && p.Name == name {
-			return p, true
-		}
-	}
-	return nil, false
-}
-
-// getPod is the plugin's PodGetter.
-func (k *kubelet) getPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
-	if p, ok := k.GetPodByName(namespace, name); ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("pod %s/%s not found", namespace, name)
-}
-
-// capacity returns the device manager's allocatable count of resource.
-func (k *kubelet) allocatable(resource string) int64 {
-	_, alloc, _ := k.manager().GetCapacity()
-	q := alloc[corev1.ResourceName(resource)]
-	return q.Value()
-}
-
-func (k *kubelet) waitAllocatable(resource string, want int64) {
-	k.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for k.allocatable(resource) != want {
-		if time.Now().After(deadline) {
-			k.t.Fatalf("%s allocatable is %d, want %d", resource, k.allocatable(resource), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// devicesProvider adapts the device manager to the PodResources server,
-// as the kubelet's container manager does: one entry per device.
-type devicesProvider struct{ k *kubelet }
-
-func (d devicesProvider) UpdateAllocatedDevices() { d.k.manager().UpdateAllocatedDevices() }
-
-func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesapi.ContainerDevices {
-	return containerDevices(d.k.manager().GetDevices(podUID, containerName))
-}
-
-func (d devicesProvider) GetAllocatableDevices() []*podresourcesapi.ContainerDevices {
-	return containerDevices(d.k.manager().GetAllocatableDevices())
-}
-
-func containerDevices(in devicemanager.ResourceDeviceInstances) []*podresourcesapi.ContainerDevices {
-	var out []*podresourcesapi.ContainerDevices
-	for resource, devs := range in {
-		for id := range devs {
-			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: resource, DeviceIds: []string{id}})
-		}
-	}
-	return out
-}
-
-type noCPUs struct{}
-
-func (noCPUs) GetCPUs(string, string) []int64 { return nil }
-func (noCPUs) GetAllocatableCPUs() []int64    { return nil }
-
-type noMemory struct{}
-
-func (noMemory) GetMemory(string, string) []*podresourcesapi.ContainerMemory { return nil }
-func (noMemory) GetAllocatableMemory() []*podresourcesapi.ContainerMemory    { return nil }
-
-type noDRA struct{}
-
-func (noDRA) GetDynamicResources(*corev1.Pod, *corev1.Container) []*podresourcesapi.DynamicResource {
-	return nil
-}
 
 // node is a kubelet with gpushare's device plugins running on a simulated
 // node with two 16 GiB GPUs.
 type node struct {
-	*kubelet
+	*kubelettest.Kubelet
 	gpus   *sim.Backend
 	cdiDir string
 	cancel context.CancelFunc
@@ -229,14 +46,14 @@ func startNodeObserved(t testing.TB, observe func(string, time.Duration)) *node 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	k := startKubelet(t, dir)
+	k := kubelettest.Start(t, dir)
 	gpus, err := sim.New(&sim.Config{GPUs: []sim.Group{{Model: "Tesla T4", MemoryMiB: 16384, Count: 2}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{kubelet: k, gpus: gpus, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
-	m, err := New(klog.FromContext(ctx), Config{Node: testNode, Dir: dir, PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
-		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.getPod,
+	n := &node{Kubelet: k, gpus: gpus, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
+	m, err := New(klog.FromContext(ctx), Config{Node: testNode, Dir: dir, PodResourcesSocket: k.PodResourcesSocket(),
+		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.GetPod,
 		MPS: &MPS{PipeDir: "/tmp/nvidia-mps"}, Observe: observe})
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +65,7 @@ func startNodeObserved(t testing.TB, observe func(string, time.Duration)) *node 
 			t.Errorf("device plugin manager: %v", err)
 		}
 	})
-	k.waitAllocatable("gpushare.io/gpu-mem", 2*16384)
+	k.WaitAllocatable("gpushare.io/gpu-mem", 2*16384)
 	return n
 }
 
@@ -291,7 +108,7 @@ func (n *node) pod(name string, shares ...share) *corev1.Pod {
 	}
 	value, err := gpusharev1.Marshal(a)
 	if err != nil {
-		n.t.Fatal(err)
+		panic(err) // an Allocation always marshals
 	}
 	pod.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
 	return pod
@@ -302,55 +119,18 @@ func (n *node) pod(name string, shares ...share) *corev1.Pod {
 // (GetDeviceRunContainerOptions, which calls PreStartContainer), and
 // returns the environment its CDI device gives.
 func (n *node) start(pod *corev1.Pod, container string) (env map[string]string, err error) {
-	dm := n.manager()
-	var c *corev1.Container
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == container {
-				c = &list[i]
-			}
-		}
-	}
-	if c == nil {
-		return nil, fmt.Errorf("no container %s", container)
-	}
-	opts, err := dm.GetDeviceRunContainerOptions(context.Background(), pod, c)
+	opts, err := n.StartContainer(pod, container)
 	if err != nil {
 		return nil, err
 	}
 	if opts == nil || len(opts.CDIDevices) != 1 {
 		return nil, fmt.Errorf("container options %+v: want one CDI device", opts)
 	}
-	claim := opts.CDIDevices[0].Name[len(CDIKind)+1:]
-	lines, err := ReadSpecEnv(n.cdiDir, claim)
-	if err != nil {
-		return nil, err
-	}
-	env = map[string]string{}
-	for _, l := range lines {
-		for i := range len(l) {
-			if l[i] == '=' {
-				env[l[:i]] = l[i+1:]
-				break
-			}
-		}
-	}
-	return env, nil
+	return EnvOf(n.cdiDir, []string{opts.CDIDevices[0].Name})
 }
 
-// admit runs the device manager's Allocate for every container of pod.
-func (n *node) admit(pod *corev1.Pod) error {
-	n.add(pod)
-	dm := n.manager()
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if err := dm.Allocate(pod, &list[i]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+// admit is the kubelet's admission of pod.
+func (n *node) admit(pod *corev1.Pod) error { return n.Admit(pod) }
 
 type corev1Pod = corev1.Pod
 

@@ -138,8 +138,8 @@ func TestUnhealthyGPU(t *testing.T) {
 	if err := n.gpus.SetHealth(1, false, "XID 79"); err != nil {
 		t.Fatal(err)
 	}
-	n.waitAllocatable("gpushare.io/gpu-mem", 16384)
-	n.waitAllocatable("gpushare.io/gpu-core", 100)
+	n.WaitAllocatable("gpushare.io/gpu-mem", 16384)
+	n.WaitAllocatable("gpushare.io/gpu-core", 100)
 	if _, err := n.start(p, "main"); err == nil || !strings.Contains(err.Error(), "unhealthy") {
 		t.Fatalf("a container recorded on the unhealthy GPU started: %v", err)
 	}
@@ -153,8 +153,8 @@ func TestKubeletRestart(t *testing.T) {
 	if err := n.admit(before); err != nil {
 		t.Fatal(err)
 	}
-	n.restart()
-	n.waitAllocatable("gpushare.io/gpu-mem", 2*16384)
+	n.Restart()
+	n.WaitAllocatable("gpushare.io/gpu-mem", 2*16384)
 	after := n.pod("after", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 2048})
 	if err := n.admit(after); err != nil {
 		t.Fatal(err)
