@@ -141,4 +141,3 @@ func residentMiB(pid int) (float64, error) {
 	}
 	return 0, fmt.Errorf("no VmRSS for process %d", pid)
 }
-
