@@ -110,12 +110,11 @@ func (d *Daemon) runOnce(ctx context.Context, check time.Duration) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("exited: %v: %s", err, tail(out.String()))
+			return fmt.Errorf("exited: %w: %s", err, tail(out.String()))
 		case <-tick.C:
 			if err := d.Healthy(ctx); err != nil {
 				_ = c.Process.Kill()
-				<-exited
-				return err
+				return errors.Join(err, <-exited)
 			}
 		case <-ctx.Done():
 			// A clean shutdown: the daemon tells its servers to finish.
@@ -125,14 +124,13 @@ func (d *Daemon) runOnce(ctx context.Context, check time.Duration) error {
 				d.Logger.Error(err, "Asking the MPS control daemon to quit")
 			}
 			select {
-			case <-exited:
+			case err := <-exited:
+				d.Logger.Info("MPS control daemon stopped", "exit", err)
+				return nil
 			case <-quit.Done():
 				_ = c.Process.Kill()
-				<-exited
-				return errors.New("MPS control daemon did not quit in 10 s; killed")
+				return errors.Join(errors.New("MPS control daemon did not quit in 10 s; killed"), <-exited)
 			}
-			d.Logger.Info("MPS control daemon stopped")
-			return nil
 		}
 	}
 }

@@ -56,7 +56,9 @@ func start(t *testing.T) *fixture {
 	go func() { f.done <- f.d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-f.done
+		if err := <-f.done; err != nil {
+			t.Error(err)
+		}
 	})
 	f.waitLines(t, "starts", 1)
 	return f
