@@ -80,7 +80,7 @@ func Start(t testing.TB, dir string) *Kubelet {
 func (k *Kubelet) startDeviceManager() {
 	k.t.Helper()
 	logger := klog.Background()
-	dm, err := newManagerImpl(logger, filepath.Join(k.dir, "kubelet.sock"), nil, topologymanager.NewFakeManager())
+	dm, err := newManagerImpl(logger, filepath.Join(k.dir, "kubelet.sock"), nil, noTopology{})
 	if err != nil {
 		k.t.Fatal(err)
 	}
@@ -249,3 +249,14 @@ func (k *Kubelet) Clear() {
 	defer k.mu.Unlock()
 	clear(k.pods)
 }
+
+// noTopology is a topology store without NUMA affinity (the kubelet's
+// "none" policy), quiet unlike topologymanager's fake, which logs every
+// call.
+type noTopology struct{}
+
+func (noTopology) GetAffinity(string, string) topologymanager.TopologyHint {
+	return topologymanager.TopologyHint{}
+}
+func (noTopology) GetPolicy() topologymanager.Policy { return topologymanager.NewNonePolicy() }
+func (noTopology) Name() string                      { return "none" }
