@@ -7,24 +7,19 @@ type Decision struct {
 	Placement *Placement
 }
 
-// Better reports whether placement a should be chosen over b for the pod:
-// the higher score wins; an exact tie goes to the higher tie hash of
-// (seed, pod key, node name). The hash makes the tie-break uniform over
-// equal nodes, like kube-scheduler's random choice among equal scores, yet
-// repeatable. It deliberately ignores node names' order.
-func Better(a, b *Placement, podKey string, seed uint64) bool {
-	return better(a.Score, a.Node, b.Score, b.Node, podKey, seed)
-}
-
 // TieBreak is the key that orders nodes of equal score for a pod: the
-// higher wins. Better is Score.Compare, then TieBreak.
+// higher wins. The hash of (seed, pod key, node name) makes the tie-break
+// uniform over equal nodes, like kube-scheduler's random choice among
+// equal scores, yet repeatable; it deliberately ignores node names' order.
 func TieBreak(podKey, node string, seed uint64) uint64 { return mix(seed, podKey, node, -2) }
 
+// better reports whether a on aNode beats b on bNode: the higher score,
+// then the higher TieBreak.
 func better(a Score, aNode string, b Score, bNode string, podKey string, seed uint64) bool {
 	if c := a.Compare(b); c != 0 {
 		return c > 0
 	}
-	return mix(seed, podKey, aNode, -2) > mix(seed, podKey, bNode, -2)
+	return TieBreak(podKey, aNode, seed) > TieBreak(podKey, bNode, seed)
 }
 
 // Pick places pod on the best node among states; Index is -1 when none

@@ -85,7 +85,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	}
 	m.setGPUs(devs)
 	for _, r := range cfg.Resources {
-		list, err := devicesOf(devs, r, &cfg)
+		list, err := r.deviceList(devs, cfg.SlotsPerGPU, cfg.MaxDevices)
 		if err != nil {
 			m.skipped[string(r.Name)] = err
 			logger.Error(err, "Not serving resource", "resource", r.Name)
@@ -221,7 +221,7 @@ func (m *Manager) refresh() {
 	}
 	m.setGPUs(devs)
 	for _, p := range m.plugins {
-		list, err := devicesOf(devs, p.res, &m.cfg)
+		list, err := p.res.deviceList(devs, m.cfg.SlotsPerGPU, m.cfg.MaxDevices)
 		if err != nil {
 			m.logger.Error(err, "Updating devices", "resource", p.res.Name)
 			continue
@@ -273,8 +273,7 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 
 // resolve finds the container holding ids of resource and returns its
 // allocation from its pod's record, checked against this node's GPUs.
-func (m *Manager) resolve(ctx context.Context, resource string, ids []string) (holder, *gpusharev1.ContainerAllocation, error) {
-	claim := claimOf(resource, ids)
+func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []string) (holder, *gpusharev1.ContainerAllocation, error) {
 	h, err := m.holderOf(ctx, resource, claim, ids)
 	if err == nil {
 		m.mu.Lock()

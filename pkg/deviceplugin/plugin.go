@@ -19,7 +19,6 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
 // PodGetter returns a pod by namespace and name (from an informer on the
@@ -121,7 +120,7 @@ func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	defer p.m.observe("PreStartContainer", start)
 	ids := req.GetDevicesIds()
 	claim := claimOf(string(p.res.Name), ids)
-	h, a, err := p.m.resolve(ctx, string(p.res.Name), ids)
+	h, a, err := p.m.resolve(ctx, string(p.res.Name), claim, ids)
 	if err != nil {
 		p.logger.Error(err, "Refusing to start a container", "resource", p.res.Name, "devices", len(ids), "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container)
 		return nil, err
@@ -192,8 +191,3 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) error {
 
 // errNoGPU says the record names a GPU this node does not have.
 var errNoGPU = errors.New("the allocation record names a GPU this node does not have")
-
-// devicesOf converts GPU health to the plugin's devices of every resource.
-func devicesOf(gpus []gpu.Device, r Resource, cfg *Config) ([]*pluginapi.Device, error) {
-	return r.deviceList(gpus, cfg.SlotsPerGPU, cfg.MaxDevices)
-}

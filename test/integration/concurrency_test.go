@@ -75,10 +75,7 @@ func concurrencyPods(n int) []*corev1.Pod {
 // and no Pending pod would fit anywhere under the records.
 func TestConcurrentPods(t *testing.T) {
 	t.Run("plugin", func(t *testing.T) {
-		c := startCluster(t)
-		if _, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
-			t.Fatal(err)
-		}
+		c, _, _ := startPlugin(t, nil)
 		checkConcurrent(t, c)
 	})
 	t.Run("extender", func(t *testing.T) {

@@ -25,15 +25,8 @@ import (
 // container's environment names exactly the GPU and share of its record.
 // 100 identical pods start at once on one node of 8 GPUs.
 func TestDevicePluginEndToEnd(t *testing.T) {
-	c := startCluster(t)
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
-	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
-		t.Fatal(err)
-	}
 	bareNode(t, client, "gpu-0")
 	// Unix socket paths are short: keep the directory near the root.
 	dir, err := os.MkdirTemp("", "e2e")

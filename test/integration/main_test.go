@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
@@ -83,6 +85,26 @@ func startCluster(t *testing.T) *controlplane.Cluster {
 		c.Stop()
 	})
 	return c
+}
+
+// startPlugin starts a control plane and gpushare-scheduler with config
+// (deploy/scheduler-config.yaml if nil) and returns the cluster, an admin
+// client and the scheduler.
+func startPlugin(t *testing.T, config []byte) (*controlplane.Cluster, kubernetes.Interface, *controlplane.Scheduler) {
+	t.Helper()
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if config == nil {
+		config = readFile(t, "deploy/scheduler-config.yaml")
+	}
+	s, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, client, s
 }
 
 func readFile(t *testing.T, rel string) []byte {

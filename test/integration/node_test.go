@@ -23,15 +23,8 @@ import (
 // on a kwok node that carries none; gpushare-scheduler then places pods on
 // them by UUID, and a failed GPU is taken out of scheduling.
 func TestNodeDaemonInventory(t *testing.T) {
-	c := startCluster(t)
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
-	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml")); err != nil {
-		t.Fatal(err)
-	}
 	bareNode(t, client, "h200-0")
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
 	if err := os.WriteFile(simFile, []byte("gpus:\n- {model: NVIDIA H200, memoryMiB: 143771, count: 2, nvlink: all}\nfailures:\n- {index: 1, after: 8s, xid: 79}\n"), 0o600); err != nil {
@@ -117,16 +110,9 @@ func TestNodeDaemonInventory(t *testing.T) {
 // policy a GPU with little booked but much memory really in use (here by a
 // process outside Kubernetes) is not chosen first.
 func TestLoadAware(t *testing.T) {
-	c := startCluster(t)
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, client, _ := startPlugin(t, bytes.ReplaceAll(readFile(t, "deploy/scheduler-config.yaml"),
+		[]byte("nodePolicy: binpack"), []byte("nodePolicy: load-aware")))
 	ctx := context.Background()
-	config := bytes.ReplaceAll(readFile(t, "deploy/scheduler-config.yaml"), []byte("nodePolicy: binpack"), []byte("nodePolicy: load-aware"))
-	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, config); err != nil {
-		t.Fatal(err)
-	}
 	bareNode(t, client, "t4-0")
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
 	gpus := "gpus:\n- {model: Tesla T4, memoryMiB: 15360, count: 2}\n" +
@@ -138,7 +124,7 @@ func TestLoadAware(t *testing.T) {
 		"--simulated-gpus="+simFile, "--no-device-plugin", "--metrics-bind-address=", "--usage-interval=2s"); err != nil {
 		t.Fatal(err)
 	}
-	err = waitFor(30*time.Second, func() (bool, error) {
+	err := waitFor(30*time.Second, func() (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, "t4-0", metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -29,15 +29,7 @@ var seedManifests = []string{
 // TestSeedsPlugin: every seed example schedules as its seed says, through
 // gpushare-scheduler with deploy/scheduler-config.yaml.
 func TestSeedsPlugin(t *testing.T) {
-	c := startCluster(t)
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, readFile(t, "deploy/scheduler-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, client, s := startPlugin(t, nil)
 	_, bookedMiB := checkSeeds(t, client)
 
 	// The scheduler's metrics agree with the pod records: one scheduled
@@ -149,17 +141,9 @@ func checkSeeds(t *testing.T, client kubernetes.Interface) (booked int, bookedMi
 // numbers; it is bound as soon as a GPU frees up; a restarted scheduler
 // rebuilds its bookings from the pod records and double-books nothing.
 func TestPendingAndRestart(t *testing.T) {
-	c := startCluster(t)
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
 	config := readFile(t, "deploy/scheduler-config.yaml")
-	sched, err := c.StartScheduler(ctx, "gpushare-scheduler", schedulerBin, config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, client, sched := startPlugin(t, config)
+	ctx := context.Background()
 	createNodes(t, client, controlplane.NodeSpec{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 1})
 
 	create := func(name string, mib int64) {

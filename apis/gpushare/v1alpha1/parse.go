@@ -11,37 +11,40 @@ import (
 // Unknown fields are ignored, so a newer node daemon's additions do not
 // stop an older scheduler.
 func ParseInventory(value string) (*GPUInventory, error) {
-	var inv GPUInventory
-	if err := json.Unmarshal([]byte(value), &inv); err != nil {
-		return nil, fmt.Errorf("%s: %w", InventoryAnnotation, err)
-	}
-	if errs := ValidateInventory(&inv); len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", InventoryAnnotation, errs.ToAggregate())
+	inv, err := parse(value, InventoryAnnotation, ValidateInventory)
+	if err != nil {
+		return nil, err
 	}
 	if inv.Mode == "" {
 		inv.Mode = ModeShared
 	}
-	return &inv, nil
+	return inv, nil
+}
+
+// parse decodes an annotation value into a T and validates it; errors
+// name the annotation.
+func parse[T any](value, annotation string, validate func(*T) field.ErrorList) (*T, error) {
+	var v T
+	if err := json.Unmarshal([]byte(value), &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", annotation, err)
+	}
+	if errs := validate(&v); len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", annotation, errs.ToAggregate())
+	}
+	return &v, nil
 }
 
 // ParseAllocation decodes and validates an Allocation annotation value.
 func ParseAllocation(value string) (*Allocation, error) {
-	var a Allocation
-	if err := json.Unmarshal([]byte(value), &a); err != nil {
-		return nil, fmt.Errorf("%s: %w", AllocationAnnotation, err)
-	}
-	if errs := ValidateAllocation(&a); len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", AllocationAnnotation, errs.ToAggregate())
-	}
-	return &a, nil
+	return parse(value, AllocationAnnotation, ValidateAllocation)
 }
 
 // ParseUsage decodes and validates a GPUUsage annotation value.
 func ParseUsage(value string) (*GPUUsage, error) {
-	var u GPUUsage
-	if err := json.Unmarshal([]byte(value), &u); err != nil {
-		return nil, fmt.Errorf("%s: %w", UsageAnnotation, err)
-	}
+	return parse(value, UsageAnnotation, validateUsage)
+}
+
+func validateUsage(u *GPUUsage) field.ErrorList {
 	errs := validateType(u.APIVersion, u.Kind, KindGPUUsage)
 	for i, g := range u.GPUs {
 		p := field.NewPath("gpus").Index(i)
@@ -58,10 +61,7 @@ func ParseUsage(value string) (*GPUUsage, error) {
 	if u.Time.IsZero() {
 		errs = append(errs, field.Required(field.NewPath("time"), "the sample's time"))
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", UsageAnnotation, errs.ToAggregate())
-	}
-	return &u, nil
+	return errs
 }
 
 // Marshal encodes v (a *GPUInventory, *Allocation or *GPUUsage) with its
