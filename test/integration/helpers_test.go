@@ -18,11 +18,27 @@ import (
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
+// createNodes creates the nodes and waits until they are schedulable:
+// kwok reports them Ready and the node lifecycle controller lifts the
+// not-ready taint the apiserver put on them. Pods applied before that
+// would see only the nodes that got there first.
 func createNodes(t *testing.T, client kubernetes.Interface, specs ...controlplane.NodeSpec) {
 	t.Helper()
 	for _, s := range specs {
 		if err := controlplane.CreateNode(context.Background(), client, s); err != nil {
 			t.Fatal(err)
+		}
+	}
+	for _, s := range specs {
+		err := waitFor(60*time.Second, func() (bool, error) {
+			n, err := client.CoreV1().Nodes().Get(context.Background(), s.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return len(n.Spec.Taints) == 0, nil
+		})
+		if err != nil {
+			t.Fatalf("node %s did not become schedulable: %v", s.Name, err)
 		}
 	}
 }
