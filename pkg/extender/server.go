@@ -292,8 +292,10 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 	score := make(map[string]int64, len(ranked))
 	for rank, r := range ranked {
 		n := r.name
-		// The best gets 10, the rest step down from 9 to 0.
-		score[n] = int64(9 * (len(ranked) - 1 - rank) / max(len(ranked)-1, 1))
+		// The best gets 10, the rest step down from 5 to 0: the gap,
+		// times kube-scheduler's x10 scaling and the weight, outweighs the
+		// default plugins, as in the plugin's rankScore.
+		score[n] = int64(5 * (len(ranked) - 1 - rank) / max(len(ranked)-1, 1))
 		if rank == 0 {
 			score[n] = extenderv1.MaxExtenderPriority
 		}

@@ -349,12 +349,15 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 	return nil
 }
 
-// rankScore maps rank 0 to MaxNodeScore and the others evenly below 90.
+// rankScore maps rank 0 to MaxNodeScore and the others evenly from 50
+// down to 0: with the plugin's weight, the gap of 50 points outweighs
+// every default plugin together (spreading alone can give 200), so the
+// node policy's choice is the scheduler's, while the others keep an order.
 func rankScore(rank, n int) int64 {
 	if rank == 0 {
 		return fwk.MaxScore
 	}
-	return int64(90 * (n - 1 - rank) / max(n-1, 1))
+	return int64(50 * (n - 1 - rank) / max(n-1, 1))
 }
 
 // Reserve implements fwk.ReservePlugin: it books the pod's GPUs on the
