@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,6 +32,8 @@ type options struct {
 	json        bool
 	plot        string
 	synthNodes  int
+	parallel    int
+	cpuProfile  string
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -42,6 +46,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.pods, "pods", "", "pod list CSV (openb format); empty: the built-in synthetic workload")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per policy instead of a table")
 	fs.StringVar(&o.plot, "plot", "", "write a PNG of allocated vs arrived GPU for each policy to this file")
+	fs.IntVar(&o.parallel, "parallel", 0, "seeds replayed at once; 0 means one per CPU (use 1 for clean decision times)")
+	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file")
 	fs.IntVar(&o.synthNodes, "synthetic-nodes", defaultNodes, "nodes in the built-in synthetic cluster")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -55,6 +61,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if (o.nodes == "") != (o.pods == "") {
 		return nil, errors.New("--nodes and --pods go together")
+	}
+	if o.parallel < 0 {
+		return nil, errors.New("--parallel must not be negative")
 	}
 	if o.synthNodes <= 0 {
 		return nil, errors.New("--synthetic-nodes must be positive")
@@ -134,13 +143,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.cpuProfile != "" {
+		stopProfile, err := startProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	fmt.Fprintf(stderr, "workload %s: %d nodes, %d GPUs, %d pods; %d seed(s)\n", w.Name, len(w.Nodes), w.Capacity()/1000, len(w.Pods), len(o.seeds))
 	var results []*sim.Result
 	for _, p := range o.policies {
 		start := time.Now()
-		r, err := sim.Run(ctx, w, p, o.seeds, func(done, total int) {
+		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Progress: func(done, total int) {
 			fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
-		})
+		}})
 		fmt.Fprintln(stderr)
 		if err != nil {
 			return fmt.Errorf("policy %s: %w", p, err)
@@ -172,4 +188,20 @@ func printTable(w io.Writer, results []*sim.Result) {
 			r.Workload, r.Policy, r.Unalloc100, r.Unalloc130, r.Frag90, r.DecisionP50us, r.DecisionP99us)
 	}
 	_ = tw.Flush()
+}
+
+// startProfile starts a CPU profile into path; call the result to stop it.
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

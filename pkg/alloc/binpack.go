@@ -13,13 +13,14 @@ package alloc
 // fullest GPU that still fits wins (best fit).
 type binpack struct{}
 
-func (binpack) ScoreNode(_, after *NodeState, _ *PodRequest) Score {
-	return Score{Primary: usedSharePPM(after), Secondary: ppm(after.CPUMilli, after.Node.CPUMilli)}
+func (binpack) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
+	return Score{Primary: usedSharePPMAfter(before, after), Secondary: ppm(after.CPUMilli, after.Node.CPUMilli)}
 }
 
 func (binpack) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
-	for k, i := range candidates {
-		scores[k] = -s.FreeShare(i)
+	freeShares(s, candidates, scores)
+	for k := range scores {
+		scores[k] = -scores[k]
 	}
 }
 
@@ -33,8 +34,19 @@ func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 }
 
 func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
+	freeShares(s, candidates, scores)
+}
+
+// freeShares sets out[k] to the free share of GPU candidates[k].
+func freeShares(s *NodeState, candidates []int, out []int64) {
+	if e := s.loadMemo(); e != nil {
+		for k, i := range candidates {
+			out[k] = e.share[i]
+		}
+		return
+	}
 	for k, i := range candidates {
-		scores[k] = s.FreeShare(i)
+		out[k] = s.FreeShare(i)
 	}
 }
 
@@ -51,6 +63,25 @@ func usedSharePPM(s *NodeState) int64 {
 		return 0
 	}
 	return used * 1000 / n
+}
+
+// usedSharePPMAfter is usedSharePPM(after) for after = before plus a
+// placement: before's (memoised) sum, corrected on the GPUs that changed.
+func usedSharePPMAfter(before, after *NodeState) int64 {
+	if after.Node != before.Node || len(after.GPUs) != len(before.GPUs) {
+		return usedSharePPM(after)
+	}
+	e := before.summary()
+	used := e.used
+	for g := range after.GPUs {
+		if after.GPUs[g] != before.GPUs[g] && after.Node.GPUs[g].Healthy {
+			used += e.share[g] - after.FreeShare(g)
+		}
+	}
+	if e.healthyN == 0 {
+		return 0
+	}
+	return used * 1000 / e.healthyN
 }
 
 // ppm returns part/whole in parts per million, 0 when whole is 0.

@@ -56,7 +56,7 @@ type fgd struct {
 	group   []int
 	weight  int64 // total weight of the shapes
 	mode    fgdMode
-	pool    *sync.Pool // of *fragBase, reused across calls
+	pool    *sync.Pool // of scratch *fragBase, reused across calls
 }
 
 func newFGD(o Options, mode fgdMode) (*fgd, error) {
@@ -75,12 +75,12 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	}
 	f := newFGDShapes(o.Workload)
 	f.mode = mode
-	f.pool = &sync.Pool{New: func() any { return new(fragBase) }}
 	return f, nil
 }
 
 func newFGDShapes(shapes []Shape) *fgd {
-	f := &fgd{shapes: shapes, group: make([]int, len(shapes))}
+	f := &fgd{shapes: shapes, group: make([]int, len(shapes)),
+		pool: &sync.Pool{New: func() any { return new(fragBase) }}}
 	for q := range shapes {
 		f.weight += shapes[q].Weight
 		f.group[q] = -1
@@ -108,35 +108,30 @@ type fragBase struct {
 	below []int64 // per demand: free share on GPUs that don't
 }
 
-// get returns a fragBase for s from the pool; put it back with put.
-func (f *fgd) get(s *NodeState) *fragBase {
-	var b *fragBase
-	if f.pool != nil {
-		b, _ = f.pool.Get().(*fragBase)
+// base returns the fragBase of s. For a state the node has not changed
+// since the last call it is the memoised one; store memoises a fresh one.
+// The result must not be changed.
+func (f *fgd) base(s *NodeState, store bool) *fragBase {
+	if b, ok := s.policyMemo(f).(*fragBase); ok {
+		return b
 	}
-	if b == nil {
-		b = new(fragBase)
-	}
+	b := new(fragBase)
 	f.fill(b, s)
+	if store {
+		s.storePolicyMemo(f, b)
+	}
 	return b
 }
 
-func (f *fgd) put(b *fragBase) {
-	if f.pool != nil {
-		f.pool.Put(b)
-	}
-}
-
 func (f *fgd) fill(b *fragBase, s *NodeState) {
-	b.share = slices.Grow(b.share[:0], len(s.GPUs))[:len(s.GPUs)]
 	b.fit = slices.Grow(b.fit[:0], len(f.demands))[:len(f.demands)]
 	b.below = slices.Grow(b.below[:0], len(f.demands))[:len(f.demands)]
 	clear(b.fit)
 	clear(b.below)
+	b.share = s.freeShares(b.share)
 	b.total = 0
-	for i := range s.GPUs {
-		b.share[i] = s.FreeShare(i)
-		b.total += b.share[i]
+	for _, v := range b.share {
+		b.total += v
 	}
 	for k := range f.demands {
 		d := &f.demands[k]
@@ -148,6 +143,33 @@ func (f *fgd) fill(b *fragBase, s *NodeState) {
 			}
 		}
 	}
+}
+
+// move sets dst to b with GPU g (of kind gpu) going from usage old to
+// usage u: only that GPU moves between "fits" and "below" per demand.
+func (f *fgd) move(dst, b *fragBase, gpu *GPU, g int, old, u Usage) {
+	share := shareOf(gpu, u)
+	dst.total += share - b.share[g]
+	for e := range f.demands {
+		d := &f.demands[e]
+		if fitsUsage(gpu, old, d) {
+			dst.fit[e]--
+		} else {
+			dst.below[e] -= b.share[g]
+		}
+		if fitsUsage(gpu, u, d) {
+			dst.fit[e]++
+		} else {
+			dst.below[e] += share
+		}
+	}
+}
+
+// copyFrom makes b a copy of the counts of src (not the per-GPU shares).
+func (b *fragBase) copyFrom(src *fragBase) {
+	b.total = src.total
+	b.fit = append(b.fit[:0], src.fit...)
+	b.below = append(b.below[:0], src.below...)
 }
 
 // frag sums the weighted fragmentation given the node's free CPU and memory.
@@ -165,10 +187,22 @@ func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 }
 
 func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
-	b0, b1 := f.get(before), f.get(after)
+	// before is the node's real state (memoised across decisions); after
+	// is before plus this pod: derive it from before's GPUs that changed.
+	b0 := f.base(before, true)
+	b1 := f.pool.Get().(*fragBase)
+	defer f.pool.Put(b1)
+	if after.Node == before.Node && len(after.GPUs) == len(before.GPUs) {
+		b1.copyFrom(b0)
+		for g := range after.GPUs {
+			if after.GPUs[g] != before.GPUs[g] {
+				f.move(b1, b0, &after.Node.GPUs[g], g, before.GPUs[g], after.GPUs[g])
+			}
+		}
+	} else {
+		f.fill(b1, after)
+	}
 	growth := f.frag(b1, after.FreeCPU(), after.FreeMemory()) - f.frag(b0, before.FreeCPU(), before.FreeMemory())
-	f.put(b0)
-	f.put(b1)
 	if f.mode == fgdPlain {
 		return Score{Primary: -growth}
 	}
@@ -180,40 +214,41 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		rounded = (growth - q/2) / q
 	}
 	return Score{Primary: -rounded,
-		Secondary: usedSharePPM(after)<<20 | int64(mix(0, "", after.Node.Name, -3)>>44)}
+		Secondary: usedSharePPMAfter(before, after)<<20 | int64(mix(0, "", after.Node.Name, -3)>>44)}
 }
 
 func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64) {
-	b := f.get(s)
-	defer f.put(b)
+	// s is the node's real state for a pod's first container (the memo
+	// then hits) or a working copy with earlier containers booked.
+	b := f.base(s, false)
 	after := f.pool.Get().(*fragBase)
 	defer f.pool.Put(after)
-	after.fit = slices.Grow(after.fit[:0], len(f.demands))[:len(f.demands)]
-	after.below = slices.Grow(after.below[:0], len(f.demands))[:len(f.demands)]
 	cpu, mem := s.FreeCPU()-pod.CPUMilli, s.FreeMemory()-pod.MemoryMiB
 	for k, i := range candidates {
-		g := &s.Node.GPUs[i]
-		old := s.GPUs[i]
-		u := old.add(d.usageOn(g))
-		share := shareOf(g, u)
-		after.total = b.total - b.share[i] + share
-		// Only GPU i changes: move it between "fits" and "below" per demand.
-		for e := range f.demands {
-			dd := &f.demands[e]
-			after.fit[e], after.below[e] = b.fit[e], b.below[e]
-			if fitsUsage(g, old, dd) {
-				after.fit[e]--
-			} else {
-				after.below[e] -= b.share[i]
-			}
-			if fitsUsage(g, u, dd) {
-				after.fit[e]++
-			} else {
-				after.below[e] += share
-			}
+		// A GPU identical to an earlier candidate (same kind, same usage)
+		// leaves the node in the same shape: same score.
+		if j := sameAs(s, candidates[:k], i); j >= 0 {
+			scores[k] = scores[j]
+			continue
 		}
+		g := &s.Node.GPUs[i]
+		after.copyFrom(b)
+		f.move(after, b, g, i, s.GPUs[i], s.GPUs[i].add(d.usageOn(g)))
 		scores[k] = -f.frag(after, cpu, mem)
 	}
+}
+
+// sameAs returns the position in earlier of a GPU of the same kind
+// (model, memory, compute, health) and usage as GPU i, or -1.
+func sameAs(s *NodeState, earlier []int, i int) int {
+	a := &s.Node.GPUs[i]
+	for k, j := range earlier {
+		b := &s.Node.GPUs[j]
+		if s.GPUs[j] == s.GPUs[i] && a.MemoryMiB == b.MemoryMiB && a.Compute == b.Compute && a.Healthy == b.Healthy && a.Model == b.Model {
+			return k
+		}
+	}
+	return -1
 }
 
 // Fragmentation returns the node's fragmentation for a workload: the

@@ -124,17 +124,22 @@ type NodeState struct {
 	// Live is optional observed usage, parallel to Node.GPUs, for
 	// load-aware policies; nil when unknown.
 	Live []Live
+	// memo caches policies' derived data; nil disables it. Copies of the
+	// state made to try a placement share it, read-only in practice: an
+	// entry only matches the state it was computed from.
+	memo *memo
 }
 
 // NewNodeState returns an empty state for n.
 func NewNodeState(n *Node) *NodeState {
-	return &NodeState{Node: n, GPUs: make([]Usage, len(n.GPUs))}
+	return &NodeState{Node: n, GPUs: make([]Usage, len(n.GPUs)), memo: new(memo)}
 }
 
 // Clone returns a deep copy of the booked state (the Node is shared).
 func (s *NodeState) Clone() *NodeState {
 	c := *s
 	c.GPUs = append([]Usage(nil), s.GPUs...)
+	c.memo = new(memo)
 	if s.Live != nil {
 		c.Live = append([]Live(nil), s.Live...)
 	}

@@ -1,5 +1,10 @@
 package alloc
 
+import (
+	"runtime"
+	"sync"
+)
+
 // Decision is the outcome of Pick.
 type Decision struct {
 	// Index is the chosen node's position in the input, -1 if none fits.
@@ -13,35 +18,92 @@ type Decision struct {
 // equal scores, yet repeatable; it deliberately ignores node names' order.
 func TieBreak(podKey, node string, seed uint64) uint64 { return mix(seed, podKey, node, -2) }
 
-// better reports whether a on aNode beats b on bNode: the higher score,
-// then the higher TieBreak.
-func better(a Score, aNode string, b Score, bNode string, podKey string, seed uint64) bool {
-	if c := a.Compare(b); c != 0 {
-		return c > 0
-	}
-	return TieBreak(podKey, aNode, seed) > TieBreak(podKey, bNode, seed)
-}
+// pickChunk is the fewest nodes a Pick worker rates: below it, the cost of
+// starting a goroutine outweighs the work.
+const pickChunk = 256
 
 // Pick places pod on the best node among states; Index is -1 when none
 // fits (Explain says why). It changes nothing; the caller applies the
-// placement.
+// placement. Large node lists are rated in parallel chunks, as
+// kube-scheduler filters nodes in parallel; the result is the same as a
+// sequential scan (chunks merge in order, ties keep the earlier node).
 func (pl *Placer) Pick(states []*NodeState, pod *PodRequest, seed uint64) Decision {
-	var sc scratch
-	best, bestScore := -1, Score{}
+	workers := min(runtime.GOMAXPROCS(0), len(states)/pickChunk)
+	var best pick
+	if workers <= 1 {
+		best = pl.pickRange(states, 0, pod, seed)
+	} else {
+		found := make([]pick, workers)
+		size := (len(states) + workers - 1) / workers
+		var wg sync.WaitGroup
+		for w := range workers {
+			lo := w * size
+			hi := min(lo+size, len(states))
+			wg.Go(func() { found[w] = pl.pickRange(states[lo:hi], lo, pod, seed) })
+		}
+		wg.Wait()
+		best = pick{index: -1}
+		for _, f := range found {
+			if f.index >= 0 && (best.index < 0 || f.beats(&best)) {
+				best = f
+			}
+		}
+	}
+	if best.index < 0 {
+		return Decision{Index: -1}
+	}
+	p, _ := pl.Place(states[best.index], pod)
+	return Decision{Index: best.index, Placement: p}
+}
+
+// pick is the best node found so far: its index, score and tie-break key.
+type pick struct {
+	index int
+	score Score
+	tie   uint64
+}
+
+func (a *pick) beats(b *pick) bool {
+	if c := a.score.Compare(b.score); c != 0 {
+		return c > 0
+	}
+	return a.tie > b.tie
+}
+
+// pickRange finds the best of states, whose first is at index offset.
+// The tie-break key is computed only for nodes that tie on score.
+func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, seed uint64) pick {
+	sc := scratch{quiet: true}
+	best := pick{index: -1}
+	tied := false // best.tie is set
 	for i, s := range states {
 		score, failed := pl.evaluate(&sc, s, pod)
 		if failed >= 0 {
 			continue
 		}
-		if best < 0 || better(score, s.Node.Name, bestScore, states[best].Node.Name, pod.Key, seed) {
-			best, bestScore = i, score
+		c := 1
+		if best.index >= 0 {
+			c = score.Compare(best.score)
+		}
+		if c == 0 {
+			if !tied {
+				best.tie, tied = TieBreak(pod.Key, states[best.index-offset].Node.Name, seed), true
+			}
+			t := TieBreak(pod.Key, s.Node.Name, seed)
+			if t <= best.tie {
+				continue
+			}
+			best = pick{index: offset + i, score: score, tie: t}
+			continue
+		}
+		if c > 0 {
+			best, tied = pick{index: offset + i, score: score}, false
 		}
 	}
-	if best < 0 {
-		return Decision{Index: -1}
+	if best.index >= 0 && !tied {
+		best.tie = TieBreak(pod.Key, states[best.index-offset].Node.Name, seed)
 	}
-	p, _ := pl.Place(states[best], pod)
-	return Decision{Index: best, Placement: p}
+	return best
 }
 
 // Explain returns why pod does not fit each of the states it doesn't fit.

@@ -97,10 +97,12 @@ type scratch struct {
 	workBuf, phaseBuf []Usage
 	sidecars          []Usage
 	booked            []Usage
-	candidates        []int
+	candidates, order []int
 	scores            []int64
 	chosen            [][]int
 	unfit             *Unfit
+	// quiet skips building unfit: Pick needs only whether a node fits.
+	quiet bool
 }
 
 func (sc *scratch) reset(s *NodeState, containers int) {
@@ -240,7 +242,7 @@ func nodeUnfit(s *NodeState, pod *PodRequest) *Unfit {
 
 // placeContainer chooses GPUs for container i on work, books them there
 // and records them in sc.chosen[i]. When too few GPUs fit it records why
-// in sc.unfit and returns false.
+// in sc.unfit (unless sc.quiet) and returns false.
 func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, c *PodContainer, i int) bool {
 	d := c.PerGPU()
 	need := c.GPUCount()
@@ -251,12 +253,14 @@ func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, 
 		}
 	}
 	if len(sc.candidates) < need {
-		sc.unfit = gpuUnfit(work, c, need, len(sc.candidates), &d)
+		if !sc.quiet {
+			sc.unfit = gpuUnfit(work, c, need, len(sc.candidates), &d)
+		}
 		return false
 	}
 	sc.scores = slices.Grow(sc.scores[:0], len(sc.candidates))[:len(sc.candidates)]
 	pl.gpu.ScoreGPUs(work, pod, d, sc.candidates, sc.scores)
-	sc.chosen[i] = pl.choose(work, need, sc.candidates, sc.scores, sc.chosen[i][:0])
+	sc.chosen[i] = pl.choose(sc, work, need, sc.chosen[i][:0])
 	for _, g := range sc.chosen[i] {
 		work.GPUs[g] = work.GPUs[g].add(d.usageOn(&work.Node.GPUs[g]))
 	}
@@ -279,7 +283,8 @@ func gpuUnfit(work *NodeState, c *PodContainer, need, usable int, d *Demand) *Un
 // to the lowest index. For several GPUs with topology on, it prefers the set
 // with the most NVLink links and then the fewest NUMA nodes, and only then
 // the scores.
-func (pl *Placer) choose(s *NodeState, need int, candidates []int, scores []int64, out []int) []int {
+func (pl *Placer) choose(sc *scratch, s *NodeState, need int, out []int) []int {
+	candidates, scores := sc.candidates, sc.scores
 	if need == 1 {
 		best := 0
 		for k := range scores {
@@ -289,12 +294,13 @@ func (pl *Placer) choose(s *NodeState, need int, candidates []int, scores []int6
 		}
 		return append(out, candidates[best])
 	}
-	order := make([]int, len(candidates))
-	for i := range order {
-		order[i] = i
+	order := sc.order[:0]
+	for i := range candidates {
+		order = append(order, i)
 	}
+	sc.order = order
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
-	if !pl.topology {
+	if !pl.topology || flat(s, candidates) {
 		for k := range need {
 			out = append(out, candidates[order[k]])
 		}

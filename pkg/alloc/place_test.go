@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // gpusOf lists the GPUs each container got.
@@ -238,7 +239,7 @@ func TestApplyRelease(t *testing.T) {
 	if err := s.Apply(&other); !errors.Is(err, ErrWrongNode) {
 		t.Errorf("Apply on the wrong node: got %v, want ErrWrongNode", err)
 	}
-	if diff := cmp.Diff(makeNode("n").gpus(2, "A100", 16384).state(), s); diff != "" {
+	if diff := cmp.Diff(makeNode("n").gpus(2, "A100", 16384).state(), s, cmpopts.IgnoreUnexported(NodeState{})); diff != "" {
 		t.Errorf("state after release (-want,+got):\n%s", diff)
 	}
 }

@@ -131,9 +131,13 @@ func NewPlacer(c Config) (*Placer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node policy %q: %w", c.Node, err)
 	}
-	gs, err := gf(c.Options)
-	if err != nil {
-		return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
+	// One policy at both levels is one value, so that what it derives
+	// from a node (see memo) serves both.
+	gs, same := ns.(GPUScorer)
+	if !same || gpuName != c.Node {
+		if gs, err = gf(c.Options); err != nil {
+			return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
+		}
 	}
 	return &Placer{node: ns, gpu: gs, topology: !c.NoTopology}, nil
 }

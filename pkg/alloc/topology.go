@@ -56,6 +56,20 @@ func chooseTopology(s *NodeState, need int, ranked []int) []int {
 	return best
 }
 
+// flat reports whether topology cannot tell candidates apart: none has an
+// NVLink peer and all sit on one NUMA node (or none is known). Every set
+// then has the same links and NUMA count, and chooseTopology would pick
+// the best-ranked GPUs.
+func flat(s *NodeState, candidates []int) bool {
+	for _, g := range candidates {
+		gpu := &s.Node.GPUs[g]
+		if len(gpu.Peers) > 0 || gpu.NUMANode != s.Node.GPUs[candidates[0]].NUMANode {
+			return false
+		}
+	}
+	return true
+}
+
 // countNUMA counts the distinct NUMA nodes of set; unknown (-1) counts as
 // its own node for each GPU.
 func countNUMA(s *NodeState, set []int) int {

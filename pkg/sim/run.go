@@ -54,9 +54,17 @@ func parsePolicy(name string) alloc.Config {
 	return alloc.Config{Node: node, GPU: gpu}
 }
 
+// Options tune a Run.
+type Options struct {
+	// Parallel is how many seeds replay at once; 0 means GOMAXPROCS.
+	// Decision times are cleanest with 1: replays then do not share cores.
+	Parallel int
+	// Progress, if not nil, is called after each seed.
+	Progress func(done, total int)
+}
+
 // Run replays w under the policy for each seed, in parallel, and averages.
-// progress, if not nil, is called after each seed.
-func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, progress func(done, total int)) (*Result, error) {
+func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Options) (*Result, error) {
 	cfg := parsePolicy(policy)
 	cfg.Workload = Shapes(w.Pods, shapeCover)
 	if _, err := alloc.NewPlacer(cfg); err != nil {
@@ -71,7 +79,11 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, progre
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	parallel := o.Parallel
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	sem := make(chan struct{}, parallel)
 	for i, seed := range seeds {
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -82,8 +94,8 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, progre
 			runs[i], errs[i] = replay(ctx, w, nodes, pl, cfg.Workload, seed)
 			mu.Lock()
 			done++
-			if progress != nil {
-				progress(done, len(seeds))
+			if o.Progress != nil {
+				o.Progress(done, len(seeds))
 			}
 			mu.Unlock()
 		})

@@ -32,11 +32,11 @@ func TestRunIsRepeatableAndBounded(t *testing.T) {
 	nodes, pods := trace.Synthetic(7, 30)
 	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
 	for _, policy := range []string{"random", "bestfit", "fgd-pack", "binpack/spread"} {
-		a, err := Run(context.Background(), w, policy, []uint64{1, 2}, nil)
+		a, err := Run(context.Background(), w, policy, []uint64{1, 2}, Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", policy, err)
 		}
-		b, err := Run(context.Background(), w, policy, []uint64{1, 2}, nil)
+		b, err := Run(context.Background(), w, policy, []uint64{1, 2}, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestRunIsRepeatableAndBounded(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Run(context.Background(), w, "nope", []uint64{1}, nil); err == nil {
+	if _, err := Run(context.Background(), w, "nope", []uint64{1}, Options{}); err == nil {
 		t.Error("unknown policy: want an error")
 	}
 }
