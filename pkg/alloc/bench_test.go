@@ -65,3 +65,31 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickEmpty is the costliest decision of a replay: the openb
+// cluster's size (1213 nodes), every node empty, so every node fits and
+// is rated in full.
+func BenchmarkPickEmpty(b *testing.B) {
+	states := benchCluster(1213)
+	for _, s := range states {
+		clear(s.GPUs)
+		s.CPUMilli = 0
+	}
+	pod := &PodRequest{Key: "default/bench", CPUMilli: 4000, MemoryMiB: 8192,
+		Containers: []PodContainer{{ContainerRequest: ContainerRequest{Name: "main", MemoryMiB: 20480, Compute: 30}}}}
+	for _, policy := range []string{"binpack", "spread", "fgd-pack"} {
+		b.Run(policy, func(b *testing.B) {
+			pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 42, Workload: benchWorkload()}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if d := pl.Pick(states, pod, 42); d.Index < 0 {
+					b.Fatal("no node fits")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(states)), "ns/node")
+		})
+	}
+}

@@ -39,7 +39,7 @@ func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int,
 
 // freeShares sets out[k] to the free share of GPU candidates[k].
 func freeShares(s *NodeState, candidates []int, out []int64) {
-	if e := s.loadMemo(); e != nil {
+	if e := s.derived(); e != nil {
 		for k, i := range candidates {
 			out[k] = e.share[i]
 		}
@@ -71,7 +71,7 @@ func usedSharePPMAfter(before, after *NodeState) int64 {
 	if after.Node != before.Node || len(after.GPUs) != len(before.GPUs) {
 		return usedSharePPM(after)
 	}
-	e := before.summary()
+	e := originOf(before, after)
 	used := e.used
 	for g := range after.GPUs {
 		if after.GPUs[g] != before.GPUs[g] && after.Node.GPUs[g].Healthy {

@@ -108,19 +108,15 @@ type fragBase struct {
 	below []int64 // per demand: free share on GPUs that don't
 }
 
-// base returns the fragBase of s. For a state the node has not changed
-// since the last call it is the memoised one; store memoises a fresh one.
-// The result must not be changed.
-func (f *fgd) base(s *NodeState, store bool) *fragBase {
-	if b, ok := s.policyMemo(f).(*fragBase); ok {
-		return b
+// baseOf returns the fragBase of e's state: the one memoised with e, or
+// a fresh one derived from s (which e matches, if not nil).
+func (f *fgd) baseOf(e *memoEntry, s *NodeState) (b *fragBase, fresh bool) {
+	if e != nil && e.owner == f {
+		return e.value.(*fragBase), false
 	}
-	b := new(fragBase)
+	b = new(fragBase)
 	f.fill(b, s)
-	if store {
-		s.storePolicyMemo(f, b)
-	}
-	return b
+	return b, true
 }
 
 func (f *fgd) fill(b *fragBase, s *NodeState) {
@@ -189,7 +185,11 @@ func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	// before is the node's real state (memoised across decisions); after
 	// is before plus this pod: derive it from before's GPUs that changed.
-	b0 := f.base(before, true)
+	e := originOf(before, after)
+	b0, fresh := f.baseOf(e, before)
+	if fresh {
+		before.storePolicyMemo(f, b0)
+	}
 	b1 := f.pool.Get().(*fragBase)
 	defer f.pool.Put(b1)
 	if after.Node == before.Node && len(after.GPUs) == len(before.GPUs) {
@@ -214,13 +214,13 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		rounded = (growth - q/2) / q
 	}
 	return Score{Primary: -rounded,
-		Secondary: usedSharePPMAfter(before, after)<<20 | int64(mix(0, "", after.Node.Name, -3)>>44)}
+		Secondary: usedSharePPMAfter(before, after)<<20 | int64(e.nameHash>>44)}
 }
 
 func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64) {
 	// s is the node's real state for a pod's first container (the memo
 	// then hits) or a working copy with earlier containers booked.
-	b := f.base(s, false)
+	b, _ := f.baseOf(s.derived(), s)
 	after := f.pool.Get().(*fragBase)
 	defer f.pool.Put(after)
 	cpu, mem := s.FreeCPU()-pod.CPUMilli, s.FreeMemory()-pod.MemoryMiB

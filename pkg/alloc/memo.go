@@ -23,6 +23,9 @@ type memoEntry struct {
 	// healthy GPUs, of which there are healthyN.
 	share          []int64
 	used, healthyN int64
+	// nameHash is a fixed hash of the node's name, an order of nodes
+	// that does not follow their names; nodeKey is its half of TieBreak.
+	nameHash, nodeKey uint64
 	// owner and value are one policy's own derived data, or nil.
 	owner, value any
 }
@@ -58,7 +61,8 @@ func (s *NodeState) summary() *memoEntry {
 	if e := s.loadMemo(); e != nil {
 		return e
 	}
-	e := &memoEntry{node: s.Node, usage: slices.Clone(s.GPUs), healthy: make([]bool, len(s.GPUs)), share: make([]int64, len(s.GPUs))}
+	e := &memoEntry{node: s.Node, usage: slices.Clone(s.GPUs), healthy: make([]bool, len(s.GPUs)), share: make([]int64, len(s.GPUs)),
+		nameHash: mix(0, "", s.Node.Name, -3), nodeKey: nodeKey(s.Node.Name)}
 	for i := range s.GPUs {
 		e.healthy[i] = s.Node.GPUs[i].Healthy
 		e.share[i] = s.FreeShare(i)
@@ -73,13 +77,23 @@ func (s *NodeState) summary() *memoEntry {
 	return e
 }
 
-// policyMemo returns what owner stored with storePolicyMemo for s as it is
-// now, or nil.
-func (s *NodeState) policyMemo(owner any) any {
-	if e := s.loadMemo(); e != nil && e.owner == owner {
-		return e.value
+// derived returns the memo entry that matches s, if one is at hand: the
+// origin of a pristine working copy, or the stored entry of a real state.
+func (s *NodeState) derived() *memoEntry {
+	if s.pristine {
+		return s.origin
 	}
-	return nil
+	return s.loadMemo()
+}
+
+// originOf returns the entry of before, the state after was copied from
+// (evaluate's ScoreNode arguments), validating it only when after is not
+// a working copy.
+func originOf(before, after *NodeState) *memoEntry {
+	if after.origin != nil && after.Node == before.Node {
+		return after.origin
+	}
+	return before.summary()
 }
 
 // storePolicyMemo attaches owner's value, derived from s as it is now, to
@@ -96,7 +110,7 @@ func (s *NodeState) storePolicyMemo(owner, value any) {
 // freeShares returns FreeShare for every GPU of s in buf: copied from the
 // memo when it matches, else computed.
 func (s *NodeState) freeShares(buf []int64) []int64 {
-	if e := s.loadMemo(); e != nil {
+	if e := s.derived(); e != nil {
 		return append(buf[:0], e.share...)
 	}
 	buf = slices.Grow(buf[:0], len(s.GPUs))[:len(s.GPUs)]

@@ -124,10 +124,13 @@ type NodeState struct {
 	// Live is optional observed usage, parallel to Node.GPUs, for
 	// load-aware policies; nil when unknown.
 	Live []Live
-	// memo caches policies' derived data; nil disables it. Copies of the
-	// state made to try a placement share it, read-only in practice: an
-	// entry only matches the state it was computed from.
+	// memo caches what policies derive from the state; nil disables it.
 	memo *memo
+	// On evaluate's working copies only: origin is the memo entry of the
+	// state the copy was made from, and pristine says the copy still
+	// equals that state (no container placed on it yet).
+	origin   *memoEntry
+	pristine bool
 }
 
 // NewNodeState returns an empty state for n.
@@ -139,7 +142,7 @@ func NewNodeState(n *Node) *NodeState {
 func (s *NodeState) Clone() *NodeState {
 	c := *s
 	c.GPUs = append([]Usage(nil), s.GPUs...)
-	c.memo = new(memo)
+	c.memo, c.origin, c.pristine = new(memo), nil, false
 	if s.Live != nil {
 		c.Live = append([]Live(nil), s.Live...)
 	}

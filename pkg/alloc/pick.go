@@ -13,10 +13,26 @@ type Decision struct {
 }
 
 // TieBreak is the key that orders nodes of equal score for a pod: the
-// higher wins. The hash of (seed, pod key, node name) makes the tie-break
-// uniform over equal nodes, like kube-scheduler's random choice among
-// equal scores, yet repeatable; it deliberately ignores node names' order.
-func TieBreak(podKey, node string, seed uint64) uint64 { return mix(seed, podKey, node, -2) }
+// higher wins. A hash of (seed, pod key) mixed with a hash of the node name
+// makes the tie-break uniform over equal nodes, like kube-scheduler's
+// random choice among equal scores, yet repeatable; it deliberately
+// ignores node names' order. The node's half is memoised with its state.
+func TieBreak(podKey, node string, seed uint64) uint64 {
+	return newTieBreaker(podKey, seed).of(nodeKey(node))
+}
+
+// nodeKey is the node's half of TieBreak.
+func nodeKey(node string) uint64 { return mix(0, "", node, -2) }
+
+// tieBreaker is TieBreak for one pod and seed, over many nodes.
+type tieBreaker uint64
+
+func newTieBreaker(podKey string, seed uint64) tieBreaker {
+	return tieBreaker(mix(seed, podKey, "", -2))
+}
+
+// of returns TieBreak for the node with nodeKey k.
+func (t tieBreaker) of(k uint64) uint64 { return finalize(uint64(t) ^ k) }
 
 // pickChunk is the fewest nodes a Pick worker rates: below it, the cost of
 // starting a goroutine outweighs the work.
@@ -71,37 +87,20 @@ func (a *pick) beats(b *pick) bool {
 }
 
 // pickRange finds the best of states, whose first is at index offset.
-// The tie-break key is computed only for nodes that tie on score.
 func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, seed uint64) pick {
 	sc := scratch{quiet: true}
+	tb := newTieBreaker(pod.Key, seed)
 	best := pick{index: -1}
-	tied := false // best.tie is set
 	for i, s := range states {
 		score, failed := pl.evaluate(&sc, s, pod)
 		if failed >= 0 {
 			continue
 		}
-		c := 1
-		if best.index >= 0 {
-			c = score.Compare(best.score)
+		// evaluate left s's memo entry, with its nodeKey, in sc.work.
+		this := pick{index: offset + i, score: score, tie: tb.of(sc.work.origin.nodeKey)}
+		if best.index < 0 || this.beats(&best) {
+			best = this
 		}
-		if c == 0 {
-			if !tied {
-				best.tie, tied = TieBreak(pod.Key, states[best.index-offset].Node.Name, seed), true
-			}
-			t := TieBreak(pod.Key, s.Node.Name, seed)
-			if t <= best.tie {
-				continue
-			}
-			best = pick{index: offset + i, score: score, tie: t}
-			continue
-		}
-		if c > 0 {
-			best, tied = pick{index: offset + i, score: score}, false
-		}
-	}
-	if best.index >= 0 && !tied {
-		best.tie = TieBreak(pod.Key, states[best.index-offset].Node.Name, seed)
 	}
 	return best
 }

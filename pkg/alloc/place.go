@@ -64,8 +64,8 @@ func (pl *Placer) Place(s *NodeState, pod *PodRequest) (*Placement, *Unfit) {
 		}
 		p.Containers[i] = got
 	}
-	for g, u := range sc.booked {
-		if u != (Usage{}) {
+	for g := range s.GPUs {
+		if u := sc.work.GPUs[g].sub(s.GPUs[g]); u != (Usage{}) {
 			p.Booked = append(p.Booked, Assignment{GPU: g, UUID: s.Node.GPUs[g].UUID, Usage: u})
 		}
 	}
@@ -107,19 +107,20 @@ type scratch struct {
 
 func (sc *scratch) reset(s *NodeState, containers int) {
 	copyState(&sc.work, &sc.workBuf, s)
-	sc.sidecars = resetUsage(sc.sidecars, len(s.GPUs))
-	sc.booked = resetUsage(sc.booked, len(s.GPUs))
+	sc.work.origin, sc.work.pristine = s.summary(), true
 	for len(sc.chosen) < containers {
 		sc.chosen = append(sc.chosen, nil)
 	}
 	sc.unfit = nil
 }
 
-// copyState makes dst a copy of s whose GPU usage lives in *buf.
+// copyState makes dst a working copy of s whose GPU usage lives in *buf.
+// The copy has no memo: it changes as containers are placed on it.
 func copyState(dst *NodeState, buf *[]Usage, s *NodeState) {
 	*buf = append((*buf)[:0], s.GPUs...)
 	*dst = *s
 	dst.GPUs = *buf
+	dst.memo, dst.origin, dst.pristine = nil, nil, false
 }
 
 func resetUsage(u []Usage, n int) []Usage {
@@ -147,20 +148,17 @@ func (pl *Placer) evaluate(sc *scratch, s *NodeState, pod *PodRequest) (Score, i
 		if !pl.placeContainer(sc, &sc.work, pod, c, i) {
 			return Score{}, i
 		}
-		if c.Kind == Sidecar {
-			d := c.PerGPU()
-			for _, g := range sc.chosen[i] {
-				sc.sidecars[g] = sc.sidecars[g].add(d.usageOn(&s.Node.GPUs[g]))
-			}
-		}
-	}
-	for g := range sc.booked {
-		sc.booked[g] = sc.work.GPUs[g].sub(s.GPUs[g])
+		sc.work.pristine = false
 	}
 	// Each init container runs alone beside the sidecars declared before
-	// it; the pod books the most any phase uses.
+	// it; the pod books the most any phase uses. Without init containers
+	// the pod books what the app phase placed on work.
 	if hasInit(pod) {
-		clear(sc.sidecars)
+		sc.sidecars = resetUsage(sc.sidecars, len(s.GPUs))
+		sc.booked = resetUsage(sc.booked, len(s.GPUs))
+		for g := range sc.booked {
+			sc.booked[g] = sc.work.GPUs[g].sub(s.GPUs[g])
+		}
 		for i := range pod.Containers {
 			c := &pod.Containers[i]
 			d := c.PerGPU()

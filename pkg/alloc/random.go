@@ -27,6 +27,11 @@ func mix(seed uint64, a, b string, n int) uint64 {
 		h = (h ^ uint64(b[i])) * prime
 	}
 	h = (h ^ uint64(int64(n))) * prime
+	return finalize(h)
+}
+
+// finalize is splitmix64's finaliser: every input bit affects every output bit.
+func finalize(h uint64) uint64 {
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 27
