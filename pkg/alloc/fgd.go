@@ -25,12 +25,16 @@ const (
 	// integer scores instead of a 0-100 sigmoid; ties fall to Pick.
 	fgdPlain fgdMode = iota
 	// fgdPack rounds the growth to tenths of a GPU and breaks ties by
-	// packing (the node with more of its GPU share booked after placement),
-	// then by a fixed pseudo-random order of nodes (a hash of the node name,
-	// the same for every pod): ties then fill the same nodes first, as first
+	// the node's size (fewer GPUs first: small nodes fill up and large
+	// ones keep their GPUs together for whole and multi-GPU pods), then by
+	// a fixed pseudo-random order of nodes (a hash of the node name, the
+	// same for every pod): ties then fill the same nodes first, as first
 	// fit does, without following the order of node names.
 	fgdPack
 )
+
+// fgdMaxGPUs bounds the GPU count in fgdPack's tie-break key.
+const fgdMaxGPUs = 1 << 12
 
 // fgdQuantum is fgdPack's rounding of fragmentation growth: 100 per-mille,
 // a tenth of a GPU per arriving pod.
@@ -213,8 +217,10 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	if growth < 0 {
 		rounded = (growth - q/2) / q
 	}
-	return Score{Primary: -rounded,
-		Secondary: usedSharePPMAfter(before, after)<<20 | int64(e.nameHash>>44)}
+	// Ties go to nodes with fewer GPUs, then in a fixed pseudo-random
+	// order of nodes.
+	gpus := int64(min(len(after.Node.GPUs), fgdMaxGPUs-1))
+	return Score{Primary: -rounded, Secondary: (fgdMaxGPUs-gpus)<<40 | int64(e.nameHash>>44)}
 }
 
 func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64) {
