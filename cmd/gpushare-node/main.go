@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,11 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -35,6 +34,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
 	"github.com/gpushare/gpushare/pkg/inventory"
 	"github.com/gpushare/gpushare/pkg/mps"
+	"github.com/gpushare/gpushare/pkg/nodeclient"
 	"github.com/gpushare/gpushare/pkg/usage"
 )
 
@@ -54,6 +54,7 @@ type options struct {
 	noPlugin     bool
 	resync       time.Duration
 	metricsAddr  string
+	profiling    bool
 	usageEvery   time.Duration
 }
 
@@ -75,6 +76,7 @@ func main() {
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address")
 	fs.DurationVar(&o.usageEvery, "usage-interval", 30*time.Second, "how often live GPU use is published for load-aware scheduling; 0 to disable")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -112,7 +114,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := nodeclient.New(rc)
 	if err != nil {
 		return err
 	}
@@ -134,13 +136,12 @@ func run(ctx context.Context, o options) error {
 	logger.Info("Published the GPU inventory", "mode", mode)
 
 	// The pods of this node, for the device plugin and the metrics.
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.node).String()
-		}))
-	pods := factory.Core().V1().Pods().Lister()
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	informer := cache.NewSharedIndexInformer(
+		client.PodsOn(o.node),
+		&corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	pods := corev1listers.NewPodLister(informer.GetIndexer())
+	go informer.Run(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
 
 	errc := make(chan error, 4)
 	if o.metricsAddr != "" {
@@ -155,6 +156,10 @@ func run(ctx context.Context, o options) error {
 			}})
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if o.profiling {
+			mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+			mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		}
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		srv := &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- srv.ListenAndServe() }()
@@ -179,7 +184,7 @@ func run(ctx context.Context, o options) error {
 				if p, err := pods.Pods(ns).Get(name); err == nil {
 					return p, nil
 				}
-				return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+				return client.GetPod(ctx, ns, name)
 			}})
 		if err != nil {
 			return err

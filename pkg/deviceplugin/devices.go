@@ -72,17 +72,33 @@ func (r Resource) perGPU(g gpu.Device, slots int) int64 {
 	}
 }
 
-// deviceList returns r's devices on gpus: "<gpu index>-<n>", healthy as
-// their GPU. They carry no NUMA node: they are tokens, and the GPU comes
-// from the record. It fails when there would be more than maxDevices.
-func (r Resource) deviceList(gpus []gpu.Device, slots, maxDevices int) ([]*pluginapi.Device, error) {
+// preferredMaxDevices is the largest device list for which the plugin
+// offers GetPreferredAllocation. The kubelet sends every available device
+// ID with each such call (MBs per container for MiB tokens), and tokens
+// are interchangeable: above this the kubelet's own choice is as good.
+const preferredMaxDevices = 4096
+
+// count returns how many devices r has on gpus, or an error when there
+// would be more than maxDevices.
+func (r Resource) count(gpus []gpu.Device, slots, maxDevices int) (int64, error) {
 	var total int64
 	for _, g := range gpus {
 		total += r.perGPU(g, slots)
 	}
 	if total > int64(maxDevices) {
-		return nil, fmt.Errorf("%s would need %d devices, over the %d that fit the kubelet's 4 MiB message limit; "+
+		return total, fmt.Errorf("%s would need %d devices, over the %d that fit the kubelet's 4 MiB message limit; "+
 			"count it in GiB on this node (resourceModel unit) or ask gpushare.io/gpu-mem with gpu-count", r.Name, total, maxDevices)
+	}
+	return total, nil
+}
+
+// deviceList returns r's devices on gpus: "<gpu index>-<n>", healthy as
+// their GPU. They carry no NUMA node: they are tokens, and the GPU comes
+// from the record. It fails when there would be more than maxDevices.
+func (r Resource) deviceList(gpus []gpu.Device, slots, maxDevices int) ([]*pluginapi.Device, error) {
+	total, err := r.count(gpus, slots, maxDevices)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]*pluginapi.Device, 0, total)
 	for _, g := range gpus {

@@ -85,7 +85,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	}
 	m.setGPUs(devs)
 	for _, r := range cfg.Resources {
-		list, err := r.deviceList(devs, cfg.SlotsPerGPU, cfg.MaxDevices)
+		n, err := r.count(devs, cfg.SlotsPerGPU, cfg.MaxDevices)
 		if err != nil {
 			m.skipped[string(r.Name)] = err
 			logger.Error(err, "Not serving resource", "resource", r.Name)
@@ -93,7 +93,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 		}
 		socket := filepath.Join(cfg.Dir, "gpushare-"+strings.NewReplacer("/", "-", ".", "-").Replace(string(r.Name))+".sock")
 		p := &plugin{res: r, socket: socket, m: m, logger: logger.WithValues("resource", r.Name),
-			devices: list, updates: make(chan struct{})}
+			gpus: devs, count: n, updates: make(chan struct{})}
 		m.plugins = append(m.plugins, p)
 	}
 	if m.pr, err = dialPodResources(cfg.PodResourcesSocket); err != nil {
@@ -191,7 +191,7 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 		err := p.serve()
 		if err == nil {
 			if err = p.register(ctx, kubelet); err == nil {
-				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", len(p.devices))
+				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", p.count)
 				return
 			}
 		}
@@ -221,12 +221,12 @@ func (m *Manager) refresh() {
 	}
 	m.setGPUs(devs)
 	for _, p := range m.plugins {
-		list, err := p.res.deviceList(devs, m.cfg.SlotsPerGPU, m.cfg.MaxDevices)
+		n, err := p.res.count(devs, m.cfg.SlotsPerGPU, m.cfg.MaxDevices)
 		if err != nil {
 			m.logger.Error(err, "Updating devices", "resource", p.res.Name)
 			continue
 		}
-		p.setDevices(list)
+		p.setGPUs(devs, n)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
 // PodGetter returns a pod by namespace and name (from an informer on the
@@ -34,39 +36,60 @@ type plugin struct {
 	m      *Manager
 	logger klog.Logger
 
-	mu      sync.Mutex
-	devices []*pluginapi.Device
+	mu sync.Mutex
+	// gpus are the node's GPUs as last read, and count the devices they
+	// make. The device list is built for each ListAndWatch send and not
+	// kept: for MiB tokens it is tens of MiB.
+	gpus  []gpu.Device
+	count int64
 	// updates wakes ListAndWatch streams when devices change.
 	updates chan struct{}
 	server  *grpc.Server
 }
 
-func (p *plugin) setDevices(devs []*pluginapi.Device) {
+func (p *plugin) setGPUs(gpus []gpu.Device, count int64) {
 	p.mu.Lock()
-	p.devices = devs
+	p.gpus, p.count = gpus, count
 	old := p.updates
 	p.updates = make(chan struct{})
 	p.mu.Unlock()
 	close(old)
 }
 
-func (p *plugin) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
+func (p *plugin) snapshot() ([]gpu.Device, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.devices, p.updates
+	return p.gpus, p.updates
+}
+
+func (p *plugin) options() *pluginapi.DevicePluginOptions {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: p.count <= preferredMaxDevices}
 }
 
 // GetDevicePluginOptions implements pluginapi.DevicePluginServer.
 func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true}, nil
+	return p.options(), nil
 }
 
 // ListAndWatch implements pluginapi.DevicePluginServer: the device list,
 // again whenever a GPU's health changes.
 func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
-		devs, changed := p.snapshot()
-		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+		gpus, changed := p.snapshot()
+		devs, err := p.res.deviceList(gpus, p.m.cfg.SlotsPerGPU, p.m.cfg.MaxDevices)
+		if err != nil {
+			return err
+		}
+		big := len(devs) > preferredMaxDevices
+		err = stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs})
+		if big {
+			// A big list is sent rarely (registration, health changes):
+			// give its memory back now rather than keep it resident.
+			debug.FreeOSMemory()
+		}
+		if err != nil {
 			return err
 		}
 		select {
@@ -181,7 +204,7 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) error {
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(p.socket),
 		ResourceName: string(p.res.Name),
-		Options:      &pluginapi.DevicePluginOptions{PreStartRequired: true, GetPreferredAllocationAvailable: true},
+		Options:      p.options(),
 	})
 	if err != nil {
 		return fmt.Errorf("registering %s with the kubelet: %w", p.res.Name, err)

@@ -201,3 +201,31 @@ func TestListAndWatchFitsMessageLimit(t *testing.T) {
 		t.Errorf("ListAndWatch with %d devices is %d bytes, over the kubelet's 4 MiB limit", len(devs), size)
 	}
 }
+
+// TestPreferredAllocationOnlyForShortLists: GetPreferredAllocation is
+// offered for short device lists (compute tokens), not for MiB tokens,
+// where the kubelet would send every available ID with each container.
+func TestPreferredAllocationOnlyForShortLists(t *testing.T) {
+	gpus := []gpu.Device{{Index: 0, MemoryMiB: 16384, Healthy: true}, {Index: 1, MemoryMiB: 16384, Healthy: true}}
+	for _, c := range []struct {
+		res  Resource
+		want bool
+	}{
+		{Resource{Name: "gpushare.io/gpu-mem", Kind: "Memory", UnitMiB: 1}, false},
+		{Resource{Name: "aliyun.com/gpu-mem", Kind: "Memory", UnitMiB: 1024}, true},
+		{Resource{Name: "gpushare.io/gpu-core", Kind: "Compute"}, true},
+	} {
+		n, err := c.res.count(gpus, DefaultSlotsPerGPU, DefaultMaxDevices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &plugin{res: c.res, gpus: gpus, count: n}
+		opts, err := p.GetDevicePluginOptions(t.Context(), &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.GetGetPreferredAllocationAvailable() != c.want || !opts.GetPreStartRequired() {
+			t.Errorf("%s (%d devices): options %+v, want preferred allocation %v and pre-start", c.res.Name, n, opts, c.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +13,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
+
+// keepListing is how long the latest listing is kept for containers that
+// start after it: a burst of starts shares listings, and between bursts
+// the daemon keeps none (a listing names every device of every container
+// on the node, MiBs with memory tokens) and gives the memory back.
+const keepListing = 2 * time.Second
 
 // maxListBytes bounds a PodResources listing: it names every device of
 // every container on the node, one MiB token each.
@@ -34,8 +41,10 @@ type podResources struct {
 	mu      sync.Mutex
 	waiting []chan listing
 	running bool
-	// last is the latest successful listing.
+	// last is the latest successful listing, dropped keepListing after
+	// it was taken by the drop timer.
 	last *listing
+	drop *time.Timer
 }
 
 type listing struct {
@@ -56,7 +65,14 @@ func dialPodResources(socket string) (*podResources, error) {
 	return &podResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn}, nil
 }
 
-func (r *podResources) close() error { return r.conn.Close() }
+func (r *podResources) close() error {
+	r.mu.Lock()
+	if r.drop != nil {
+		r.drop.Stop()
+	}
+	r.mu.Unlock()
+	return r.conn.Close()
+}
 
 // recent returns the latest listing if it was asked for after since.
 func (r *podResources) recent(since time.Time) *podresourcesapi.ListPodResourcesResponse {
@@ -106,11 +122,30 @@ func (r *podResources) run() {
 		if l.err == nil {
 			r.mu.Lock()
 			r.last = &l
+			if r.drop == nil {
+				r.drop = time.AfterFunc(keepListing, r.forget)
+			} else {
+				r.drop.Reset(keepListing)
+			}
 			r.mu.Unlock()
 		}
 		for _, ch := range batch {
 			ch <- l
 		}
+	}
+}
+
+// forget drops the latest listing once no container has started for
+// keepListing, and returns the memory the burst used to the system.
+func (r *podResources) forget() {
+	r.mu.Lock()
+	idle := r.last != nil && !r.running && time.Since(r.last.started) >= keepListing
+	if idle {
+		r.last = nil
+	}
+	r.mu.Unlock()
+	if idle {
+		debug.FreeOSMemory()
 	}
 }
 
@@ -131,14 +166,14 @@ func find(resp *podresourcesapi.ListPodResourcesResponse, resource string, ids [
 	var within *holder
 	for _, p := range resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
+			if !holds(c, resource, want[0]) {
+				continue
+			}
 			var held []string
 			for _, d := range c.GetDevices() {
 				if d.GetResourceName() == resource {
 					held = append(held, d.GetDeviceIds()...)
 				}
-			}
-			if !slices.Contains(held, want[0]) {
-				continue
 			}
 			h := holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
 			slices.Sort(held)
@@ -155,6 +190,16 @@ func find(resp *podresourcesapi.ListPodResourcesResponse, resource string, ids [
 		return *within, nil
 	}
 	return holder{}, errNotHeld
+}
+
+// holds reports whether c holds device id of resource.
+func holds(c *podresourcesapi.ContainerResources, resource, id string) bool {
+	for _, d := range c.GetDevices() {
+		if d.GetResourceName() == resource && slices.Contains(d.GetDeviceIds(), id) {
+			return true
+		}
+	}
+	return false
 }
 
 // subset reports whether sorted a is within sorted b.

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/gpu"
@@ -27,9 +25,14 @@ func From(devices []gpu.Device, mode gpusharev1.Mode) *gpusharev1.GPUInventory {
 	return inv
 }
 
+// NodePatcher applies a JSON merge patch to a node.
+type NodePatcher interface {
+	PatchNode(ctx context.Context, name string, patch []byte) error
+}
+
 // Publisher writes a node's inventory when it changes.
 type Publisher struct {
-	Client kubernetes.Interface
+	Client NodePatcher
 	Node   string
 	last   string
 }
@@ -55,7 +58,7 @@ func (p *Publisher) Publish(ctx context.Context, inv *gpusharev1.GPUInventory) e
 	if err != nil {
 		return err
 	}
-	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := p.Client.PatchNode(ctx, p.Node, patch); err != nil {
 		return fmt.Errorf("publishing the GPU inventory of node %s: %w", p.Node, err)
 	}
 	p.last = value
@@ -92,7 +95,7 @@ func (p *Publisher) PublishUsage(ctx context.Context, u *gpusharev1.GPUUsage) er
 	if err != nil {
 		return err
 	}
-	if _, err := p.Client.CoreV1().Nodes().Patch(ctx, p.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := p.Client.PatchNode(ctx, p.Node, patch); err != nil {
 		return fmt.Errorf("publishing the GPU usage of node %s: %w", p.Node, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -24,7 +25,7 @@ func TestPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{Client: client, Node: "n1"}
+	p := &Publisher{Client: patcher{client}, Node: "n1"}
 	publish := func() *gpusharev1.GPUInventory {
 		t.Helper()
 		devs, err := gpus.Devices()
@@ -72,4 +73,12 @@ func countPatches(actions []clienttesting.Action) int {
 		}
 	}
 	return n
+}
+
+// patcher patches nodes of a fake clientset.
+type patcher struct{ client *fake.Clientset }
+
+func (p patcher) PatchNode(ctx context.Context, name string, patch []byte) error {
+	_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }

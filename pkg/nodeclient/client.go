@@ -1,0 +1,60 @@
+// Package nodeclient is the node daemon's client of the Kubernetes API:
+// its own Node and the pods bound to it, over a REST client whose scheme
+// holds core/v1 only. The generated clientset registers every API group,
+// which triples the daemon's binary, and a node agent's binary is
+// resident memory on every GPU node.
+package nodeclient
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Client reads and patches the core objects the node daemon uses.
+type Client struct{ rest rest.Interface }
+
+// New returns a Client for the API server in config.
+func New(config *rest.Config) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c := rest.CopyConfig(config)
+	c.APIPath = "/api"
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("core/v1 client: %w", err)
+	}
+	return &Client{rest: rc}, nil
+}
+
+// PatchNode applies a JSON merge patch to the named node.
+func (c *Client) PatchNode(ctx context.Context, name string, patch []byte) error {
+	return c.rest.Patch(types.MergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Error()
+}
+
+// GetPod reads one pod.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	err := c.rest.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(pod)
+	return pod, err
+}
+
+// PodsOn lists and watches the pods bound to node, for an informer.
+func (c *Client) PodsOn(node string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.rest, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
+}
