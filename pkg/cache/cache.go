@@ -439,6 +439,21 @@ func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
 	return nil
 }
 
+// ReadEach calls fn with the state of each named node, or why the node is
+// not in the cache, under one read lock: rating many nodes for one request
+// takes the lock once. fn must not keep the state or call the Cache.
+func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState, err error)) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, name := range names {
+		if e := c.nodes[name]; e != nil {
+			fn(name, e.state, nil)
+		} else {
+			fn(name, nil, c.nodeErrorLocked(name))
+		}
+	}
+}
+
 // NodeError says why a node is not in the cache, nil if it is.
 func (c *Cache) NodeError(node string) error {
 	c.mu.RLock()

@@ -805,3 +805,26 @@ func TestLargestGPU(t *testing.T) {
 		t.Fatalf("after the big node left: %d, want 16384", got)
 	}
 }
+
+// ReadEach hands over each known node's state and, for the others, the
+// error Read would give.
+func TestReadEach(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	c.SetNode(gpuNode(t, "n2", 16384, 32768))
+	gpus := map[string]int{}
+	var missing error
+	c.ReadEach([]string{"n2", "gone", "n1"}, func(name string, s *alloc.NodeState, err error) {
+		if err != nil {
+			missing = err
+			return
+		}
+		gpus[name] = len(s.GPUs)
+	})
+	if want := map[string]int{"n1": 1, "n2": 2}; !cmp.Equal(gpus, want) {
+		t.Errorf("GPUs per node = %v, want %v", gpus, want)
+	}
+	if !errors.Is(missing, cache.ErrNodeGone) {
+		t.Errorf("unknown node: %v, want ErrNodeGone", missing)
+	}
+}

@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
@@ -47,6 +49,46 @@ type Server struct {
 	Ready func() bool
 	// Metrics counts decisions; may be nil.
 	Metrics *Metrics
+
+	// last is the latest filter's ratings, which the prioritize call for
+	// the same pod reuses instead of rating every node again.
+	mu   sync.Mutex
+	last *filtered
+}
+
+// filtered is one filter call's ratings of the nodes that passed.
+type filtered struct {
+	pod types.UID
+	at  time.Time
+	fit map[string]alloc.Score
+}
+
+// reuseFor is how long prioritize may reuse a filter's ratings. The two
+// calls of one scheduling cycle come milliseconds apart; the ratings only
+// rank nodes (bind checks the placement again under the cache's lock).
+const reuseFor = 5 * time.Second
+
+func (s *Server) remember(pod types.UID, fit map[string]alloc.Score) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = &filtered{pod: pod, at: time.Now(), fit: fit}
+}
+
+// recall returns the ratings of names from the latest filter of pod, or
+// nil when it did not rate them all.
+func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Score {
+	s.mu.Lock()
+	last := s.last
+	s.mu.Unlock()
+	if last == nil || pod == "" || last.pod != pod || time.Since(last.at) > reuseFor {
+		return nil
+	}
+	for _, n := range names {
+		if _, ok := last.fit[n]; !ok {
+			return nil
+		}
+	}
+	return last.fit
 }
 
 // Handler returns the HTTP handler: POST {prefix}/filter, /prioritize,
@@ -173,21 +215,18 @@ func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
 	var x alloc.Scratch
-	for _, name := range names {
-		var (
-			score alloc.Score
-			u     *alloc.Unfit
-		)
-		if err := s.Cache.Read(name, func(st *alloc.NodeState) { score, u = s.Placer.Rate(&x, st, req) }); err != nil {
+	s.Cache.ReadEach(names, func(name string, st *alloc.NodeState, err error) {
+		if err != nil {
 			outside[name] = err
-			continue
+			return
 		}
+		score, u := s.Placer.Rate(&x, st, req)
 		if u != nil {
 			unfit[name] = u
-			continue
+			return
 		}
 		fit[name] = score
-	}
+	})
 	return fit, unfit, outside
 }
 
@@ -208,6 +247,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		return finish(res, args, names), nil
 	}
 	fit, unfit, outside := s.place(names, req)
+	s.remember(args.Pod.UID, fit)
 	for n := range outside {
 		res.FailedAndUnresolvableNodes[n] = plugin.ReasonNotGPUShareNode
 	}
@@ -273,7 +313,10 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 		}
 		return out, nil
 	}
-	fit, _, _ := s.place(names, req)
+	fit := s.recall(args.Pod.UID, names)
+	if fit == nil {
+		fit, _, _ = s.place(names, req)
+	}
 	type node struct {
 		name  string
 		score alloc.Score
