@@ -19,6 +19,7 @@ func main() {
 	fs := flag.NewFlagSet("gpushare-demo", flag.ExitOnError)
 	dir := fs.String("dir", defaultDir(), "directory for the cluster's state, logs and kubeconfig")
 	scheduler := fs.String("scheduler", "bin/gpushare-scheduler", "the gpushare-scheduler binary")
+	nodeDaemon := fs.String("node-daemon", "bin/gpushare-node", "the gpushare-node binary, run with simulated GPUs for each node")
 	config := fs.String("config", "deploy/scheduler-config.yaml", "the scheduler's KubeSchedulerConfiguration")
 	examples := fs.String("examples", "examples", "directory of manifests to apply")
 	fs.Usage = func() {
@@ -31,7 +32,7 @@ func main() {
 	var err error
 	switch cmd := fs.Arg(0); cmd {
 	case "", "up":
-		err = up(ctx, options{dir: *dir, scheduler: *scheduler, config: *config, examples: *examples})
+		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples})
 	case "down":
 		err = down(*dir)
 	default:

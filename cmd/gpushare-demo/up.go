@@ -21,7 +21,7 @@ import (
 )
 
 type options struct {
-	dir, scheduler, config, examples string
+	dir, scheduler, nodeDaemon, config, examples string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -63,23 +63,27 @@ func up(ctx context.Context, o options) (err error) {
 	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", o.scheduler, config); err != nil {
 		return err
 	}
-	if err := writePIDs(c); err != nil {
-		return err
-	}
 	client, err := c.Client()
 	if err != nil {
 		return err
 	}
-	step("creating simulated GPU nodes")
+	step("creating simulated GPU nodes, each with a gpushare-node daemon on simulated GPUs")
 	for _, n := range nodes {
-		if err := controlplane.CreateNode(ctx, client, n); err != nil {
+		metrics, err := startDaemon(ctx, c, client, o, n)
+		if err != nil {
 			return err
 		}
 		mode := "shared"
 		if n.WholeCard {
 			mode = "whole cards only"
 		}
-		fmt.Printf("    %-14s %d x %s (%d MiB), %s\n", n.Name, n.Count, n.Model, n.MemoryMiB, mode)
+		fmt.Printf("    %-14s %d x %s (%d MiB), %s; metrics at http://%s/metrics\n", n.Name, n.Count, n.Model, n.MemoryMiB, mode, metrics)
+	}
+	if err := writePIDs(c); err != nil {
+		return err
+	}
+	if err := waitInventories(ctx, client); err != nil {
+		return err
 	}
 	files, err := filepath.Glob(filepath.Join(o.examples, "*.yaml"))
 	if err != nil {
@@ -109,6 +113,61 @@ func up(ctx context.Context, o options) (err error) {
 }
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
+
+// startDaemon creates node n without a GPU inventory and starts its
+// gpushare-node on simulated GPUs, which publishes the inventory as it
+// would on a real GPU node (kwok nodes have no kubelet: no device plugin).
+// It returns the daemon's metrics address.
+func startDaemon(ctx context.Context, c *controlplane.Cluster, client kubernetes.Interface, o options, n controlplane.NodeSpec) (string, error) {
+	n.Bare = true
+	if err := controlplane.CreateNode(ctx, client, n); err != nil {
+		return "", err
+	}
+	gpus := filepath.Join(c.Dir, "gpus-"+n.Name+".yaml")
+	if err := os.WriteFile(gpus, []byte(n.SimulatedGPUs()), 0o600); err != nil {
+		return "", err
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--node-name=" + n.Name, "--simulated-gpus=" + gpus,
+		"--no-device-plugin", "--metrics-bind-address=" + addr}
+	if n.WholeCard {
+		args = append(args, "--whole-card")
+	}
+	if _, err := c.Run("gpushare-node-"+n.Name, o.nodeDaemon, args...); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+// waitInventories waits until every demo node carries the inventory its
+// daemon publishes.
+func waitInventories(ctx context.Context, client kubernetes.Interface) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		missing := 0
+		for _, n := range nodes {
+			node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil || node.Annotations[gpusharev1.InventoryAnnotation] == "" {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d node daemon(s) did not publish a GPU inventory within a minute; see the logs", missing)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
 
 // settle waits until every pod is bound or has been found unschedulable,
 // and the set of pods has stopped growing.

@@ -94,7 +94,7 @@ func run(ctx context.Context, o options) error {
 	if o.node == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
-	backend, err := openBackend(o.simConfig)
+	backend, err := openBackend(o.simConfig, o.node)
 	if err != nil {
 		return err
 	}
@@ -238,14 +238,17 @@ func run(ctx context.Context, o options) error {
 }
 
 // openBackend returns the simulated GPUs of file, or NVML's when file is
-// empty.
-func openBackend(file string) (gpu.Backend, error) {
+// empty. Simulated UUIDs name the node unless the file sets a prefix.
+func openBackend(file, node string) (gpu.Backend, error) {
 	if file == "" {
 		return nvml.New()
 	}
 	cfg, err := sim.LoadFile(file)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.UUIDPrefix == "" {
+		cfg.UUIDPrefix = "GPU-sim-" + node
 	}
 	b, err := sim.New(cfg)
 	if err != nil {

@@ -24,6 +24,9 @@ type NodeSpec struct {
 	WholeCard bool
 	// CPU cores and memory in GiB; 0 means 64 and 512.
 	CPU, MemoryGiB int64
+	// Bare leaves out the GPU inventory and the gpushare label: a node
+	// daemon (gpushare-node with simulated GPUs) publishes them.
+	Bare bool
 	// Extended resources the node advertises besides CPU, memory and
 	// pods, e.g. a plain extended resource for stock kube-scheduler.
 	Extended map[corev1.ResourceName]int64
@@ -50,15 +53,27 @@ func (s NodeSpec) Inventory() *gpusharev1.GPUInventory {
 // Node returns the Node object: labelled gpushare=true and type=kwok,
 // carrying its inventory.
 func (s NodeSpec) Node() (*corev1.Node, error) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        s.Name,
+		Labels:      map[string]string{"type": "kwok", corev1.LabelHostname: s.Name},
+		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+	}}
+	if s.Bare {
+		return n, nil
+	}
 	value, err := gpusharev1.Marshal(s.Inventory())
 	if err != nil {
 		return nil, err
 	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:        s.Name,
-		Labels:      map[string]string{gpusharev1.NodeLabel: "true", "type": "kwok", corev1.LabelHostname: s.Name},
-		Annotations: map[string]string{gpusharev1.InventoryAnnotation: value, "kwok.x-k8s.io/node": "fake"},
-	}}, nil
+	n.Labels[gpusharev1.NodeLabel] = "true"
+	n.Annotations[gpusharev1.InventoryAnnotation] = value
+	return n, nil
+}
+
+// SimulatedGPUs returns the gpushare-node --simulated-gpus file for the
+// node's GPUs, laid out as Inventory lays them out.
+func (s NodeSpec) SimulatedGPUs() string {
+	return fmt.Sprintf("gpus:\n- {model: %q, memoryMiB: %d, count: %d, numaNodes: 2, nvlink: pairs}\n", s.Model, s.MemoryMiB, s.Count)
 }
 
 // CreateNode creates the node and sets its capacity, as a kubelet would.

@@ -18,6 +18,7 @@ import (
 
 // Config describes simulated GPUs (file format: YAML or JSON).
 //
+//	uuidPrefix: GPU-sim-node-1
 //	gpus:
 //	- {model: NVIDIA H200, memoryMiB: 143771, count: 8, numaNodes: 2, nvlink: all}
 //	usage:
@@ -25,9 +26,12 @@ import (
 //	failures:
 //	- {index: 3, after: 30s, xid: 79}
 type Config struct {
-	GPUs     []Group   `json:"gpus"`
-	Usage    []Load    `json:"usage,omitempty"`
-	Failures []Failure `json:"failures,omitempty"`
+	// UUIDPrefix starts every GPU's UUID; "GPU-sim" if empty. Give each
+	// simulated node its own, as real GPU UUIDs are unique.
+	UUIDPrefix string    `json:"uuidPrefix,omitempty"`
+	GPUs       []Group   `json:"gpus"`
+	Usage      []Load    `json:"usage,omitempty"`
+	Failures   []Failure `json:"failures,omitempty"`
 }
 
 // Group is Count identical GPUs, indexed after the previous groups'.
@@ -109,13 +113,17 @@ var _ gpu.Backend = (*Backend)(nil)
 // New builds a backend from c, which it validates.
 func New(c *Config) (*Backend, error) {
 	b := &Backend{start: time.Now()}
+	prefix := c.UUIDPrefix
+	if prefix == "" {
+		prefix = "GPU-sim"
+	}
 	for gi, g := range c.GPUs {
 		if g.Count <= 0 || g.MemoryMiB <= 0 || g.Model == "" {
 			return nil, fmt.Errorf("gpus[%d]: model, a positive memoryMiB and a positive count are required", gi)
 		}
 		first := len(b.devices)
 		for i := range g.Count {
-			d := gpu.Device{Index: first + i, UUID: fmt.Sprintf("GPU-sim-%04d-%04d", gi, i), Model: g.Model,
+			d := gpu.Device{Index: first + i, UUID: fmt.Sprintf("%s-%04d-%04d", prefix, gi, i), Model: g.Model,
 				MemoryMiB: g.MemoryMiB, Healthy: true}
 			if g.NUMANodes > 1 {
 				d.NUMANode = i * g.NUMANodes / g.Count
