@@ -241,6 +241,7 @@ func (m *Manager) noteAllocated(claim string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.allocated[claim] = time.Now()
+	m.pr.prefetch()
 	// Claims of containers that never started: forget them after a while.
 	for c, at := range m.allocated {
 		if time.Since(at) > 10*time.Minute {

@@ -45,7 +45,14 @@ type podResources struct {
 	// it was taken by the drop timer.
 	last *listing
 	drop *time.Timer
+	// pre takes a listing prefetchAfter the latest Allocate.
+	pre *time.Timer
 }
+
+// prefetchAfter is how long after the latest Allocate a listing is taken
+// ahead of the containers' start: the kubelet records an allocation when
+// Allocate returns, and containers start after a burst of admissions.
+const prefetchAfter = 5 * time.Millisecond
 
 type listing struct {
 	resp *podresourcesapi.ListPodResourcesResponse
@@ -67,8 +74,10 @@ func dialPodResources(socket string) (*podResources, error) {
 
 func (r *podResources) close() error {
 	r.mu.Lock()
-	if r.drop != nil {
-		r.drop.Stop()
+	for _, t := range []*time.Timer{r.drop, r.pre} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	r.mu.Unlock()
 	return r.conn.Close()
@@ -133,6 +142,24 @@ func (r *podResources) run() {
 			ch <- l
 		}
 	}
+}
+
+// prefetch takes a listing in the background prefetchAfter from now,
+// later if called again meanwhile, so that containers starting after a
+// burst of allocations find one ready. A listing that misses an
+// allocation costs only its time: PreStartContainer then lists again.
+func (r *podResources) prefetch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pre == nil {
+		r.pre = time.AfterFunc(prefetchAfter, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, _ = r.list(ctx)
+		})
+		return
+	}
+	r.pre.Reset(prefetchAfter)
 }
 
 // forget drops the latest listing once no container has started for
