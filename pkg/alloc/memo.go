@@ -10,9 +10,10 @@ import (
 // since the last decision costs no recomputation: most nodes, most of the
 // time. An entry holds the exact inputs it was derived from (the node,
 // each GPU's usage and health) and is used only while they still match,
-// whoever changed the state, so a stale entry is never read. Entries are
-// immutable once stored and the pointer is atomic: concurrent raters of
-// one state are safe.
+// whoever changed the state, so a stale entry is never read. That rests
+// on a Node never changing in place except for its GPUs' Healthy flags
+// (a new inventory is a new Node). Entries are immutable once stored and
+// the pointer is atomic: concurrent raters of one state are safe.
 type memo struct{ p atomic.Pointer[memoEntry] }
 
 type memoEntry struct {
@@ -55,8 +56,7 @@ func (s *NodeState) loadMemo() *memoEntry {
 }
 
 // summary returns the matching entry of s, deriving and storing a new one
-// if there is none. Call it on a node's real state, not on a working copy
-// (whose entry would evict the real one's).
+// if there is none (working copies have no memo: nothing is stored).
 func (s *NodeState) summary() *memoEntry {
 	if e := s.loadMemo(); e != nil {
 		return e

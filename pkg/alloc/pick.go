@@ -49,8 +49,9 @@ func (pl *Placer) Pick(states []*NodeState, pod *PodRequest, seed uint64) Decisi
 	if workers <= 1 {
 		best = pl.pickRange(states, 0, pod, seed)
 	} else {
-		found := make([]pick, workers)
 		size := (len(states) + workers - 1) / workers
+		workers = (len(states) + size - 1) / size // no empty chunk
+		found := make([]pick, workers)
 		var wg sync.WaitGroup
 		for w := range workers {
 			lo := w * size

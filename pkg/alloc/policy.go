@@ -8,8 +8,8 @@ import (
 
 // Score rates a placement; higher is better. Scores compare by Primary,
 // then Secondary. Policies use Secondary as an informed tie-break (for
-// example, packing among placements that fragment equally) so that exact
-// ties are rare and mean "equivalent".
+// example, the node's size among placements that fragment equally) so that
+// exact ties are rare and mean "equivalent".
 type Score struct {
 	Primary   int64
 	Secondary int64

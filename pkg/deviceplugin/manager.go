@@ -191,7 +191,7 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 		err := p.serve()
 		if err == nil {
 			if err = p.register(ctx, kubelet); err == nil {
-				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", p.count)
+				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", p.devices())
 				return
 			}
 		}

@@ -62,6 +62,13 @@ func (p *plugin) snapshot() ([]gpu.Device, <-chan struct{}) {
 	return p.gpus, p.updates
 }
 
+// devices returns how many devices the plugin serves.
+func (p *plugin) devices() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count
+}
+
 func (p *plugin) options() *pluginapi.DevicePluginOptions {
 	p.mu.Lock()
 	defer p.mu.Unlock()

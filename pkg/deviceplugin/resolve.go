@@ -128,16 +128,18 @@ func (r *podResources) run() {
 		l := listing{started: time.Now()}
 		l.resp, l.err = r.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 		cancel()
+		r.mu.Lock()
 		if l.err == nil {
-			r.mu.Lock()
 			r.last = &l
-			if r.drop == nil {
-				r.drop = time.AfterFunc(keepListing, r.forget)
-			} else {
-				r.drop.Reset(keepListing)
-			}
-			r.mu.Unlock()
 		}
+		// Forget the latest listing keepListing from now; a forget that
+		// ran while this listing was under way kept it.
+		if r.drop == nil {
+			r.drop = time.AfterFunc(keepListing, r.forget)
+		} else {
+			r.drop.Reset(keepListing)
+		}
+		r.mu.Unlock()
 		for _, ch := range batch {
 			ch <- l
 		}

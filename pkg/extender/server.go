@@ -74,8 +74,9 @@ func (s *Server) remember(pod types.UID, fit map[string]alloc.Score) {
 	s.last = &filtered{pod: pod, at: time.Now(), fit: fit}
 }
 
-// recall returns the ratings of names from the latest filter of pod, or
-// nil when it did not rate them all.
+// recall returns the ratings of exactly names (later filters may have
+// dropped some of the nodes this one passed) from the latest filter of
+// pod, or nil when it did not rate them all.
 func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Score {
 	s.mu.Lock()
 	last := s.last
@@ -83,12 +84,15 @@ func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Score {
 	if last == nil || pod == "" || last.pod != pod || time.Since(last.at) > reuseFor {
 		return nil
 	}
+	fit := make(map[string]alloc.Score, len(names))
 	for _, n := range names {
-		if _, ok := last.fit[n]; !ok {
+		score, ok := last.fit[n]
+		if !ok {
 			return nil
 		}
+		fit[n] = score
 	}
-	return last.fit
+	return fit
 }
 
 // Handler returns the HTTP handler: POST {prefix}/filter, /prioritize,
