@@ -46,24 +46,7 @@ func benchWorkload() []Shape {
 // node, then the placement on the best) over 5000 nodes x 8 GPUs; ns/op is
 // per decision, ns/node per node rated.
 func BenchmarkPick(b *testing.B) {
-	states := benchCluster(5000)
-	pod := &PodRequest{Key: "default/bench", CPUMilli: 4000, MemoryMiB: 8192,
-		Containers: []PodContainer{{ContainerRequest: ContainerRequest{Name: "main", MemoryMiB: 20480, Compute: 30}}}}
-	for _, policy := range []string{"binpack", "spread", "random", "fgd", "fgd-pack"} {
-		b.Run(policy, func(b *testing.B) {
-			pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 42, Workload: benchWorkload()}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				if d := pl.Pick(states, pod, 42); d.Index < 0 {
-					b.Fatal("no node fits")
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(states)), "ns/node")
-		})
-	}
+	benchPick(b, benchCluster(5000), "binpack", "spread", "random", "fgd", "fgd-pack")
 }
 
 // BenchmarkPickEmpty is the costliest decision of a replay: the openb
@@ -75,9 +58,14 @@ func BenchmarkPickEmpty(b *testing.B) {
 		clear(s.GPUs)
 		s.CPUMilli = 0
 	}
+	benchPick(b, states, "binpack", "spread", "fgd-pack")
+}
+
+// benchPick times Pick of a 20 GiB / 30% share over states, per policy.
+func benchPick(b *testing.B, states []*NodeState, policies ...string) {
 	pod := &PodRequest{Key: "default/bench", CPUMilli: 4000, MemoryMiB: 8192,
 		Containers: []PodContainer{{ContainerRequest: ContainerRequest{Name: "main", MemoryMiB: 20480, Compute: 30}}}}
-	for _, policy := range []string{"binpack", "spread", "fgd-pack"} {
+	for _, policy := range policies {
 		b.Run(policy, func(b *testing.B) {
 			pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 42, Workload: benchWorkload()}})
 			if err != nil {
