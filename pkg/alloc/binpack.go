@@ -18,7 +18,7 @@ func (binpack) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 }
 
 func (binpack) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
-	freeShares(s, candidates, scores)
+	candidateShares(s, candidates, scores)
 	for k := range scores {
 		scores[k] = -scores[k]
 	}
@@ -34,11 +34,11 @@ func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 }
 
 func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
-	freeShares(s, candidates, scores)
+	candidateShares(s, candidates, scores)
 }
 
-// freeShares sets out[k] to the free share of GPU candidates[k].
-func freeShares(s *NodeState, candidates []int, out []int64) {
+// candidateShares sets out[k] to the free share of GPU candidates[k].
+func candidateShares(s *NodeState, candidates []int, out []int64) {
 	if e := s.derived(); e != nil {
 		for k, i := range candidates {
 			out[k] = e.share[i]
