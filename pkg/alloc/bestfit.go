@@ -18,6 +18,8 @@ const (
 // paper's simulator.
 type bestFit struct{}
 
+func (bestFit) ratesShape() bool { return true }
+
 func (bestFit) ScoreNode(_, after *NodeState, _ *PodRequest) Score {
 	var share int64
 	for i := range after.GPUs {

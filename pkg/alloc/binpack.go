@@ -13,6 +13,8 @@ package alloc
 // fullest GPU that still fits wins (best fit).
 type binpack struct{}
 
+func (binpack) ratesShape() bool { return true }
+
 func (binpack) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	return Score{Primary: usedSharePPMAfter(before, after), Secondary: ppm(after.CPUMilli, after.Node.CPUMilli)}
 }
@@ -27,6 +29,8 @@ func (binpack) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int
 // spread is binpack reversed: the emptiest node and GPU first, which
 // spreads load and interference at the cost of fragmentation.
 type spread struct{}
+
+func (spread) ratesShape() bool { return true }
 
 func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 	b := binpack{}.ScoreNode(before, after, pod)

@@ -63,6 +63,9 @@ type fgd struct {
 	pool    *sync.Pool // of scratch *fragBase, reused across calls
 }
 
+// ratesShape: fgd-pack breaks ties by a hash of the node's name.
+func (f *fgd) ratesShape() bool { return f.mode == fgdPlain }
+
 func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	if len(o.Workload) == 0 {
 		return nil, errors.New("the fragmentation-aware policy needs a workload of pod shapes")

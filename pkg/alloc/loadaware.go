@@ -18,6 +18,8 @@ package alloc
 // Without live samples it is binpack.
 type loadAware struct{}
 
+func (loadAware) ratesShape() bool { return true }
+
 func (loadAware) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 	var sum, n int64
 	for i := range after.GPUs {

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync/atomic"
 )
@@ -8,40 +9,40 @@ import (
 // memo caches what is derived from a node's booked state (free shares,
 // and a policy's own data), so that rating a node that has not changed
 // since the last decision costs no recomputation: most nodes, most of the
-// time. An entry holds the exact inputs it was derived from (the node,
-// each GPU's usage and health) and is used only while they still match,
-// whoever changed the state, so a stale entry is never read. That rests
-// on a Node never changing in place except for its GPUs' Healthy flags
-// (a new inventory is a new Node). Entries are immutable once stored and
-// the pointer is atomic: concurrent raters of one state are safe.
+// time. An entry holds the exact inputs it was derived from (the node and
+// each GPU's usage) and is used only while they still match, whoever
+// changed the state, so a stale entry is never read. That rests on a Node
+// never changing in place (a new inventory or GPU health is a new Node).
+// Entries are immutable once stored and the pointer is atomic: concurrent
+// raters of one state are safe.
 type memo struct{ p atomic.Pointer[memoEntry] }
 
 type memoEntry struct {
-	node    *Node
-	usage   []Usage
-	healthy []bool
+	node  *Node
+	usage []Usage
 	// share is FreeShare per GPU; used is Σ(1000 - share) over the
 	// healthy GPUs, of which there are healthyN.
 	share          []int64
 	used, healthyN int64
+	// maxMemory and maxCompute are the most free memory and compute on
+	// any healthy GPU (not necessarily the same one); idleN counts the
+	// healthy GPUs with nothing booked. See mayFit.
+	maxMemory, maxCompute int64
+	idleN                 int
 	// nameHash is a fixed hash of the node's name, an order of nodes
 	// that does not follow their names; nodeKey is its half of TieBreak.
 	nameHash, nodeKey uint64
+	// shape encodes what a shape-only policy may read of the node and its
+	// GPUs' usage (see shapeOf); shapeHash is its hash.
+	shape     string
+	shapeHash uint64
 	// owner and value are one policy's own derived data, or nil.
 	owner, value any
 }
 
 // matches reports whether e was derived from s as it is now.
 func (e *memoEntry) matches(s *NodeState) bool {
-	if e == nil || e.node != s.Node || !slices.Equal(e.usage, s.GPUs) {
-		return false
-	}
-	for i := range e.healthy {
-		if e.healthy[i] != s.Node.GPUs[i].Healthy {
-			return false
-		}
-	}
-	return true
+	return e != nil && e.node == s.Node && slices.Equal(e.usage, s.GPUs)
 }
 
 // loadMemo returns s's entry if it matches s as it is now, else nil.
@@ -61,17 +62,24 @@ func (s *NodeState) summary() *memoEntry {
 	if e := s.loadMemo(); e != nil {
 		return e
 	}
-	e := &memoEntry{node: s.Node, usage: slices.Clone(s.GPUs), healthy: make([]bool, len(s.GPUs)), share: make([]int64, len(s.GPUs)),
+	e := &memoEntry{node: s.Node, usage: slices.Clone(s.GPUs), share: make([]int64, len(s.GPUs)),
 		nameHash: mix(0, "", s.Node.Name, -3), nodeKey: nodeKey(s.Node.Name)}
 	for i := range s.GPUs {
-		e.healthy[i] = s.Node.GPUs[i].Healthy
 		e.share[i] = s.FreeShare(i)
-		if e.healthy[i] {
+		if s.Node.GPUs[i].Healthy {
 			e.used += 1000 - e.share[i]
 			e.healthyN++
+			free := s.Free(i)
+			e.maxMemory, e.maxCompute = max(e.maxMemory, free.MemoryMiB), max(e.maxCompute, free.Compute)
+			if s.GPUs[i] == (Usage{}) {
+				e.idleN++
+			}
 		}
 	}
 	if s.memo != nil {
+		// Only stored entries are looked up by shape (pickRange).
+		e.shape = shapeOf(s.Node, s.GPUs)
+		e.shapeHash = mix(0, e.shape, "", -4)
 		s.memo.p.Store(e)
 	}
 	return e
@@ -96,6 +104,25 @@ func originOf(before, after *NodeState) *memoEntry {
 	return before.summary()
 }
 
+// mayFit is a quick necessary condition for pod to fit the state e was
+// derived from: each container alone finds enough GPUs. It returns the
+// index of a container that cannot fit, or -1 if all may.
+func (e *memoEntry) mayFit(pod *PodRequest) int {
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		d := c.PerGPU()
+		switch {
+		case d.Exclusive:
+			if e.idleN < c.GPUCount() {
+				return i
+			}
+		case int(e.healthyN) < c.GPUCount() || d.MemoryMiB > e.maxMemory || d.Compute > e.maxCompute:
+			return i
+		}
+	}
+	return -1
+}
+
 // storePolicyMemo attaches owner's value, derived from s as it is now, to
 // s's entry. The value must not change afterwards.
 func (s *NodeState) storePolicyMemo(owner, value any) {
@@ -118,4 +145,37 @@ func (s *NodeState) freeShares(buf []int64) []int64 {
 		buf[i] = s.FreeShare(i)
 	}
 	return buf
+}
+
+// shapeOf encodes all of node n and its GPUs' usage but what names them
+// (the node's name, the GPUs' UUIDs): two nodes of one shape fit a pod
+// alike and a shape-only policy rates them alike. Every field of Node and
+// GPU is either here or one of those names (TestShapeCoversNode).
+func shapeOf(n *Node, usage []Usage) string {
+	b := make([]byte, 0, 16+len(n.GPUs)*(32+len(n.GPUs)))
+	b = binary.AppendVarint(b, n.CPUMilli)
+	b = binary.AppendVarint(b, n.MemoryMiB)
+	b = binary.AppendVarint(b, int64(n.Mode))
+	b = binary.AppendUvarint(b, uint64(len(n.GPUs)))
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		b = binary.AppendVarint(b, int64(g.Index))
+		b = binary.AppendUvarint(b, uint64(len(g.Model)))
+		b = append(b, g.Model...)
+		b = binary.AppendVarint(b, g.MemoryMiB)
+		b = binary.AppendVarint(b, g.Compute)
+		b = binary.AppendVarint(b, int64(g.NUMANode))
+		if g.Healthy {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		b = binary.AppendUvarint(b, uint64(len(g.Peers)))
+		for _, p := range g.Peers {
+			b = binary.AppendVarint(b, int64(p))
+		}
+		b = binary.AppendVarint(b, usage[i].MemoryMiB)
+		b = binary.AppendVarint(b, usage[i].Compute)
+	}
+	return string(b)
 }

@@ -113,8 +113,8 @@ type Live struct {
 }
 
 // NodeState is a node with what is booked on it. Policies read it; only
-// Apply and Release change it. Its Node is not changed in place, except
-// for GPUs' Healthy flags: a changed inventory is a new Node.
+// Apply and Release change it. Its Node is never changed in place: a
+// changed inventory, or a GPU's health, is a new Node.
 type NodeState struct {
 	Node *Node
 	// CPUMilli and MemoryMiB are booked amounts.

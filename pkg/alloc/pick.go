@@ -88,22 +88,85 @@ func (a *pick) beats(b *pick) bool {
 }
 
 // pickRange finds the best of states, whose first is at index offset.
+// With a shape-only policy, nodes of one shape (shapeOf) and equal booked
+// CPU and memory, without live samples, are rated once: typically most
+// nodes of a young cluster, which are empty. Each keeps its own
+// tie-break. When few nodes share a shape, the lookup stops paying off
+// and the rest of the range is rated node by node.
 func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, seed uint64) pick {
 	sc := scratch{quiet: true}
 	tb := newTieBreaker(pod.Key, seed)
 	best := pick{index: -1}
+	var seen map[shapeKey]shapeRating
+	if pl.byShape {
+		seen = pl.shapes.Get().(map[shapeKey]shapeRating)
+		defer func() { clear(seen); pl.shapes.Put(seen) }()
+	}
+	misses := 0
 	for i, s := range states {
-		score, failed := pl.evaluate(&sc, s, pod)
-		if failed >= 0 {
-			continue
+		var this pick
+		if seen != nil && s.memo != nil && s.Live == nil {
+			if !quickFit(s, pod) {
+				continue
+			}
+			e := s.summary()
+			k := shapeKey{hash: e.shapeHash, cpu: s.CPUMilli, mem: s.MemoryMiB}
+			r, ok := seen[k]
+			if !ok || r.shape != e.shape {
+				score, failed := pl.evaluate(&sc, s, pod)
+				r = shapeRating{shape: e.shape, score: score, fits: failed < 0}
+				if !ok {
+					seen[k] = r
+				}
+				if misses++; i >= shapeProbe && 2*misses > i {
+					seen = nil // mostly distinct shapes
+				}
+			}
+			if !r.fits {
+				continue
+			}
+			this = pick{index: offset + i, score: r.score, tie: tb.of(e.nodeKey)}
+		} else {
+			score, failed := pl.evaluate(&sc, s, pod)
+			if failed >= 0 {
+				continue
+			}
+			// evaluate left s's memo entry, with its nodeKey, in sc.work.
+			this = pick{index: offset + i, score: score, tie: tb.of(sc.work.origin.nodeKey)}
 		}
-		// evaluate left s's memo entry, with its nodeKey, in sc.work.
-		this := pick{index: offset + i, score: score, tie: tb.of(sc.work.origin.nodeKey)}
 		if best.index < 0 || this.beats(&best) {
 			best = this
 		}
 	}
 	return best
+}
+
+// shapeProbe is how many nodes Pick rates before judging whether enough
+// of them share shapes for the lookup to pay.
+const shapeProbe = 64
+
+// shapeKey and shapeRating are Pick's ratings of one node shape (the
+// shape itself is compared too: hashes may collide).
+type (
+	shapeKey struct {
+		hash     uint64
+		cpu, mem int64
+	}
+	shapeRating struct {
+		shape string
+		score Score
+		fits  bool
+	}
+)
+
+// shapeRater is implemented by policies whose rating of a node reads only
+// what shapeOf encodes, the booked CPU and memory, and live samples:
+// never a name. ratesShape reports whether that holds.
+type shapeRater interface{ ratesShape() bool }
+
+func ratesShape(p any) bool {
+	r, ok := p.(shapeRater)
+	return ok && r.ratesShape()
 }
 
 // Explain returns why pod does not fit each of the states it doesn't fit.

@@ -3,6 +3,7 @@ package alloc
 import (
 	"cmp"
 	"slices"
+	"sync"
 )
 
 // Assignment is a share of one GPU.
@@ -40,6 +41,10 @@ type Placer struct {
 	gpu  GPUScorer
 	// topology makes multi-GPU choices prefer NVLink peers and one NUMA node.
 	topology bool
+	// byShape says both policies rate by shape alone (see pickRange);
+	// shapes pools pickRange's maps.
+	byShape bool
+	shapes  *sync.Pool
 }
 
 // Place tries to place pod on the node in state s, which it does not change.
@@ -105,9 +110,10 @@ type scratch struct {
 	quiet bool
 }
 
-func (sc *scratch) reset(s *NodeState, containers int) {
+// reset makes sc.work a pristine working copy of s, whose memo entry is e.
+func (sc *scratch) reset(s *NodeState, e *memoEntry, containers int) {
 	copyState(&sc.work, &sc.workBuf, s)
-	sc.work.origin, sc.work.pristine = s.summary(), true
+	sc.work.origin, sc.work.pristine = e, true
 	for len(sc.chosen) < containers {
 		sc.chosen = append(sc.chosen, nil)
 	}
@@ -135,10 +141,16 @@ func resetUsage(u []Usage, n int) []Usage {
 // index of the first container that does not fit, len(Containers) if the
 // node as a whole does not fit, or -1 on success.
 func (pl *Placer) evaluate(sc *scratch, s *NodeState, pod *PodRequest) (Score, int) {
-	if pod.CPUMilli > s.FreeCPU() || pod.MemoryMiB > s.FreeMemory() || (s.Node.Mode == WholeCard && !allExclusive(pod)) {
+	if !quickFit(s, pod) {
 		return Score{}, len(pod.Containers)
 	}
-	sc.reset(s, len(pod.Containers))
+	e := s.summary()
+	if sc.quiet {
+		if i := e.mayFit(pod); i >= 0 {
+			return Score{}, i
+		}
+	}
+	sc.reset(s, e, len(pod.Containers))
 	// The app phase: sidecars and app containers run together.
 	for i := range pod.Containers {
 		c := &pod.Containers[i]
@@ -187,6 +199,12 @@ func (pl *Placer) evaluate(sc *scratch, s *NodeState, pod *PodRequest) (Score, i
 	sc.work.CPUMilli += pod.CPUMilli
 	sc.work.MemoryMiB += pod.MemoryMiB
 	return pl.node.ScoreNode(s, &sc.work, pod), -1
+}
+
+// quickFit reports whether pod passes the node-wide checks: CPU, memory
+// and the node's share mode.
+func quickFit(s *NodeState, pod *PodRequest) bool {
+	return pod.CPUMilli <= s.FreeCPU() && pod.MemoryMiB <= s.FreeMemory() && (s.Node.Mode != WholeCard || allExclusive(pod))
 }
 
 func allExclusive(pod *PodRequest) bool {

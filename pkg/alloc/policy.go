@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Score rates a placement; higher is better. Scores compare by Primary,
@@ -139,5 +140,9 @@ func NewPlacer(c Config) (*Placer, error) {
 			return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
 		}
 	}
-	return &Placer{node: ns, gpu: gs, topology: !c.NoTopology}, nil
+	pl := &Placer{node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs)}
+	if pl.byShape {
+		pl.shapes = &sync.Pool{New: func() any { return make(map[shapeKey]shapeRating) }}
+	}
+	return pl, nil
 }

@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -92,11 +93,15 @@ func replayRandom(t *testing.T, seed uint64, policy string) ([]*NodeState, []*Pl
 			t.Fatalf("generated an invalid pod: %v", err)
 		}
 		if r.IntN(10) == 0 {
-			// Health changes in place, as the scheduler cache does for a
-			// conflicting booking: memoised ratings must notice.
-			n := states[r.IntN(len(states))].Node
+			// Health changes as the scheduler cache changes it for a
+			// conflicting booking, with a new Node: memoised ratings
+			// must notice.
+			s := states[r.IntN(len(states))]
+			n := *s.Node
+			n.GPUs = slices.Clone(n.GPUs)
 			g := &n.GPUs[r.IntN(len(n.GPUs))]
 			g.Healthy = !g.Healthy
+			s.Node = &n
 		}
 		d := pl.Pick(states, pod, seed)
 		checkRate(t, pl, states, pod)
@@ -252,6 +257,128 @@ func TestPickParallel(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+		}
+	}
+}
+
+// TestPickByShape checks Pick, which rates nodes of one shape once for
+// shape-only policies, against rating every node on its own: clones of a
+// few nodes under other names, booked alike or apart, some with live
+// samples or a GPU's health changed.
+func TestPickByShape(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, policy := range append(policyNames, "load-aware") {
+		pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 3, Workload: []Shape{
+			{CPUMilli: 1000, Count: 1, Demand: Demand{MemoryMiB: 4096, Compute: 20}, Weight: 5},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := policy != "random" && policy != "fgd-pack"; pl.byShape != want {
+			t.Fatalf("%s: rates by shape %v, want %v", policy, pl.byShape, want)
+		}
+		var states []*NodeState
+		for _, s := range randomCluster(r) {
+			for range 2 * shapeProbe {
+				states = append(states, NewNodeState(s.Node))
+			}
+		}
+		for i, s := range states {
+			n := *s.Node
+			n.Name = fmt.Sprintf("n%04d", i)
+			s.Node = &n
+			if i%3 == 0 {
+				s.CPUMilli = int64(r.IntN(int(n.CPUMilli)))
+			}
+		}
+		for k := range 60 {
+			s := states[r.IntN(len(states))]
+			switch r.IntN(6) {
+			case 0:
+				n := *s.Node
+				n.GPUs = slices.Clone(n.GPUs)
+				n.GPUs[0].Healthy = !n.GPUs[0].Healthy
+				s.Node = &n
+			case 1, 2:
+				s.Live = make([]Live, len(s.GPUs))
+				s.Live[0] = Live{Valid: true, MemoryMiB: s.Node.GPUs[0].MemoryMiB / 2, Utilization: 90}
+			}
+			pod := randomPod(r, k)
+			d := pl.Pick(states, pod, 3)
+			want, wantTie := -1, uint64(0)
+			var wantScore Score
+			for i, s := range states {
+				p, _ := pl.Place(s, pod)
+				if p == nil {
+					continue
+				}
+				tie := TieBreak(pod.Key, s.Node.Name, 3)
+				if c := p.Score.Compare(wantScore); want < 0 || c > 0 || c == 0 && tie > wantTie {
+					want, wantScore, wantTie = i, p.Score, tie
+				}
+			}
+			if d.Index != want {
+				t.Fatalf("%s: pod %s: Pick chose %d, rating each node %d", policy, pod.Key, d.Index, want)
+			}
+			if d.Index >= 0 {
+				if err := states[d.Index].Apply(d.Placement); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// TestShapeCoversNode fails when Node or GPU gains a field: shapeOf must
+// encode it, or it must be one of the names that shape-only policies
+// may not read.
+func TestShapeCoversNode(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want []string
+	}{
+		{Node{}, []string{"Name", "CPUMilli", "MemoryMiB", "Mode", "GPUs"}},
+		{GPU{}, []string{"Index", "UUID", "Model", "MemoryMiB", "Compute", "Healthy", "NUMANode", "Peers"}},
+	} {
+		typ := reflect.TypeOf(c.v)
+		var got []string
+		for i := range typ.NumField() {
+			got = append(got, typ.Field(i).Name)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s has fields %v, shapeOf knows %v: encode the new ones in shapeOf (or list them here as names)", typ.Name(), got, c.want)
+		}
+	}
+	n := &makeNode("a").cpu(8000).gpus(2, "A100", 40960).numa(0, 1).link(0, 1).n
+	base := shapeOf(n, make([]Usage, 2))
+	renamed := *n
+	renamed.Name = "b"
+	renamed.GPUs = slices.Clone(n.GPUs)
+	renamed.GPUs[1].UUID = "GPU-other"
+	if shapeOf(&renamed, make([]Usage, 2)) != base {
+		t.Error("a node's name or its GPUs' UUIDs change its shape")
+	}
+	for name, change := range map[string]func(*Node, []Usage){
+		"CPU":      func(n *Node, _ []Usage) { n.CPUMilli++ },
+		"memory":   func(n *Node, _ []Usage) { n.MemoryMiB++ },
+		"mode":     func(n *Node, _ []Usage) { n.Mode = WholeCard },
+		"model":    func(n *Node, _ []Usage) { n.GPUs[1].Model = "H100" },
+		"GPU size": func(n *Node, _ []Usage) { n.GPUs[1].MemoryMiB++ },
+		"compute":  func(n *Node, _ []Usage) { n.GPUs[1].Compute = 50 },
+		"health":   func(n *Node, _ []Usage) { n.GPUs[1].Healthy = false },
+		"NUMA":     func(n *Node, _ []Usage) { n.GPUs[1].NUMANode = 0 },
+		"NVLink":   func(n *Node, _ []Usage) { n.GPUs[0].Peers, n.GPUs[1].Peers = nil, nil },
+		"usage":    func(_ *Node, u []Usage) { u[1].Compute = 10 },
+		"GPU count": func(n *Node, u []Usage) {
+			n.GPUs = n.GPUs[:1]
+		},
+	} {
+		m := *n
+		m.GPUs = slices.Clone(n.GPUs)
+		u := make([]Usage, 2)
+		change(&m, u)
+		if shapeOf(&m, u[:len(m.GPUs)]) == base {
+			t.Errorf("changing the %s leaves the shape alike", name)
 		}
 	}
 }

@@ -236,11 +236,14 @@ func (c *Cache) book(e *nodeEntry, uid types.UID, p *podEntry) {
 	if err := e.state.Apply(p.placement); err != nil {
 		p.conflict = true
 		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
+		// A new Node, not a change in place: the core's memo relies on it.
+		n := copyNode(e.state.Node)
 		for _, b := range p.placement.Booked {
-			if b.GPU >= 0 && b.GPU < len(e.state.Node.GPUs) {
-				e.state.Node.GPUs[b.GPU].Healthy = false
+			if b.GPU >= 0 && b.GPU < len(n.GPUs) {
+				n.GPUs[b.GPU].Healthy = false
 			}
 		}
+		e.state.Node = n
 	}
 }
 
