@@ -25,7 +25,19 @@ func (bestFit) ScoreNode(_, after *NodeState, _ *PodRequest) Score {
 	for i := range after.GPUs {
 		share += after.FreeShare(i)
 	}
-	// Both halves share the denominator 2*128000*8000 to stay in integers.
-	left := after.FreeCPU()*bestFitMaxShare + share*bestFitMaxCPU
+	return bestFitScore(after.FreeCPU(), share)
+}
+
+// bestFitScore rates freeCPU milli-CPU and share per-mille GPU left over.
+// Both halves share the denominator 2*128000*8000 to stay in integers.
+func bestFitScore(freeCPU, share int64) Score {
+	left := freeCPU*bestFitMaxShare + share*bestFitMaxCPU
 	return Score{Primary: -left * 1_000_000_000 / (2 * bestFitMaxCPU * bestFitMaxShare)}
+}
+
+// bound: the free share falls by at most maxGrowth (and not below 0);
+// CPU is exact.
+func (bestFit) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
+	share := max(e.healthyN*1000-e.used-e.maxGrowth(pod), 0)
+	return bestFitScore(s.FreeCPU()-pod.CPUMilli, share)
 }

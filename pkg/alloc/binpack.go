@@ -19,6 +19,11 @@ func (binpack) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	return Score{Primary: usedSharePPMAfter(before, after), Secondary: ppm(after.CPUMilli, after.Node.CPUMilli)}
 }
 
+// bound: used grows by at most maxGrowth; CPU is exact.
+func (binpack) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
+	return Score{Primary: usedPPM(e.used+e.maxGrowth(pod), e.healthyN), Secondary: ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
+}
+
 func (binpack) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
 	candidateShares(s, candidates, scores)
 	for k := range scores {
@@ -35,6 +40,11 @@ func (spread) ratesShape() bool { return true }
 func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 	b := binpack{}.ScoreNode(before, after, pod)
 	return Score{Primary: -b.Primary, Secondary: -b.Secondary}
+}
+
+// bound: used does not fall; CPU is exact.
+func (spread) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
+	return Score{Primary: -usedPPM(e.used, e.healthyN), Secondary: -ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
 }
 
 func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
@@ -63,10 +73,7 @@ func usedSharePPM(s *NodeState) int64 {
 			n++
 		}
 	}
-	if n == 0 {
-		return 0
-	}
-	return used * 1000 / n
+	return usedPPM(used, n)
 }
 
 // usedSharePPMAfter is usedSharePPM(after) for after = before plus a
@@ -82,10 +89,15 @@ func usedSharePPMAfter(before, after *NodeState) int64 {
 			used += e.share[g] - after.FreeShare(g)
 		}
 	}
-	if e.healthyN == 0 {
+	return usedPPM(used, e.healthyN)
+}
+
+// usedPPM is used per-mille GPUs over n healthy GPUs, in ppm.
+func usedPPM(used, n int64) int64 {
+	if n == 0 {
 		return 0
 	}
-	return used * 1000 / e.healthyN
+	return used * 1000 / n
 }
 
 // ppm returns part/whole in parts per million, 0 when whole is 0.

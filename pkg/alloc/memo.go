@@ -29,6 +29,9 @@ type memoEntry struct {
 	// healthy GPUs with nothing booked. See mayFit.
 	maxMemory, maxCompute int64
 	idleN                 int
+	// minMemory and minCompute are the smallest memory and compute
+	// capacity of a healthy GPU. See maxGrowth.
+	minMemory, minCompute int64
 	// nameHash is a fixed hash of the node's name, an order of nodes
 	// that does not follow their names; nodeKey is its half of TieBreak.
 	nameHash, nodeKey uint64
@@ -71,6 +74,11 @@ func (s *NodeState) summary() *memoEntry {
 			e.healthyN++
 			free := s.Free(i)
 			e.maxMemory, e.maxCompute = max(e.maxMemory, free.MemoryMiB), max(e.maxCompute, free.Compute)
+			g := &s.Node.GPUs[i]
+			if e.healthyN == 1 {
+				e.minMemory, e.minCompute = g.MemoryMiB, g.ComputeCapacity()
+			}
+			e.minMemory, e.minCompute = min(e.minMemory, g.MemoryMiB), min(e.minCompute, g.ComputeCapacity())
 			if s.GPUs[i] == (Usage{}) {
 				e.idleN++
 			}
@@ -122,6 +130,30 @@ func (e *memoEntry) mayFit(pod *PodRequest) int {
 	}
 	return -1
 }
+
+// maxGrowth bounds how much pod's placement can add to used, the booked
+// share of e's healthy GPUs (in per-mille of a GPU), wherever it lands:
+// a GPU's FreeShare falls by at most its demand's larger fraction,
+// rounded up, and by 1000 at most. Every container counts, init
+// containers too (a phase books no more than all of them together).
+func (e *memoEntry) maxGrowth(pod *PodRequest) int64 {
+	if e.healthyN == 0 {
+		return 0
+	}
+	var grow int64
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		d := c.PerGPU()
+		per := int64(1000)
+		if !d.Exclusive {
+			per = min(per, max(ceilDiv(d.MemoryMiB*1000, e.minMemory), ceilDiv(d.Compute*1000, e.minCompute)))
+		}
+		grow += per * int64(c.GPUCount())
+	}
+	return grow
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // storePolicyMemo attaches owner's value, derived from s as it is now, to
 // s's entry. The value must not change afterwards.

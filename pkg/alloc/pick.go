@@ -105,6 +105,11 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 	misses := 0
 	for i, s := range states {
 		var this pick
+		if pl.bounder != nil && best.index >= 0 && s.memo != nil && s.Live == nil && quickFit(s, pod) {
+			if pl.bounder.bound(s, s.summary(), pod).Compare(best.score) < 0 {
+				continue // cannot beat best
+			}
+		}
 		if seen != nil && s.memo != nil && s.Live == nil {
 			if !quickFit(s, pod) {
 				continue
@@ -163,6 +168,13 @@ type (
 // what shapeOf encodes, the booked CPU and memory, and live samples:
 // never a name. ratesShape reports whether that holds.
 type shapeRater interface{ ratesShape() bool }
+
+// bounder is implemented by node policies that can bound a node's score
+// from its memo entry e, before placing pod on it: bound is at least the
+// score of any placement of pod on s.
+type bounder interface {
+	bound(s *NodeState, e *memoEntry, pod *PodRequest) Score
+}
 
 func ratesShape(p any) bool {
 	r, ok := p.(shapeRater)

@@ -45,6 +45,8 @@ type Placer struct {
 	// shapes pools pickRange's maps.
 	byShape bool
 	shapes  *sync.Pool
+	// bounder is the node policy if it can bound scores (see pickRange).
+	bounder bounder
 }
 
 // Place tries to place pod on the node in state s, which it does not change.

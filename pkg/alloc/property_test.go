@@ -382,3 +382,45 @@ func TestShapeCoversNode(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundsHold checks that a policy's bound is at least the score of
+// every placement, on random clusters filled by random pods.
+func TestBoundsHold(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 17))
+	for _, policy := range NodePolicies() {
+		pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 5, Workload: []Shape{
+			{CPUMilli: 1000, Count: 1, Demand: Demand{MemoryMiB: 4096, Compute: 20}, Weight: 5},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pl.bounder == nil {
+			continue
+		}
+		checked := 0
+		for range 60 {
+			states := randomCluster(r)
+			for k := range 40 {
+				pod := randomPod(r, k)
+				for _, s := range states {
+					p, _ := pl.Place(s, pod)
+					if p == nil {
+						continue
+					}
+					checked++
+					if b := pl.bounder.bound(s, s.summary(), pod); b.Compare(p.Score) < 0 {
+						t.Fatalf("%s: pod %s on %s: bound %v below the placement's score %v", policy, pod.Key, s.Node.Name, b, p.Score)
+					}
+					if r.IntN(2) == 0 {
+						if err := s.Apply(p); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+		}
+		if checked < 500 {
+			t.Fatalf("%s: only %d placements checked", policy, checked)
+		}
+	}
+}
