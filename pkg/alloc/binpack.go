@@ -42,9 +42,9 @@ func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 	return Score{Primary: -b.Primary, Secondary: -b.Secondary}
 }
 
-// bound: used does not fall; CPU is exact.
+// bound: used grows by at least minGrowth; CPU is exact.
 func (spread) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
-	return Score{Primary: -usedPPM(e.used, e.healthyN), Secondary: -ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
+	return Score{Primary: -usedPPM(e.used+e.minGrowth(pod), e.healthyN), Secondary: -ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
 }
 
 func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {

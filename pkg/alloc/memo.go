@@ -30,8 +30,12 @@ type memoEntry struct {
 	maxMemory, maxCompute int64
 	idleN                 int
 	// minMemory and minCompute are the smallest memory and compute
-	// capacity of a healthy GPU. See maxGrowth.
-	minMemory, minCompute int64
+	// capacity of a healthy GPU, capMemory and capCompute the largest;
+	// gapMemory (gapCompute) is the most a healthy GPU's free memory
+	// fraction exceeds its free compute fraction (or the reverse), in
+	// per-mille. See maxGrowth and minGrowth.
+	minMemory, minCompute, capMemory, capCompute int64
+	gapMemory, gapCompute                        int64
 	// nameHash is a fixed hash of the node's name, an order of nodes
 	// that does not follow their names; nodeKey is its half of TieBreak.
 	nameHash, nodeKey uint64
@@ -79,6 +83,9 @@ func (s *NodeState) summary() *memoEntry {
 				e.minMemory, e.minCompute = g.MemoryMiB, g.ComputeCapacity()
 			}
 			e.minMemory, e.minCompute = min(e.minMemory, g.MemoryMiB), min(e.minCompute, g.ComputeCapacity())
+			e.capMemory, e.capCompute = max(e.capMemory, g.MemoryMiB), max(e.capCompute, g.ComputeCapacity())
+			m, c := free.MemoryMiB*1000/g.MemoryMiB, free.Compute*1000/g.ComputeCapacity()
+			e.gapMemory, e.gapCompute = max(e.gapMemory, m-c), max(e.gapCompute, c-m)
 			if s.GPUs[i] == (Usage{}) {
 				e.idleN++
 			}
@@ -149,6 +156,34 @@ func (e *memoEntry) maxGrowth(pod *PodRequest) int64 {
 			per = min(per, max(ceilDiv(d.MemoryMiB*1000, e.minMemory), ceilDiv(d.Compute*1000, e.minCompute)))
 		}
 		grow += per * int64(c.GPUCount())
+	}
+	return grow
+}
+
+// minGrowth bounds from below how much pod's placement adds to used.
+// On GPU g a shared demand d lowers the free memory fraction by at least
+// fm = ⌊d.mem·1000/mem⌋ and the compute fraction by fc, so FreeShare, the
+// smaller of the two, falls by at least max(fm - gapMemory, fc -
+// gapCompute), and by exactly 1000 for a whole GPU. Each of a
+// container's GPUs falls so; containers may share GPUs, so only the
+// largest container's fall is certain. Init containers are left out (the
+// app phase is always booked).
+func (e *memoEntry) minGrowth(pod *PodRequest) int64 {
+	if e.healthyN == 0 {
+		return 0
+	}
+	var grow int64
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		if c.Kind == Init {
+			continue
+		}
+		d := c.PerGPU()
+		per := int64(1000)
+		if !d.Exclusive {
+			per = max(0, d.MemoryMiB*1000/e.capMemory-e.gapMemory, d.Compute*1000/e.capCompute-e.gapCompute)
+		}
+		grow = max(grow, per*int64(c.GPUCount()))
 	}
 	return grow
 }

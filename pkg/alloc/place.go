@@ -152,6 +152,11 @@ func (pl *Placer) evaluate(sc *scratch, s *NodeState, pod *PodRequest) (Score, i
 			return Score{}, i
 		}
 	}
+	return pl.evaluateFit(sc, s, e, pod)
+}
+
+// evaluateFit is evaluate past the node-wide checks; e is s's memo entry.
+func (pl *Placer) evaluateFit(sc *scratch, s *NodeState, e *memoEntry, pod *PodRequest) (Score, int) {
 	sc.reset(s, e, len(pod.Containers))
 	// The app phase: sidecars and app containers run together.
 	for i := range pod.Containers {

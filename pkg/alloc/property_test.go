@@ -232,7 +232,7 @@ func checkRate(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
 func TestPickParallel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	var states []*NodeState
-	for len(states) < 4*pickChunk {
+	for len(states) < 5*pickChunk/2 {
 		states = append(states, randomCluster(r)...)
 	}
 	for i, s := range states {
