@@ -37,7 +37,7 @@ func bestFitScore(freeCPU, share int64) Score {
 
 // bound: the free share falls by at most maxGrowth (and not below 0);
 // CPU is exact.
-func (bestFit) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
-	share := max(e.healthyN*1000-e.used-e.maxGrowth(pod), 0)
+func (bestFit) bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score {
+	share := max(e.healthyN*1000-e.used-e.maxGrowth(ds), 0)
 	return bestFitScore(s.FreeCPU()-pod.CPUMilli, share)
 }

@@ -20,8 +20,8 @@ func (binpack) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 }
 
 // bound: used grows by at most maxGrowth; CPU is exact.
-func (binpack) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
-	return Score{Primary: usedPPM(e.used+e.maxGrowth(pod), e.healthyN), Secondary: ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
+func (binpack) bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score {
+	return Score{Primary: usedPPM(e.used+e.maxGrowth(ds), e.healthyN), Secondary: ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
 }
 
 func (binpack) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
@@ -43,8 +43,8 @@ func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 }
 
 // bound: used grows by at least minGrowth; CPU is exact.
-func (spread) bound(s *NodeState, e *memoEntry, pod *PodRequest) Score {
-	return Score{Primary: -usedPPM(e.used+e.minGrowth(pod), e.healthyN), Secondary: -ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
+func (spread) bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score {
+	return Score{Primary: -usedPPM(e.used+e.minGrowth(ds), e.healthyN), Secondary: -ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
 }
 
 func (spread) ScoreGPUs(s *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {

@@ -122,20 +122,37 @@ func originOf(before, after *NodeState) *memoEntry {
 // mayFit is a quick necessary condition for pod to fit the state e was
 // derived from: each container alone finds enough GPUs. It returns the
 // index of a container that cannot fit, or -1 if all may.
-func (e *memoEntry) mayFit(pod *PodRequest) int {
-	for i := range pod.Containers {
-		c := &pod.Containers[i]
-		d := c.PerGPU()
+func (e *memoEntry) mayFit(ds []demand) int {
+	for i := range ds {
+		d := &ds[i]
 		switch {
 		case d.Exclusive:
-			if e.idleN < c.GPUCount() {
+			if e.idleN < d.count {
 				return i
 			}
-		case int(e.healthyN) < c.GPUCount() || d.MemoryMiB > e.maxMemory || d.Compute > e.maxCompute:
+		case int(e.healthyN) < d.count || d.MemoryMiB > e.maxMemory || d.Compute > e.maxCompute:
 			return i
 		}
 	}
 	return -1
+}
+
+// demand is a container's per-GPU demand with its GPU count, as mayFit
+// and the growth bounds read it.
+type demand struct {
+	Demand
+	count int
+	init  bool
+}
+
+// demandsOf returns the demands of pod's containers in buf.
+func demandsOf(pod *PodRequest, buf []demand) []demand {
+	buf = buf[:0]
+	for i := range pod.Containers {
+		c := &pod.Containers[i]
+		buf = append(buf, demand{Demand: c.PerGPU(), count: c.GPUCount(), init: c.Kind == Init})
+	}
+	return buf
 }
 
 // maxGrowth bounds how much pod's placement can add to used, the booked
@@ -143,19 +160,18 @@ func (e *memoEntry) mayFit(pod *PodRequest) int {
 // a GPU's FreeShare falls by at most its demand's larger fraction,
 // rounded up, and by 1000 at most. Every container counts, init
 // containers too (a phase books no more than all of them together).
-func (e *memoEntry) maxGrowth(pod *PodRequest) int64 {
+func (e *memoEntry) maxGrowth(ds []demand) int64 {
 	if e.healthyN == 0 {
 		return 0
 	}
 	var grow int64
-	for i := range pod.Containers {
-		c := &pod.Containers[i]
-		d := c.PerGPU()
+	for i := range ds {
+		d := &ds[i]
 		per := int64(1000)
 		if !d.Exclusive {
 			per = min(per, max(ceilDiv(d.MemoryMiB*1000, e.minMemory), ceilDiv(d.Compute*1000, e.minCompute)))
 		}
-		grow += per * int64(c.GPUCount())
+		grow += per * int64(d.count)
 	}
 	return grow
 }
@@ -168,22 +184,21 @@ func (e *memoEntry) maxGrowth(pod *PodRequest) int64 {
 // container's GPUs falls so; containers may share GPUs, so only the
 // largest container's fall is certain. Init containers are left out (the
 // app phase is always booked).
-func (e *memoEntry) minGrowth(pod *PodRequest) int64 {
+func (e *memoEntry) minGrowth(ds []demand) int64 {
 	if e.healthyN == 0 {
 		return 0
 	}
 	var grow int64
-	for i := range pod.Containers {
-		c := &pod.Containers[i]
-		if c.Kind == Init {
+	for i := range ds {
+		d := &ds[i]
+		if d.init {
 			continue
 		}
-		d := c.PerGPU()
 		per := int64(1000)
 		if !d.Exclusive {
 			per = max(0, d.MemoryMiB*1000/e.capMemory-e.gapMemory, d.Compute*1000/e.capCompute-e.gapCompute)
 		}
-		grow = max(grow, per*int64(c.GPUCount()))
+		grow = max(grow, per*int64(d.count))
 	}
 	return grow
 }

@@ -35,10 +35,15 @@ func newTieBreaker(podKey string, seed uint64) tieBreaker {
 func (t tieBreaker) of(k uint64) uint64 { return finalize(uint64(t) ^ k) }
 
 // pickChunk is the fewest nodes a Pick worker rates: below it, waking
-// another thread (tens of µs on a busy machine) outweighs the work. With
-// shape lookups and bounds most nodes cost 50-100 ns, so on 2 CPUs the
-// openb cluster (1213 nodes) had a higher decision p99 when split in two.
-const pickChunk = 2048
+// another thread (tens of µs on a busy machine) outweighs the work. Most
+// nodes cost a policy that bounds scores 50-100 ns (a lookup and a
+// bound), so its chunks are larger: on 2 CPUs the openb cluster (1213
+// nodes) had a higher decision p99 when split in two for binpack, and
+// a lower one for fgd.
+const (
+	pickChunk        = 256
+	pickChunkBounded = 2048
+)
 
 // Pick places pod on the best node among states; Index is -1 when none
 // fits (Explain says why). It changes nothing; the caller applies the
@@ -46,7 +51,11 @@ const pickChunk = 2048
 // kube-scheduler filters nodes in parallel; the result is the same as a
 // sequential scan (chunks merge in order, ties keep the earlier node).
 func (pl *Placer) Pick(states []*NodeState, pod *PodRequest, seed uint64) Decision {
-	workers := min(runtime.GOMAXPROCS(0), len(states)/pickChunk)
+	chunk := pickChunk
+	if pl.bounder != nil {
+		chunk = pickChunkBounded
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(states)/chunk)
 	var best pick
 	if workers <= 1 {
 		best = pl.pickRange(states, 0, pod, seed)
@@ -97,15 +106,16 @@ func (a *pick) beats(b *pick) bool {
 // and the rest of the range is rated node by node.
 func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, seed uint64) pick {
 	sc := scratch{quiet: true}
+	sc.demands = demandsOf(pod, make([]demand, 0, 4))
 	tb := newTieBreaker(pod.Key, seed)
 	best := pick{index: -1}
-	var seen map[shapeKey]shapeRating
+	var seen map[uint64]shapeRating
 	if pl.byShape {
-		pooled := pl.shapes.Get().(map[shapeKey]shapeRating)
+		pooled := pl.shapes.Get().(map[uint64]shapeRating)
 		defer func() { clear(pooled); pl.shapes.Put(pooled) }()
 		seen = pooled
 	}
-	misses := 0
+	lookups, misses := 0, 0
 	for i, s := range states {
 		var this pick
 		if s.memo == nil || s.Live != nil {
@@ -120,27 +130,29 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 				continue
 			}
 			e := s.summary()
-			if e.mayFit(pod) >= 0 {
+			if e.mayFit(sc.demands) >= 0 {
 				continue
 			}
 			var r shapeRating
-			k := shapeKey{hash: e.shapeHash, cpu: s.CPUMilli, mem: s.MemoryMiB}
+			k := e.shapeHash ^ finalize(uint64(s.CPUMilli)<<32^uint64(s.MemoryMiB))
 			hit := false
 			if seen != nil {
 				r, hit = seen[k]
-				hit = hit && r.shape == e.shape
+				hit = hit && r.cpu == s.CPUMilli && r.mem == s.MemoryMiB && r.shape == e.shape
+				if lookups++; !hit {
+					if misses++; lookups >= shapeProbe && 2*misses > lookups {
+						seen = nil // mostly distinct shapes
+					}
+				}
 			}
 			if !hit {
-				if pl.bounder != nil && best.index >= 0 && pl.bounder.bound(s, e, pod).Compare(best.score) < 0 {
+				if pl.bounder != nil && best.index >= 0 && pl.bounder.bound(s, e, pod, sc.demands).Compare(best.score) < 0 {
 					continue // cannot beat best
 				}
 				r = pl.rate(&sc, s, e, pod)
 				if seen != nil {
 					if _, taken := seen[k]; !taken {
 						seen[k] = r
-					}
-					if misses++; i >= shapeProbe && 2*misses > i {
-						seen = nil // mostly distinct shapes
 					}
 				}
 			}
@@ -159,26 +171,21 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 // rate is evaluateFit as a shapeRating.
 func (pl *Placer) rate(sc *scratch, s *NodeState, e *memoEntry, pod *PodRequest) shapeRating {
 	score, failed := pl.evaluateFit(sc, s, e, pod)
-	return shapeRating{shape: e.shape, score: score, fits: failed < 0}
+	return shapeRating{shape: e.shape, cpu: s.CPUMilli, mem: s.MemoryMiB, score: score, fits: failed < 0}
 }
 
 // shapeProbe is how many nodes Pick rates before judging whether enough
 // of them share shapes for the lookup to pay.
 const shapeProbe = 64
 
-// shapeKey and shapeRating are Pick's ratings of one node shape (the
-// shape itself is compared too: hashes may collide).
-type (
-	shapeKey struct {
-		hash     uint64
-		cpu, mem int64
-	}
-	shapeRating struct {
-		shape string
-		score Score
-		fits  bool
-	}
-)
+// shapeRating is Pick's rating of one node shape with its booked CPU and
+// memory, which are compared too (the map's key is only a hash of them).
+type shapeRating struct {
+	shape    string
+	cpu, mem int64
+	score    Score
+	fits     bool
+}
 
 // shapeRater is implemented by policies whose rating of a node reads only
 // what shapeOf encodes, the booked CPU and memory, and live samples:
@@ -186,10 +193,10 @@ type (
 type shapeRater interface{ ratesShape() bool }
 
 // bounder is implemented by node policies that can bound a node's score
-// from its memo entry e, before placing pod on it: bound is at least the
-// score of any placement of pod on s.
+// from its memo entry e, before placing pod (whose demands are ds) on it:
+// bound is at least the score of any placement of pod on s.
 type bounder interface {
-	bound(s *NodeState, e *memoEntry, pod *PodRequest) Score
+	bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score
 }
 
 func ratesShape(p any) bool {

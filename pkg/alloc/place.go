@@ -108,8 +108,10 @@ type scratch struct {
 	scores            []int64
 	chosen            [][]int
 	unfit             *Unfit
-	// quiet skips building unfit: Pick needs only whether a node fits.
-	quiet bool
+	// quiet skips building unfit: Pick needs only whether a node fits;
+	// demands are then the pod's (demandsOf).
+	quiet   bool
+	demands []demand
 }
 
 // reset makes sc.work a pristine working copy of s, whose memo entry is e.
@@ -148,7 +150,7 @@ func (pl *Placer) evaluate(sc *scratch, s *NodeState, pod *PodRequest) (Score, i
 	}
 	e := s.summary()
 	if sc.quiet {
-		if i := e.mayFit(pod); i >= 0 {
+		if i := e.mayFit(sc.demands); i >= 0 {
 			return Score{}, i
 		}
 	}

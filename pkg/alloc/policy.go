@@ -143,7 +143,7 @@ func NewPlacer(c Config) (*Placer, error) {
 	pl := &Placer{node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs)}
 	pl.bounder, _ = ns.(bounder)
 	if pl.byShape {
-		pl.shapes = &sync.Pool{New: func() any { return make(map[shapeKey]shapeRating) }}
+		pl.shapes = &sync.Pool{New: func() any { return make(map[uint64]shapeRating) }}
 	}
 	return pl, nil
 }

@@ -232,7 +232,7 @@ func checkRate(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
 func TestPickParallel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	var states []*NodeState
-	for len(states) < 5*pickChunk/2 {
+	for len(states) < 5*pickChunkBounded/2 {
 		states = append(states, randomCluster(r)...)
 	}
 	for i, s := range states {
@@ -408,7 +408,7 @@ func TestBoundsHold(t *testing.T) {
 						continue
 					}
 					checked++
-					if b := pl.bounder.bound(s, s.summary(), pod); b.Compare(p.Score) < 0 {
+					if b := pl.bounder.bound(s, s.summary(), pod, demandsOf(pod, nil)); b.Compare(p.Score) < 0 {
 						t.Fatalf("%s: pod %s on %s: bound %v below the placement's score %v", policy, pod.Key, s.Node.Name, b, p.Score)
 					}
 					if r.IntN(2) == 0 {
