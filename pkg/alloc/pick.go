@@ -146,8 +146,13 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 				}
 			}
 			if !hit {
-				if pl.bounder != nil && best.index >= 0 && pl.bounder.bound(s, e, pod, sc.demands).Compare(best.score) < 0 {
-					continue // cannot beat best
+				if pl.bounder != nil && best.index >= 0 {
+					// Skip a node that cannot beat best: its score is at
+					// most the bound, and on a tie its key must win.
+					c := pl.bounder.bound(s, e, pod, sc.demands).Compare(best.score)
+					if c < 0 || c == 0 && tb.of(e.nodeKey) <= best.tie {
+						continue
+					}
 				}
 				r = pl.rate(&sc, s, e, pod)
 				if seen != nil {
