@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -41,6 +42,7 @@ type options struct {
 	maxBodyBytes int64
 	qps          float64
 	burst        int
+	profiling    bool
 }
 
 func main() {
@@ -54,6 +56,7 @@ func main() {
 	fs.Int64Var(&o.maxBodyBytes, "max-request-bytes", extender.DefaultMaxBodyBytes, "largest request body accepted")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second to the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries to the apiserver")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the serving address")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -118,6 +121,10 @@ func run(ctx context.Context, o options) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", srv.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if o.profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	}
 	addr := net.JoinHostPort(o.bindAddress, strconv.Itoa(o.port))
 	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 

@@ -239,12 +239,15 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 
 	binds := newBindWatch(client, o.pods)
 	defer binds.stop()
-	procs, url, err := startScheduler(ctx, c, o, mode)
+	procs, urls, err := startScheduler(ctx, c, o, mode)
 	if err != nil {
 		return Result{}, err
 	}
 	if o.profile != "" {
-		go profile(c, url, filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", mode, nodes)))
+		for i, url := range urls {
+			name := []string{mode, "extender-server"}[i]
+			go profile(c, url, filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", name, nodes)))
+		}
 	}
 	progress("%s is running; waiting for %d pods to be bound", mode, o.pods)
 	if err := binds.wait(o.timeout); err != nil {
@@ -279,8 +282,9 @@ func benchPod(i int, name corev1.ResourceName, mib int64) *corev1.Pod {
 }
 
 // startScheduler starts mode's scheduler (and extender) with the bench's
-// client rate limit and returns the processes to measure.
-func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mode string) ([]*controlplane.Process, string, error) {
+// client rate limit and returns the processes to measure and the URLs to
+// profile (the scheduler's, then the extender's).
+func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mode string) ([]*controlplane.Process, []string, error) {
 	limit := func(config []byte) []byte {
 		config = bytes.Replace(config, []byte("qps: 200"), []byte("qps: "+strconv.Itoa(o.qps)), 1)
 		return bytes.Replace(config, []byte("burst: 400"), []byte("burst: "+strconv.Itoa(o.qps)), 1)
@@ -299,13 +303,13 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 	case "gpushare":
 		config, err := read("deploy/scheduler-config.yaml")
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		s, err := c.StartScheduler(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), config, "--v=1")
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
-		return []*controlplane.Process{s.Process}, s.URL, nil
+		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
 	case "stock":
 		config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -318,34 +322,34 @@ leaderElection:
 `, controlplane.DeployKubeconfig, o.qps, o.qps)
 		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), []byte(config), "--v=1")
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
-		return []*controlplane.Process{s.Process}, s.URL, nil
+		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
 	default:
 		port, err := controlplane.FreePort()
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
 		ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), "--kubeconfig="+c.Kubeconfig,
 			"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--config=deploy/extender-config.yaml",
-			"--kube-api-qps="+strconv.Itoa(o.qps), "--kube-api-burst="+strconv.Itoa(o.qps), "-v=1")
+			"--kube-api-qps="+strconv.Itoa(o.qps), "--kube-api-burst="+strconv.Itoa(o.qps), "-v=1", "--profiling="+strconv.FormatBool(o.profile != ""))
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		if err := controlplane.WaitHTTP(ctx, ext, base+"/healthz", ""); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		config, err := read("deploy/extender-scheduler-config.yaml")
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		config = bytes.ReplaceAll(config, []byte("http://127.0.0.1:8888"), []byte(base))
 		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), config, "--v=1")
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
-		return []*controlplane.Process{s.Process, ext}, s.URL, nil
+		return []*controlplane.Process{s.Process, ext}, []string{s.URL, base}, nil
 	}
 }
 
