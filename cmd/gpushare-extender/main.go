@@ -43,6 +43,7 @@ type options struct {
 	qps          float64
 	burst        int
 	profiling    bool
+	maxNodes     int
 }
 
 func main() {
@@ -56,6 +57,7 @@ func main() {
 	fs.Int64Var(&o.maxBodyBytes, "max-request-bytes", extender.DefaultMaxBodyBytes, "largest request body accepted")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second to the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries to the apiserver")
+	fs.IntVar(&o.maxNodes, "max-filtered-nodes", 100, "most nodes filter passes on to scoring, the best by the node policy; 0 passes every node that fits")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the serving address")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -70,6 +72,9 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
+	if o.maxNodes < 0 {
+		return fmt.Errorf("--max-filtered-nodes must not be negative, got %d", o.maxNodes)
+	}
 	var raw []byte
 	if o.config != "" {
 		var err error
@@ -109,7 +114,7 @@ func run(ctx context.Context, o options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpucache.NewCollector(cache))
 	synced := make(chan struct{})
 	srv := &extender.Server{Model: model, Placer: placer, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
-		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, Metrics: extender.NewMetrics(reg),
+		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, Metrics: extender.NewMetrics(reg), MaxNodes: o.maxNodes,
 		Ready: func() bool {
 			select {
 			case <-synced:

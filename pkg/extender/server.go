@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -49,6 +50,10 @@ type Server struct {
 	Ready func() bool
 	// Metrics counts decisions; may be nil.
 	Metrics *Metrics
+	// MaxNodes, if positive, is the most nodes filter passes on: the best
+	// by the node policy. Fewer nodes make kube-scheduler's scoring and
+	// the prioritize call cheaper; 0 passes every node that fits.
+	MaxNodes int
 
 	// last is the latest filter's ratings, which the prioritize call for
 	// the same pod reuses instead of rating every node again.
@@ -150,52 +155,89 @@ func (s *Server) handle(verb string, fn func(context.Context, []byte) (any, erro
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	var raw json.RawMessage
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(&raw); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, badRequest{fmt.Errorf("request body larger than %d bytes", limit)}
 		}
-		return nil, badRequest{fmt.Errorf("malformed JSON: %w", err)}
+		return nil, badRequest{fmt.Errorf("reading the request: %w", err)}
 	}
-	return raw, nil
+	return body, nil
 }
 
+// decode parses body once: a syntax error is "malformed JSON", JSON of
+// the wrong shape a "malformed request".
 func decode(body []byte, into any) error {
-	if err := json.Unmarshal(body, into); err != nil {
-		return badRequest{fmt.Errorf("malformed request: %w", err)}
+	err := json.Unmarshal(body, into)
+	var syntax *json.SyntaxError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &syntax):
+		return badRequest{fmt.Errorf("malformed JSON: %w", err)}
 	}
-	return nil
+	return badRequest{fmt.Errorf("malformed request: %w", err)}
 }
 
-// decodeArgs decodes a filter or prioritize call and returns its node
-// names.
-func decodeArgs(body []byte) (*extenderv1.ExtenderArgs, []string, error) {
+// call is a decoded filter or prioritize request.
+type call struct {
+	pod   *corev1.Pod
+	names []string
+	// nodes is set when the call carried Node objects (nodeCacheCapable
+	// false); the answer then carries them too.
+	nodes *corev1.NodeList
+}
+
+// argsHead is the part of ExtenderArgs read first: the pod's identity and
+// the node names. The pod is decoded in full only when the informer does
+// not hold this very version of it (kube-scheduler sends the whole object
+// with each call).
+type argsHead struct {
+	Pod *struct {
+		Metadata struct {
+			Name, Namespace, UID, ResourceVersion string
+		}
+	}
+	Nodes     json.RawMessage
+	NodeNames *[]string
+}
+
+// decodeCall decodes a filter or prioritize call.
+func (s *Server) decodeCall(body []byte) (*call, error) {
+	var head argsHead
+	if err := decode(body, &head); err != nil {
+		return nil, err
+	}
+	if head.Pod == nil {
+		return nil, badRequest{errors.New("request has no pod")}
+	}
+	if m := &head.Pod.Metadata; head.NodeNames != nil && isNull(head.Nodes) && s.Pods != nil && m.ResourceVersion != "" {
+		if pod, err := s.Pods.Pods(m.Namespace).Get(m.Name); err == nil && string(pod.UID) == m.UID && pod.ResourceVersion == m.ResourceVersion {
+			return &call{pod: pod, names: *head.NodeNames}, nil
+		}
+	}
 	var args extenderv1.ExtenderArgs
 	if err := decode(body, &args); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	names, err := candidates(&args)
-	return &args, names, err
-}
-
-// candidates are the node names of a filter or prioritize call.
-func candidates(args *extenderv1.ExtenderArgs) ([]string, error) {
 	switch {
 	case args.Pod == nil:
 		return nil, badRequest{errors.New("request has no pod")}
 	case args.NodeNames != nil:
-		return *args.NodeNames, nil
+		return &call{pod: args.Pod, names: *args.NodeNames}, nil
 	case args.Nodes != nil:
 		names := make([]string, len(args.Nodes.Items))
 		for i := range args.Nodes.Items {
 			names[i] = args.Nodes.Items[i].Name
 		}
-		return names, nil
+		return &call{pod: args.Pod, names: names, nodes: args.Nodes}, nil
 	}
 	return nil, badRequest{errors.New("request has neither nodes nor nodeNames")}
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
 }
 
 // request translates the pod; nil with no error for a pod asking no GPU.
@@ -235,23 +277,23 @@ func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.
 }
 
 func (s *Server) filter(_ context.Context, body []byte) (any, error) {
-	args, names, err := decodeArgs(body)
+	c, err := s.decodeCall(body)
 	if err != nil {
 		return nil, err
 	}
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: map[string]string{}, FailedAndUnresolvableNodes: map[string]string{}}
-	req, err := s.request(args.Pod)
+	req, err := s.request(c.pod)
 	if err != nil {
-		for _, n := range names {
+		for _, n := range c.names {
 			res.FailedAndUnresolvableNodes[n] = err.Error()
 		}
-		return finish(res, args, nil), nil
+		return c.finish(res, nil), nil
 	}
 	if req == nil {
-		return finish(res, args, names), nil
+		return c.finish(res, c.names), nil
 	}
-	fit, unfit, outside := s.place(names, req)
-	s.remember(args.Pod.UID, fit)
+	fit, unfit, outside := s.place(c.names, req)
+	s.remember(c.pod.UID, fit)
 	for n := range outside {
 		res.FailedAndUnresolvableNodes[n] = plugin.ReasonNotGPUShareNode
 	}
@@ -270,84 +312,102 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		}
 		res.FailedNodes[n] = reason
 	}
-	passed := make([]string, 0, len(fit))
-	for _, n := range names {
-		if _, ok := fit[n]; ok {
+	keep := fit
+	if s.MaxNodes > 0 && len(fit) > s.MaxNodes {
+		// Only the best go on to scoring: kube-scheduler's own filters
+		// have passed every node named here, so any of them may be
+		// chosen, and the policy's choice is among the best.
+		best := s.rank(fit, req.Key)[:s.MaxNodes]
+		keep = make(map[string]alloc.Score, len(best))
+		for _, r := range best {
+			keep[r.name] = r.score
+		}
+	}
+	passed := make([]string, 0, len(keep))
+	for _, n := range c.names {
+		if _, ok := keep[n]; ok {
 			passed = append(passed, n)
 		}
 	}
-	return finish(res, args, passed), nil
+	return c.finish(res, passed), nil
 }
 
 // finish fills the passing nodes in the form the call used.
-func finish(res *extenderv1.ExtenderFilterResult, args *extenderv1.ExtenderArgs, passed []string) *extenderv1.ExtenderFilterResult {
+func (c *call) finish(res *extenderv1.ExtenderFilterResult, passed []string) *extenderv1.ExtenderFilterResult {
 	if passed == nil {
 		passed = []string{}
 	}
-	if args.NodeNames != nil {
+	if c.nodes == nil {
 		res.NodeNames = &passed
 		return res
 	}
 	list := &corev1.NodeList{}
-	if args.Nodes != nil {
-		keep := make(map[string]bool, len(passed))
-		for _, n := range passed {
-			keep[n] = true
-		}
-		for _, n := range args.Nodes.Items {
-			if keep[n.Name] {
-				list.Items = append(list.Items, n)
-			}
+	keep := make(map[string]bool, len(passed))
+	for _, n := range passed {
+		keep[n] = true
+	}
+	for _, n := range c.nodes.Items {
+		if keep[n.Name] {
+			list.Items = append(list.Items, n)
 		}
 	}
 	res.Nodes = list
 	return res
 }
 
-func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
-	args, names, err := decodeArgs(body)
-	if err != nil {
-		return nil, err
-	}
-	out := make(extenderv1.HostPriorityList, 0, len(names))
-	req, err := s.request(args.Pod)
-	if err != nil || req == nil {
-		for _, n := range names {
-			out = append(out, extenderv1.HostPriority{Host: n})
-		}
-		return out, nil
-	}
-	fit := s.recall(args.Pod.UID, names)
-	if fit == nil {
-		fit, _, _ = s.place(names, req)
-	}
-	type node struct {
-		name  string
-		score alloc.Score
-		tie   uint64
-	}
-	ranked := make([]node, 0, len(fit))
+// ranked is a node with its rating and tie-break key.
+type ranked struct {
+	name  string
+	score alloc.Score
+	tie   uint64
+}
+
+// rank orders the rated nodes best first, ties broken by the core's hash
+// of (seed, pod, node) as in the plugin.
+func (s *Server) rank(fit map[string]alloc.Score, podKey string) []ranked {
+	out := make([]ranked, 0, len(fit))
 	for n, sc := range fit {
-		ranked = append(ranked, node{n, sc, alloc.TieBreak(req.Key, n, s.Seed)})
+		out = append(out, ranked{n, sc, alloc.TieBreak(podKey, n, s.Seed)})
 	}
-	slices.SortFunc(ranked, func(a, b node) int {
+	slices.SortFunc(out, func(a, b ranked) int {
 		if c := b.score.Compare(a.score); c != 0 {
 			return c
 		}
 		return cmp.Compare(b.tie, a.tie)
 	})
-	score := make(map[string]int64, len(ranked))
-	for rank, r := range ranked {
+	return out
+}
+
+func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
+	c, err := s.decodeCall(body)
+	if err != nil {
+		return nil, err
+	}
+	out := make(extenderv1.HostPriorityList, 0, len(c.names))
+	req, err := s.request(c.pod)
+	if err != nil || req == nil {
+		for _, n := range c.names {
+			out = append(out, extenderv1.HostPriority{Host: n})
+		}
+		return out, nil
+	}
+	fit := s.recall(c.pod.UID, c.names)
+	if fit == nil {
+		fit, _, _ = s.place(c.names, req)
+	}
+	order := s.rank(fit, req.Key)
+	score := make(map[string]int64, len(order))
+	for rank, r := range order {
 		n := r.name
 		// The best gets 10, the rest step down from 5 to 0: the gap,
 		// times kube-scheduler's x10 scaling and the weight, outweighs the
 		// default plugins, as in the plugin's rankScore.
-		score[n] = int64(5 * (len(ranked) - 1 - rank) / max(len(ranked)-1, 1))
+		score[n] = int64(5 * (len(order) - 1 - rank) / max(len(order)-1, 1))
 		if rank == 0 {
 			score[n] = extenderv1.MaxExtenderPriority
 		}
 	}
-	for _, n := range names {
+	for _, n := range c.names {
 		out = append(out, extenderv1.HostPriority{Host: n, Score: score[n]})
 	}
 	return out, nil

@@ -3,29 +3,36 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
 // startExtender runs gpushare-extender on a free loopback port with
-// deploy/extender-config.yaml and returns its base URL.
-func startExtender(t *testing.T, c *controlplane.Cluster) string {
+// deploy/extender-config.yaml (and extra flags) and returns its base URL.
+func startExtender(t *testing.T, c *controlplane.Cluster, extra ...string) string {
 	t.Helper()
 	port, err := controlplane.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	p, err := c.Run("gpushare-extender", extenderBin, "--kubeconfig="+c.Kubeconfig,
-		"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port),
-		"--config="+root+"/deploy/extender-config.yaml", "--max-request-bytes=1048576", "-v=2")
+	args := append([]string{"--kubeconfig=" + c.Kubeconfig,
+		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port),
+		"--config=" + root + "/deploy/extender-config.yaml", "--max-request-bytes=1048576", "-v=2"}, extra...)
+	p, err := c.Run("gpushare-extender", extenderBin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,5 +111,69 @@ func TestExtenderHostileInput(t *testing.T) {
 	}
 	if resp, err := http.Get(strings.TrimSuffix(base, "/gpushare-scheduler") + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("extender unhealthy after hostile input: %v", err)
+	}
+}
+
+// TestExtenderFilterPassesTheBest: with --max-filtered-nodes, filter
+// passes on only the best nodes by the node policy (binpack: the GPUs a
+// 3 GiB share fills most, so the smallest), and reads the pod from its
+// informer when the call names the version the informer holds.
+func TestExtenderFilterPassesTheBest(t *testing.T) {
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startExtender(t, c, "--max-filtered-nodes=2") + "/gpushare-scheduler"
+	ctx := context.Background()
+	for name, mib := range map[string]int64{"g16": 16384, "g24": 24576, "g80": 81920, "g141": 144384} {
+		if err := controlplane.CreateNode(ctx, client, controlplane.NodeSpec{Name: name, Model: "NVIDIA GPU", MemoryMiB: mib, Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("best", 3072, 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"g141", "g16", "g80", "g24"}
+	filter := func(p *corev1.Pod) ([]string, error) {
+		body, err := json.Marshal(extenderv1.ExtenderArgs{Pod: p, NodeNames: &names})
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.Post(base+"/filter", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var res extenderv1.ExtenderFilterResult
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.NodeNames == nil {
+			return nil, fmt.Errorf("filter answered %d: %v", resp.StatusCode, err)
+		}
+		return *res.NodeNames, nil
+	}
+	want := []string{"g16", "g24"}
+	check := func(what string, p *corev1.Pod, want []string) {
+		t.Helper()
+		var got []string
+		err := waitFor(30*time.Second, func() (bool, error) {
+			got, err = filter(p)
+			return slices.Equal(got, want), err
+		})
+		if err != nil {
+			t.Fatalf("%s: filter passed %v, want %v: %v", what, got, want, err)
+		}
+	}
+	check("the pod", pod, want)
+	// A copy asking no GPU, of the version the informer holds: the
+	// informer's pod is rated, so the answer is the GPU pod's.
+	bare := pod.DeepCopy()
+	bare.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	check("the informer's version", bare, want)
+	// Of another version: the call's own copy is rated, and a pod asking
+	// no GPU passes every node.
+	bare.ResourceVersion = "1"
+	if got, err := filter(bare); err != nil || !slices.Equal(got, names) {
+		t.Errorf("another version: filter passed %v (%v), want %v", got, err, names)
 	}
 }
