@@ -103,7 +103,9 @@ func (a *pick) beats(b *pick) bool {
 // CPU and memory, without live samples, are rated once: typically most
 // nodes of a young cluster, which are empty. Each keeps its own
 // tie-break. When few nodes share a shape, the lookup stops paying off
-// and the rest of the range is rated node by node.
+// and the rest of the range is rated node by node. Before a node is
+// rated, its memo rules out nodes too full to fit (mayFit) and, for
+// policies that bound scores, nodes that cannot beat the best so far.
 func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, seed uint64) pick {
 	sc := scratch{quiet: true}
 	sc.demands = demandsOf(pod, make([]demand, 0, 4))

@@ -359,19 +359,17 @@ func TestShapeCoversNode(t *testing.T) {
 		t.Error("a node's name or its GPUs' UUIDs change its shape")
 	}
 	for name, change := range map[string]func(*Node, []Usage){
-		"CPU":      func(n *Node, _ []Usage) { n.CPUMilli++ },
-		"memory":   func(n *Node, _ []Usage) { n.MemoryMiB++ },
-		"mode":     func(n *Node, _ []Usage) { n.Mode = WholeCard },
-		"model":    func(n *Node, _ []Usage) { n.GPUs[1].Model = "H100" },
-		"GPU size": func(n *Node, _ []Usage) { n.GPUs[1].MemoryMiB++ },
-		"compute":  func(n *Node, _ []Usage) { n.GPUs[1].Compute = 50 },
-		"health":   func(n *Node, _ []Usage) { n.GPUs[1].Healthy = false },
-		"NUMA":     func(n *Node, _ []Usage) { n.GPUs[1].NUMANode = 0 },
-		"NVLink":   func(n *Node, _ []Usage) { n.GPUs[0].Peers, n.GPUs[1].Peers = nil, nil },
-		"usage":    func(_ *Node, u []Usage) { u[1].Compute = 10 },
-		"GPU count": func(n *Node, u []Usage) {
-			n.GPUs = n.GPUs[:1]
-		},
+		"CPU":       func(n *Node, _ []Usage) { n.CPUMilli++ },
+		"memory":    func(n *Node, _ []Usage) { n.MemoryMiB++ },
+		"mode":      func(n *Node, _ []Usage) { n.Mode = WholeCard },
+		"model":     func(n *Node, _ []Usage) { n.GPUs[1].Model = "H100" },
+		"GPU size":  func(n *Node, _ []Usage) { n.GPUs[1].MemoryMiB++ },
+		"compute":   func(n *Node, _ []Usage) { n.GPUs[1].Compute = 50 },
+		"health":    func(n *Node, _ []Usage) { n.GPUs[1].Healthy = false },
+		"NUMA":      func(n *Node, _ []Usage) { n.GPUs[1].NUMANode = 0 },
+		"NVLink":    func(n *Node, _ []Usage) { n.GPUs[0].Peers, n.GPUs[1].Peers = nil, nil },
+		"usage":     func(_ *Node, u []Usage) { u[1].Compute = 10 },
+		"GPU count": func(n *Node, _ []Usage) { n.GPUs = n.GPUs[:1] },
 	} {
 		m := *n
 		m.GPUs = slices.Clone(n.GPUs)

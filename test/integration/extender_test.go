@@ -147,8 +147,11 @@ func TestExtenderFilterPassesTheBest(t *testing.T) {
 		}
 		defer func() { _ = resp.Body.Close() }()
 		var res extenderv1.ExtenderFilterResult
-		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.NodeNames == nil {
-			return nil, fmt.Errorf("filter answered %d: %v", resp.StatusCode, err)
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			return nil, fmt.Errorf("filter answered %d: %w", resp.StatusCode, err)
+		}
+		if res.NodeNames == nil {
+			return nil, fmt.Errorf("filter answered %d without node names", resp.StatusCode)
 		}
 		return *res.NodeNames, nil
 	}
