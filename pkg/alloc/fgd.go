@@ -31,6 +31,9 @@ const (
 	// same for every pod): ties then fill the same nodes first, as first
 	// fit does, without following the order of node names.
 	fgdPack
+	// fgdFill is fgdPack with fragmentation measured as the free share a
+	// stream of each shape could not use (GPU units, CPU and memory).
+	fgdFill
 )
 
 // fgdMaxGPUs bounds the GPU count in fgdPack's tie-break key.
@@ -113,6 +116,36 @@ type fragBase struct {
 	total int64
 	fit   []int   // per demand: GPUs that fit it
 	below []int64 // per demand: free share on GPUs that don't
+	units []int64 // per demand: units of it that fit, summed over GPUs
+	used  []int64 // per demand: share those units take
+}
+
+// unitsOn returns how many units of d fit GPU g at usage u, and the share
+// they take.
+func unitsOn(g *GPU, u Usage, d *Demand) (n, share int64) {
+	if !g.Healthy || !allows(d.Models, g.Model) {
+		return 0, 0
+	}
+	if d.Exclusive {
+		if u == (Usage{}) {
+			return 1, 1000
+		}
+		return 0, 0
+	}
+	n = 1 << 20
+	var per int64
+	if d.MemoryMiB > 0 {
+		n = min(n, (g.MemoryMiB-u.MemoryMiB)/d.MemoryMiB)
+		per = max(per, d.MemoryMiB*1000/g.MemoryMiB)
+	}
+	if c := g.ComputeCapacity(); d.Compute > 0 {
+		n = min(n, (c-u.Compute)/d.Compute)
+		per = max(per, d.Compute*1000/c)
+	}
+	if per == 0 || n < 0 {
+		return 0, 0
+	}
+	return n, n * per
 }
 
 // baseOf returns the fragBase of e's state: the one memoised with e, or
@@ -129,8 +162,12 @@ func (f *fgd) baseOf(e *memoEntry, s *NodeState) (b *fragBase, fresh bool) {
 func (f *fgd) fill(b *fragBase, s *NodeState) {
 	b.fit = slices.Grow(b.fit[:0], len(f.demands))[:len(f.demands)]
 	b.below = slices.Grow(b.below[:0], len(f.demands))[:len(f.demands)]
+	b.units = slices.Grow(b.units[:0], len(f.demands))[:len(f.demands)]
+	b.used = slices.Grow(b.used[:0], len(f.demands))[:len(f.demands)]
 	clear(b.fit)
 	clear(b.below)
+	clear(b.units)
+	clear(b.used)
 	b.share = s.freeShares(b.share)
 	b.total = 0
 	for _, v := range b.share {
@@ -144,6 +181,9 @@ func (f *fgd) fill(b *fragBase, s *NodeState) {
 			} else {
 				b.below[k] += b.share[i]
 			}
+			n, sh := unitsOn(&s.Node.GPUs[i], s.GPUs[i], d)
+			b.units[k] += n
+			b.used[k] += sh
 		}
 	}
 }
@@ -165,6 +205,10 @@ func (f *fgd) move(dst, b *fragBase, gpu *GPU, g int, old, u Usage) {
 		} else {
 			dst.below[e] += share
 		}
+		n0, s0 := unitsOn(gpu, old, d)
+		n1, s1 := unitsOn(gpu, u, d)
+		dst.units[e] += n1 - n0
+		dst.used[e] += s1 - s0
 	}
 }
 
@@ -173,10 +217,15 @@ func (b *fragBase) copyFrom(src *fragBase) {
 	b.total = src.total
 	b.fit = append(b.fit[:0], src.fit...)
 	b.below = append(b.below[:0], src.below...)
+	b.units = append(b.units[:0], src.units...)
+	b.used = append(b.used[:0], src.used...)
 }
 
 // frag sums the weighted fragmentation given the node's free CPU and memory.
 func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
+	if f.mode == fgdFill {
+		return f.fragFill(b, cpu, mem)
+	}
 	var sum int64
 	for q := range f.shapes {
 		sh := &f.shapes[q]
@@ -185,6 +234,30 @@ func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 		} else {
 			sum += sh.Weight * b.total
 		}
+	}
+	return sum
+}
+
+// fragFill is frag for fgdFill: per shape, the free share that as many
+// pods of the shape as fit (by GPU units, CPU and memory) leave unused.
+func (f *fgd) fragFill(b *fragBase, cpu, mem int64) int64 {
+	var sum int64
+	for q := range f.shapes {
+		sh := &f.shapes[q]
+		k := f.group[q]
+		if k < 0 || b.units[k] == 0 {
+			sum += sh.Weight * b.total
+			continue
+		}
+		n := b.units[k] / int64(sh.Count)
+		if sh.CPUMilli > 0 {
+			n = min(n, cpu/sh.CPUMilli)
+		}
+		if sh.MemoryMiB > 0 {
+			n = min(n, mem/sh.MemoryMiB)
+		}
+		usable := b.used[k] * n * int64(sh.Count) / b.units[k]
+		sum += sh.Weight * (b.total - usable)
 	}
 	return sum
 }

@@ -86,6 +86,7 @@ var (
 		"fgd-pack": func(o Options) (NodeScorer, error) {
 			return newFGD(o, fgdPack)
 		},
+		"fgd-fill":   func(o Options) (NodeScorer, error) { return newFGD(o, fgdFill) },
 		"load-aware": func(Options) (NodeScorer, error) { return loadAware{}, nil },
 	}
 	gpuPolicies = map[string]gpuFactory{
@@ -95,6 +96,7 @@ var (
 		"random":     func(o Options) (GPUScorer, error) { return random{seed: o.Seed}, nil },
 		"fgd":        func(o Options) (GPUScorer, error) { return newFGD(o, fgdPlain) },
 		"fgd-pack":   func(o Options) (GPUScorer, error) { return newFGD(o, fgdPack) },
+		"fgd-fill":   func(o Options) (GPUScorer, error) { return newFGD(o, fgdFill) },
 		"load-aware": func(Options) (GPUScorer, error) { return loadAware{}, nil },
 	}
 )
