@@ -46,7 +46,7 @@ func benchWorkload() []Shape {
 // node, then the placement on the best) over 5000 nodes x 8 GPUs; ns/op is
 // per decision, ns/node per node rated.
 func BenchmarkPick(b *testing.B) {
-	benchPick(b, benchCluster(5000), "binpack", "spread", "random", "fgd", "fgd-pack")
+	benchPick(b, benchCluster(5000), "binpack", "spread", "random", "fgd", "fgd-pack", "fgd-fill")
 }
 
 // BenchmarkPickEmpty is the costliest decision of a replay: the openb
@@ -58,7 +58,7 @@ func BenchmarkPickEmpty(b *testing.B) {
 		clear(s.GPUs)
 		s.CPUMilli = 0
 	}
-	benchPick(b, states, "binpack", "spread", "fgd-pack")
+	benchPick(b, states, "binpack", "spread", "fgd-pack", "fgd-fill")
 }
 
 // benchPick times Pick of a 20 GiB / 30% share over states, per policy.

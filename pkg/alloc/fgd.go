@@ -31,8 +31,11 @@ const (
 	// same for every pod): ties then fill the same nodes first, as first
 	// fit does, without following the order of node names.
 	fgdPack
-	// fgdFill is fgdPack with fragmentation measured as the free share a
-	// stream of each shape could not use (GPU units, CPU and memory).
+	// fgdFill is fgdPack with fragmentation counted for a stream of pods
+	// of each shape instead of one pod: the free share left over once as
+	// many pods of the shape as fit are placed, by GPU room (a GPU with
+	// 0.6 free takes one 0.47 pod and leaves 0.13) and by the node's CPU
+	// and memory (a node whose CPU runs out first strands its GPUs).
 	fgdFill
 )
 
@@ -66,7 +69,7 @@ type fgd struct {
 	pool    *sync.Pool // of scratch *fragBase, reused across calls
 }
 
-// ratesShape: fgd-pack breaks ties by a hash of the node's name.
+// ratesShape: fgd-pack and fgd-fill break ties by a hash of the node's name.
 func (f *fgd) ratesShape() bool { return f.mode == fgdPlain }
 
 func newFGD(o Options, mode fgdMode) (*fgd, error) {
@@ -116,12 +119,14 @@ type fragBase struct {
 	total int64
 	fit   []int   // per demand: GPUs that fit it
 	below []int64 // per demand: free share on GPUs that don't
-	units []int64 // per demand: units of it that fit, summed over GPUs
-	used  []int64 // per demand: share those units take
+	// For fgdFill, per demand: how many of it fit, summed over GPUs, and
+	// the share they take.
+	units []int64
+	used  []int64
 }
 
-// unitsOn returns how many units of d fit GPU g at usage u, and the share
-// they take.
+// unitsOn returns how many of demand d fit GPU g at usage u side by side,
+// and the share of g they take together.
 func unitsOn(g *GPU, u Usage, d *Demand) (n, share int64) {
 	if !g.Healthy || !allows(d.Models, g.Model) {
 		return 0, 0
@@ -160,10 +165,11 @@ func (f *fgd) baseOf(e *memoEntry, s *NodeState) (b *fragBase, fresh bool) {
 }
 
 func (f *fgd) fill(b *fragBase, s *NodeState) {
-	b.fit = slices.Grow(b.fit[:0], len(f.demands))[:len(f.demands)]
-	b.below = slices.Grow(b.below[:0], len(f.demands))[:len(f.demands)]
-	b.units = slices.Grow(b.units[:0], len(f.demands))[:len(f.demands)]
-	b.used = slices.Grow(b.used[:0], len(f.demands))[:len(f.demands)]
+	n := len(f.demands)
+	b.fit = slices.Grow(b.fit[:0], n)[:n]
+	b.below = slices.Grow(b.below[:0], n)[:n]
+	b.units = slices.Grow(b.units[:0], n)[:n]
+	b.used = slices.Grow(b.used[:0], n)[:n]
 	clear(b.fit)
 	clear(b.below)
 	clear(b.units)
@@ -176,25 +182,34 @@ func (f *fgd) fill(b *fragBase, s *NodeState) {
 	for k := range f.demands {
 		d := &f.demands[k]
 		for i := range s.GPUs {
-			if fits(s, i, d) {
+			if f.mode == fgdFill {
+				n, sh := unitsOn(&s.Node.GPUs[i], s.GPUs[i], d)
+				b.units[k] += n
+				b.used[k] += sh
+			} else if fits(s, i, d) {
 				b.fit[k]++
 			} else {
 				b.below[k] += b.share[i]
 			}
-			n, sh := unitsOn(&s.Node.GPUs[i], s.GPUs[i], d)
-			b.units[k] += n
-			b.used[k] += sh
 		}
 	}
 }
 
 // move sets dst to b with GPU g (of kind gpu) going from usage old to
-// usage u: only that GPU moves between "fits" and "below" per demand.
+// usage u: only that GPU moves between "fits" and "below" per demand
+// (for fgdFill: only its units change).
 func (f *fgd) move(dst, b *fragBase, gpu *GPU, g int, old, u Usage) {
 	share := shareOf(gpu, u)
 	dst.total += share - b.share[g]
 	for e := range f.demands {
 		d := &f.demands[e]
+		if f.mode == fgdFill {
+			n0, s0 := unitsOn(gpu, old, d)
+			n1, s1 := unitsOn(gpu, u, d)
+			dst.units[e] += n1 - n0
+			dst.used[e] += s1 - s0
+			continue
+		}
 		if fitsUsage(gpu, old, d) {
 			dst.fit[e]--
 		} else {
@@ -205,10 +220,6 @@ func (f *fgd) move(dst, b *fragBase, gpu *GPU, g int, old, u Usage) {
 		} else {
 			dst.below[e] += share
 		}
-		n0, s0 := unitsOn(gpu, old, d)
-		n1, s1 := unitsOn(gpu, u, d)
-		dst.units[e] += n1 - n0
-		dst.used[e] += s1 - s0
 	}
 }
 
@@ -238,8 +249,9 @@ func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 	return sum
 }
 
-// fragFill is frag for fgdFill: per shape, the free share that as many
-// pods of the shape as fit (by GPU units, CPU and memory) leave unused.
+// fragFill is frag for fgdFill: per shape, the free share left unused
+// once as many pods of the shape as fit are placed. n pods take n/units of
+// the share that all units that fit the GPUs would take.
 func (f *fgd) fragFill(b *fragBase, cpu, mem int64) int64 {
 	var sum int64
 	for q := range f.shapes {
@@ -256,7 +268,10 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64) int64 {
 		if sh.MemoryMiB > 0 {
 			n = min(n, mem/sh.MemoryMiB)
 		}
-		usable := b.used[k] * n * int64(sh.Count) / b.units[k]
+		usable := b.used[k]
+		if c := n * int64(sh.Count); c < b.units[k] {
+			usable = usable * c / b.units[k]
+		}
 		sum += sh.Weight * (b.total - usable)
 	}
 	return sum

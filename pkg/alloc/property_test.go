@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-var policyNames = []string{"binpack", "spread", "random", "bestfit", "fgd", "fgd-pack"}
+var policyNames = []string{"binpack", "spread", "random", "bestfit", "fgd", "fgd-pack", "fgd-fill"}
 
 // randomCluster builds a few nodes of mixed GPU sizes from r.
 func randomCluster(r *rand.Rand) []*NodeState {
@@ -274,7 +274,7 @@ func TestPickByShape(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := policy != "random" && policy != "fgd-pack"; pl.byShape != want {
+		if want := policy != "random" && policy != "fgd-pack" && policy != "fgd-fill"; pl.byShape != want {
 			t.Fatalf("%s: rates by shape %v, want %v", policy, pl.byShape, want)
 		}
 		var states []*NodeState

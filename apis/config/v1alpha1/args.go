@@ -27,8 +27,8 @@ type GPUShareArgs struct {
 	// spread, random, bestfit, or load-aware (binpack that avoids GPUs
 	// whose live use, published by gpushare-node, exceeds their bookings
 	// or whose engine is busy; bookings alone when the sample is older
-	// than 3 minutes). fgd and fgd-pack need a workload and are for the
-	// simulator.
+	// than 3 minutes). fgd, fgd-pack and fgd-fill need a workload and are
+	// for the simulator.
 	NodePolicy string `json:"nodePolicy,omitempty"`
 	// GPUPolicy chooses the GPUs of the chosen node; default: the GPU
 	// policy of the same name as NodePolicy.

@@ -65,6 +65,8 @@ type options struct {
 	json    bool
 	profile string
 	repeat  int
+	// extenderFlags are added to gpushare-extender's command line.
+	extenderFlags []string
 }
 
 // Result is one run's figures.
@@ -95,7 +97,9 @@ func main() {
 	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
 	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler to this directory")
 	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved, and report medians")
+	extenderFlags := flag.String("extender-flags", "", "more flags for gpushare-extender, space-separated (e.g. --max-filtered-nodes=1)")
 	flag.Parse()
+	o.extenderFlags = strings.Fields(*extenderFlags)
 	for f := range strings.SplitSeq(nodes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -331,9 +335,11 @@ leaderElection:
 			return nil, nil, err
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), "--kubeconfig="+c.Kubeconfig,
-			"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--config=deploy/extender-config.yaml",
-			"--kube-api-qps="+strconv.Itoa(o.qps), "--kube-api-burst="+strconv.Itoa(o.qps), "-v=1", "--profiling="+strconv.FormatBool(o.profile != ""))
+		args := append([]string{"--kubeconfig=" + c.Kubeconfig,
+			"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--config=deploy/extender-config.yaml",
+			"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1", "--profiling=" + strconv.FormatBool(o.profile != "")},
+			o.extenderFlags...)
+		ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), args...)
 		if err != nil {
 			return nil, nil, err
 		}
