@@ -44,6 +44,7 @@ type options struct {
 	burst        int
 	profiling    bool
 	maxNodes     int
+	bestOnly     bool
 }
 
 func main() {
@@ -58,6 +59,7 @@ func main() {
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second to the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries to the apiserver")
 	fs.IntVar(&o.maxNodes, "max-filtered-nodes", 100, "most nodes filter passes on to scoring, the best by the node policy; 0 passes every node that fits")
+	fs.BoolVar(&o.bestOnly, "best-node-only", true, "pass pods without soft scheduling preferences (preferred node or pod affinity, ScheduleAnyway topology spread) on the best node alone, so kube-scheduler skips scoring them; false gives them --max-filtered-nodes like the others")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the serving address")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -114,7 +116,7 @@ func run(ctx context.Context, o options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpucache.NewCollector(cache))
 	synced := make(chan struct{})
 	srv := &extender.Server{Model: model, Placer: placer, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
-		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, Metrics: extender.NewMetrics(reg), MaxNodes: o.maxNodes,
+		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, Metrics: extender.NewMetrics(reg), MaxNodes: o.maxNodes, BestOnly: o.bestOnly,
 		Ready: func() bool {
 			select {
 			case <-synced:

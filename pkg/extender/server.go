@@ -54,6 +54,10 @@ type Server struct {
 	// by the node policy. Fewer nodes make kube-scheduler's scoring and
 	// the prioritize call cheaper; 0 passes every node that fits.
 	MaxNodes int
+	// BestOnly passes pods without soft scheduling preferences on the
+	// best node alone: with one node kube-scheduler skips its scoring and
+	// the prioritize call, and the node policy decides as in the core.
+	BestOnly bool
 
 	// last is the latest filter's ratings, which the prioritize call for
 	// the same pod reuses instead of rating every node again.
@@ -313,11 +317,15 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		res.FailedNodes[n] = reason
 	}
 	keep := fit
-	if s.MaxNodes > 0 && len(fit) > s.MaxNodes {
+	limit := s.MaxNodes
+	if s.BestOnly && !softPreferences(c.pod) {
+		limit = 1
+	}
+	if limit > 0 && len(fit) > limit {
 		// Only the best go on to scoring: kube-scheduler's own filters
 		// have passed every node named here, so any of them may be
 		// chosen, and the policy's choice is among the best.
-		best := s.rank(fit, req.Key)[:s.MaxNodes]
+		best := s.rank(fit, req.Key)[:limit]
 		keep = make(map[string]alloc.Score, len(best))
 		for _, r := range best {
 			keep[r.name] = r.score
@@ -330,6 +338,25 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		}
 	}
 	return c.finish(res, passed), nil
+}
+
+// softPreferences reports whether kube-scheduler's scoring could serve a
+// preference of the pod's own: preferred node or pod (anti-)affinity, or
+// a topology spread constraint that is only a preference.
+func softPreferences(pod *corev1.Pod) bool {
+	if a := pod.Spec.Affinity; a != nil {
+		if a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 ||
+			a.PodAffinity != nil && len(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 ||
+			a.PodAntiAffinity != nil && len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.TopologySpreadConstraints {
+		if c.WhenUnsatisfiable == corev1.ScheduleAnyway {
+			return true
+		}
+	}
+	return false
 }
 
 // finish fills the passing nodes in the form the call used.

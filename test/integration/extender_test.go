@@ -114,10 +114,12 @@ func TestExtenderHostileInput(t *testing.T) {
 	}
 }
 
-// TestExtenderFilterPassesTheBest: with --max-filtered-nodes, filter
-// passes on only the best nodes by the node policy (binpack: the GPUs a
-// 3 GiB share fills most, so the smallest), and reads the pod from its
-// informer when the call names the version the informer holds.
+// TestExtenderFilterPassesTheBest: filter passes on only the best nodes by
+// the node policy (binpack: the GPUs a 3 GiB share fills most, so the
+// smallest): --max-filtered-nodes of them for a pod with a soft
+// preference, the best alone for a pod without (--best-node-only, on by
+// default). It reads the pod from its informer when the call names the
+// version the informer holds.
 func TestExtenderFilterPassesTheBest(t *testing.T) {
 	c := startCluster(t)
 	client, err := c.Client()
@@ -131,7 +133,15 @@ func TestExtenderFilterPassesTheBest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pod, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("best", 3072, 0), metav1.CreateOptions{})
+	prefers := gpuPod("best", 3072, 0)
+	prefers.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 1, Preference: corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}
+	pod, err := client.CoreV1().Pods("default").Create(ctx, prefers, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("plain", 3072, 0), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +177,8 @@ func TestExtenderFilterPassesTheBest(t *testing.T) {
 			t.Fatalf("%s: filter passed %v, want %v: %v", what, got, want, err)
 		}
 	}
-	check("the pod", pod, want)
+	check("the pod with a preference", pod, want)
+	check("the pod without", plain, []string{"g16"})
 	// A copy asking no GPU, of the version the informer holds: the
 	// informer's pod is rated, so the answer is the GPU pod's.
 	bare := pod.DeepCopy()
