@@ -11,8 +11,8 @@ func TestFGDFillCountsStrandedGPUs(t *testing.T) {
 	rich := makeNode("rich").gpus(2, "G", 16000).cpu(100_000)
 	pod := makePod("p").cpu(20_000).shared("main", 8000, 50).obj()
 
-	// After the pod, lean has 20 CPUs for 3 pods' worth of GPU: one and a
-	// half of its GPUs' free share is usable, 0.5 GPU is stranded.
+	// After the pod, lean has 1.5 GPUs free (room for 3 more pods) but 20
+	// CPUs (for 2): the workload can use 1 GPU of it, 0.5 is stranded.
 	after := lean.state(Usage{MemoryMiB: 8000, Compute: 50})
 	after.CPUMilli = 20_000
 	for _, c := range []struct {
