@@ -165,11 +165,16 @@ func (f *fgd) baseOf(e *memoEntry, s *NodeState) (b *fragBase, fresh bool) {
 }
 
 func (f *fgd) fill(b *fragBase, s *NodeState) {
-	n := len(f.demands)
+	// Each mode sizes only the counts it reads, so copyFrom copies no
+	// others on the hot path.
+	n, m := len(f.demands), 0
+	if f.mode == fgdFill {
+		n, m = 0, len(f.demands)
+	}
 	b.fit = slices.Grow(b.fit[:0], n)[:n]
 	b.below = slices.Grow(b.below[:0], n)[:n]
-	b.units = slices.Grow(b.units[:0], n)[:n]
-	b.used = slices.Grow(b.used[:0], n)[:n]
+	b.units = slices.Grow(b.units[:0], m)[:m]
+	b.used = slices.Grow(b.used[:0], m)[:m]
 	clear(b.fit)
 	clear(b.below)
 	clear(b.units)
