@@ -1,10 +1,12 @@
 package alloc
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -224,6 +226,49 @@ func checkRate(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
 		case unfit == nil && p.Score != score:
 			t.Fatalf("pod %s on %s: Place scores %v, Rate %v", pod.Key, s.Node.Name, p.Score, score)
 		}
+	}
+	checkRater(t, pl, states, pod)
+}
+
+// checkRater: a Rater agrees with Place on every node, and on a twin of
+// each (another name, the same shape and bookings), rated concurrently
+// after the originals, so that shape-only policies answer the twins from
+// what they learnt of the originals. The tie-break key is TieBreak's.
+func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
+	t.Helper()
+	const seed = 7
+	r := pl.NewRater(pod, seed)
+	check := func(s *NodeState) error {
+		cold := &NodeState{Node: s.Node, CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB, GPUs: slices.Clone(s.GPUs)}
+		p, unfit := pl.Place(cold, pod)
+		got, rateUnfit := r.Rate(s)
+		switch {
+		case (unfit == nil) != (rateUnfit == nil):
+			return fmt.Errorf("pod %s on %s: Place unfit %v, Rater unfit %v", pod.Key, s.Node.Name, unfit, rateUnfit)
+		case unfit != nil && unfit.Error() != rateUnfit.Error():
+			return fmt.Errorf("pod %s on %s: Place says %q, Rater says %q", pod.Key, s.Node.Name, unfit, rateUnfit)
+		case unfit == nil && (p.Score != got.Score || got.Tie != TieBreak(pod.Key, s.Node.Name, seed)):
+			return fmt.Errorf("pod %s on %s: Place scores %v, Rater %+v", pod.Key, s.Node.Name, p.Score, got)
+		}
+		return nil
+	}
+	for _, s := range states {
+		if err := check(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, len(states))
+	var wg sync.WaitGroup
+	for i, s := range states {
+		twin := s.Clone()
+		n := *s.Node
+		n.Name += "-twin"
+		twin.Node = &n
+		wg.Go(func() { errs[i] = check(twin) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -258,24 +258,24 @@ func (s *Server) request(pod *corev1.Pod) (*alloc.PodRequest, error) {
 	return req, nil
 }
 
-// place rates the pod on each named node with the core's allocation-free
-// Rate.
+// place rates the pod on each named node with the core's Rater, which
+// rates nodes of one shape once.
 func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.Score, map[string]*alloc.Unfit, map[string]error) {
 	fit := make(map[string]alloc.Score, len(names))
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
-	var x alloc.Scratch
+	r := s.Placer.NewRater(req, s.Seed)
 	s.Cache.ReadEach(names, func(name string, st *alloc.NodeState, err error) {
 		if err != nil {
 			outside[name] = err
 			return
 		}
-		score, u := s.Placer.Rate(&x, st, req)
+		rating, u := r.Rate(st)
 		if u != nil {
 			unfit[name] = u
 			return
 		}
-		fit[name] = score
+		fit[name] = rating.Score
 	})
 	return fit, unfit, outside
 }

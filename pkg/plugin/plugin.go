@@ -199,12 +199,14 @@ func (pl *GPUShare) Name() string { return Name }
 // cycle is the plugin's state for one scheduling cycle.
 type cycle struct {
 	req *alloc.PodRequest
+	// rater rates the pod on each node Filter is called for.
+	rater *alloc.Rater
 	// start is when PreFilter began, for the decision latency.
 	start time.Time
 
 	mu sync.Mutex
-	// scores holds the score of each node that passed Filter.
-	scores map[string]alloc.Score
+	// ratings holds the rating of each node that passed Filter.
+	ratings map[string]alloc.Rating
 	unfits []*alloc.Unfit
 	// chosen is the placement Reserve booked; recorded is set once Bind
 	// has bound the pod with its record.
@@ -229,7 +231,7 @@ func readCycle(state fwk.CycleState) (*cycle, error) {
 }
 
 // PreFilter implements fwk.PreFilterPlugin.
-func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	start := time.Now()
 	req, err := pl.model.PodRequest(pod)
 	if err != nil {
@@ -241,7 +243,11 @@ func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *core
 	}
 	// kube-scheduler's own plugins account for CPU and memory.
 	req.CPUMilli, req.MemoryMiB = 0, 0
-	state.Write(stateKey, &cycle{req: req, start: start, scores: make(map[string]alloc.Score)})
+	// Sized for the nodes kube-scheduler filters at most (it stops at
+	// 100 feasible nodes or a share of the cluster), so that it never
+	// grows while 16 goroutines wait for its lock.
+	state.Write(stateKey, &cycle{req: req, rater: pl.placer.NewRater(req, pl.seed), start: start,
+		ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
 	return nil, nil
 }
 
@@ -256,12 +262,10 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 	}
 	name := nodeInfo.Node().Name
 	var (
-		score alloc.Score
-		unfit *alloc.Unfit
+		rating alloc.Rating
+		unfit  *alloc.Unfit
 	)
-	x := scratchPool.Get().(*alloc.Scratch)
-	err = pl.cache.Read(name, func(s *alloc.NodeState) { score, unfit = pl.placer.Rate(x, s, c.req) })
-	scratchPool.Put(x)
+	err = pl.cache.Read(name, func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) })
 	if err != nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotGPUShareNode)
 	}
@@ -271,13 +275,14 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 		c.unfits = append(c.unfits, unfit)
 		return fwk.NewStatus(fwk.Unschedulable, reasonOf(unfit))
 	}
-	c.scores[name] = score
+	c.ratings[name] = rating
 	return nil
 }
 
-// scratchPool holds the core's rating buffers: Filter runs on many
-// goroutines, and rating a node then allocates nothing.
-var scratchPool = sync.Pool{New: func() any { return new(alloc.Scratch) }}
+// maxRated bounds the initial size of a cycle's ratings: kube-scheduler's
+// default percentageOfNodesToScore finds 500 feasible nodes at 5000 nodes
+// and at most 5% of larger clusters.
+const maxRated = 1024
 
 // ReasonNotGPUShareNode is the Filter reason for nodes outside gpushare.
 const ReasonNotGPUShareNode = "node is not a gpushare GPU node"
@@ -327,21 +332,20 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 		return fwk.AsStatus(err)
 	}
 	type ranked struct {
-		i     int
-		score alloc.Score
-		tie   uint64
+		i int
+		alloc.Rating
 	}
 	order := make([]ranked, len(scores))
 	c.mu.Lock()
 	for i := range scores {
-		order[i] = ranked{i: i, score: c.scores[scores[i].Name], tie: alloc.TieBreak(c.req.Key, scores[i].Name, pl.seed)}
+		order[i] = ranked{i: i, Rating: c.ratings[scores[i].Name]}
 	}
 	c.mu.Unlock()
 	slices.SortFunc(order, func(a, b ranked) int {
-		if c := b.score.Compare(a.score); c != 0 {
+		if c := b.Score.Compare(a.Score); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.tie, a.tie)
+		return cmp.Compare(b.Tie, a.Tie)
 	})
 	for rank, r := range order {
 		scores[r.i].Score = rankScore(rank, len(order))

@@ -1,0 +1,101 @@
+package alloc
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Rater rates one pod on many nodes, from many goroutines at once: a
+// scheduler's per-node Filter. It gives what Rate gives, plus the node's
+// tie-break key. With a shape-only policy, nodes of one shape and equal
+// booked CPU and memory, without live samples, are rated once per Rater,
+// as Pick rates them: most nodes of a young cluster, which are empty.
+// When few rated nodes share a shape, it stops looking shapes up.
+type Rater struct {
+	pl      *Placer
+	pod     *PodRequest
+	tb      tieBreaker
+	demands []demand
+
+	mu   sync.RWMutex
+	seen map[uint64]shapeRating
+	// off is set once the lookups stopped paying (see shapeProbe).
+	off             atomic.Bool
+	lookups, misses atomic.Int64
+}
+
+// NewRater returns a Rater of pod; seed is TieBreak's.
+func (pl *Placer) NewRater(pod *PodRequest, seed uint64) *Rater {
+	r := &Rater{pl: pl, pod: pod, tb: newTieBreaker(pod.Key, seed), demands: demandsOf(pod, nil)}
+	if pl.byShape {
+		r.seen = make(map[uint64]shapeRating)
+	} else {
+		r.off.Store(true)
+	}
+	return r
+}
+
+// Rating is a pod's score on one node, with the node's tie-break key
+// (TieBreak): of equal scores, the higher key wins.
+type Rating struct {
+	Score Score
+	Tie   uint64
+}
+
+// Rate rates the pod on the node in state s, which it does not change,
+// or says why the pod does not fit there. s must not change during the
+// call (hold the lock that guards it).
+func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
+	if r.off.Load() || s.memo == nil || s.Live != nil || !quickFit(s, r.pod) {
+		return r.rate(s)
+	}
+	e := s.summary()
+	if e.mayFit(r.demands) >= 0 {
+		return r.rate(s) // it says why
+	}
+	k := e.shapeHash ^ finalize(uint64(s.CPUMilli)<<32^uint64(s.MemoryMiB))
+	r.mu.RLock()
+	got, hit := r.seen[k]
+	r.mu.RUnlock()
+	hit = hit && got.cpu == s.CPUMilli && got.mem == s.MemoryMiB && got.shape == e.shape
+	if n := r.lookups.Add(1); !hit && 2*r.misses.Add(1) > n && n >= shapeProbe {
+		r.off.Store(true) // mostly distinct shapes
+	}
+	if hit && got.fits {
+		return Rating{Score: got.score, Tie: r.tb.of(e.nodeKey)}, nil
+	}
+	if hit {
+		return r.rate(s)
+	}
+	sc := raterScratch.Get().(*scratch)
+	defer raterScratch.Put(sc)
+	got = r.pl.rate(sc, s, e, r.pod)
+	r.mu.Lock()
+	if _, taken := r.seen[k]; !taken {
+		r.seen[k] = got
+	}
+	r.mu.Unlock()
+	if !got.fits {
+		return r.rate(s)
+	}
+	return Rating{Score: got.score, Tie: r.tb.of(e.nodeKey)}, nil
+}
+
+// rate is Rate without the shape lookup.
+func (r *Rater) rate(s *NodeState) (Rating, *Unfit) {
+	sc := raterScratch.Get().(*scratch)
+	defer raterScratch.Put(sc)
+	score, failed := r.pl.evaluate(sc, s, r.pod)
+	switch {
+	case failed == len(r.pod.Containers):
+		return Rating{}, nodeUnfit(s, r.pod)
+	case failed >= 0:
+		return Rating{}, sc.unfit
+	}
+	// evaluate left s's memo entry, with its node key, in sc.work.
+	return Rating{Score: score, Tie: r.tb.of(sc.work.origin.nodeKey)}, nil
+}
+
+// raterScratch holds Raters' buffers: rating a node allocates nothing
+// but the reasons a pod does not fit.
+var raterScratch = sync.Pool{New: func() any { return new(scratch) }}
