@@ -252,24 +252,33 @@ func (m *Manager) noteAllocated(claim string) {
 
 // holderOf finds the container that holds ids. A PodResources listing
 // asked for after Allocate named the claim serves many containers
-// starting at once; when it does not show the IDs (the kubelet records an
-// allocation when Allocate returns), a new listing is taken.
+// starting at once: the latest, or the one under way. When it does not
+// show the IDs (the kubelet records an allocation when Allocate returns),
+// a listing begun after this call is taken.
 func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []string) (holder, error) {
+	called := time.Now()
 	m.mu.Lock()
 	since, ok := m.allocated[claim]
 	m.mu.Unlock()
-	if ok {
-		if list := m.pr.recent(since); list != nil {
-			if h, err := find(list, resource, ids); err == nil {
-				return h, nil
-			}
+	if !ok {
+		since = called
+	}
+	if l := m.pr.recent(since); l != nil {
+		if h, err := l.find(resource, ids); err == nil {
+			return h, nil
 		}
 	}
-	list, err := m.pr.list(ctx)
-	if err != nil {
-		return holder{}, fmt.Errorf("asking the kubelet which container holds %d %s devices: %w", len(ids), resource, err)
+	for {
+		l, err := m.pr.list(ctx, since)
+		if err != nil {
+			return holder{}, fmt.Errorf("asking the kubelet which container holds %d %s devices: %w", len(ids), resource, err)
+		}
+		h, err := l.find(resource, ids)
+		if !errors.Is(err, errNotHeld) || !l.started.Before(called) {
+			return h, err
+		}
+		since = called
 	}
-	return find(list, resource, ids)
 }
 
 // resolve finds the container holding ids of resource and returns its

@@ -33,14 +33,18 @@ type holder struct {
 }
 
 // podResources asks the kubelet's PodResources API who holds devices.
-// Callers that arrive while a listing is under way share the next one.
+// Callers share listings: one under way if it began late enough for
+// them, else the next.
 type podResources struct {
 	client podresourcesapi.PodResourcesListerClient
 	conn   *grpc.ClientConn
 
-	mu      sync.Mutex
-	waiting []chan listing
-	running bool
+	mu sync.Mutex
+	// current waits for the listing under way, begun at currentStarted;
+	// waiting for the next one.
+	current, waiting []chan *listing
+	currentStarted   time.Time
+	running          bool
 	// last is the latest successful listing, dropped keepListing after
 	// it was taken by the drop timer.
 	last *listing
@@ -59,6 +63,18 @@ type listing struct {
 	err  error
 	// started is when the listing was asked for.
 	started time.Time
+
+	// byFirst indexes the listed containers by resource and lowest
+	// device ID, built on the first find: a burst of containers starting
+	// at once each looks itself up in one listing.
+	indexOnce sync.Once
+	byFirst   map[string][]listed
+}
+
+// listed is a container of a listing.
+type listed struct {
+	pod *podresourcesapi.PodResources
+	c   *podresourcesapi.ContainerResources
 }
 
 // dialPodResources connects to the kubelet's PodResources socket.
@@ -84,29 +100,33 @@ func (r *podResources) close() error {
 }
 
 // recent returns the latest listing if it was asked for after since.
-func (r *podResources) recent(since time.Time) *podresourcesapi.ListPodResourcesResponse {
+func (r *podResources) recent(since time.Time) *listing {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last != nil && r.last.started.After(since) {
-		return r.last.resp
+		return r.last
 	}
 	return nil
 }
 
-// list returns a listing begun after the call: one that includes every
-// allocation made before it.
-func (r *podResources) list(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
-	ch := make(chan listing, 1)
+// list returns a listing begun after since: the one under way if it
+// began after since, else the next.
+func (r *podResources) list(ctx context.Context, since time.Time) (*listing, error) {
+	ch := make(chan *listing, 1)
 	r.mu.Lock()
-	r.waiting = append(r.waiting, ch)
-	if !r.running {
-		r.running = true
-		go r.run()
+	if r.current != nil && r.currentStarted.After(since) {
+		r.current = append(r.current, ch)
+	} else {
+		r.waiting = append(r.waiting, ch)
+		if !r.running {
+			r.running = true
+			go r.run()
+		}
 	}
 	r.mu.Unlock()
 	select {
 	case l := <-ch:
-		return l.resp, l.err
+		return l, l.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -116,21 +136,22 @@ func (r *podResources) list(ctx context.Context) (*podresourcesapi.ListPodResour
 func (r *podResources) run() {
 	for {
 		r.mu.Lock()
-		batch := r.waiting
-		r.waiting = nil
-		if len(batch) == 0 {
+		if len(r.waiting) == 0 {
 			r.running = false
 			r.mu.Unlock()
 			return
 		}
+		l := &listing{started: time.Now()}
+		r.current, r.waiting, r.currentStarted = r.waiting, nil, l.started
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		l := listing{started: time.Now()}
 		l.resp, l.err = r.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 		cancel()
 		r.mu.Lock()
+		batch := r.current
+		r.current = nil
 		if l.err == nil {
-			r.last = &l
+			r.last = l
 		}
 		// Forget the latest listing keepListing from now; a forget that
 		// ran while this listing was under way kept it.
@@ -157,7 +178,7 @@ func (r *podResources) prefetch() {
 		r.pre = time.AfterFunc(prefetchAfter, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			_, _ = r.list(ctx)
+			_, _ = r.list(ctx, time.Now())
 		})
 		return
 	}
@@ -186,32 +207,28 @@ var errNotHeld = errors.New("no container holds these devices")
 // out init containers that are not sidecars, so devices a listed
 // container holds more of belong to an init container of its pod: find
 // returns that pod with Init set.
-func find(resp *podresourcesapi.ListPodResourcesResponse, resource string, ids []string) (holder, error) {
+func (l *listing) find(resource string, ids []string) (holder, error) {
 	if len(ids) == 0 {
 		return holder{}, errors.New("no device IDs")
 	}
 	want := slices.Clone(ids)
 	slices.Sort(want)
+	l.indexOnce.Do(l.index)
+	for _, x := range l.byFirst[resource+"\x00"+want[0]] {
+		if held := heldOf(x.c, resource); slices.Equal(held, want) {
+			return holder{Namespace: x.pod.GetNamespace(), Pod: x.pod.GetName(), Container: x.c.GetName()}, nil
+		}
+	}
+	// Not one container's devices: look for a container holding them
+	// among more (an init container's, reused).
 	var within *holder
-	for _, p := range resp.GetPodResources() {
+	for _, p := range l.resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
 			if !holds(c, resource, want[0]) {
 				continue
 			}
-			var held []string
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == resource {
-					held = append(held, d.GetDeviceIds()...)
-				}
-			}
-			h := holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName()}
-			slices.Sort(held)
-			if slices.Equal(held, want) {
-				return h, nil
-			}
-			if subset(want, held) {
-				h.Container, h.Init = "", true
-				within = &h
+			if subset(want, heldOf(c, resource)) {
+				within = &holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Init: true}
 			}
 		}
 	}
@@ -219,6 +236,42 @@ func find(resp *podresourcesapi.ListPodResourcesResponse, resource string, ids [
 		return *within, nil
 	}
 	return holder{}, errNotHeld
+}
+
+// index fills byFirst: each container under its lowest device ID of
+// each resource.
+func (l *listing) index() {
+	l.byFirst = make(map[string][]listed)
+	for _, p := range l.resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			first := map[string]string{}
+			for _, d := range c.GetDevices() {
+				if len(d.GetDeviceIds()) == 0 {
+					continue
+				}
+				id := slices.Min(d.GetDeviceIds())
+				if f, ok := first[d.GetResourceName()]; !ok || id < f {
+					first[d.GetResourceName()] = id
+				}
+			}
+			for res, id := range first {
+				k := res + "\x00" + id
+				l.byFirst[k] = append(l.byFirst[k], listed{pod: p, c: c})
+			}
+		}
+	}
+}
+
+// heldOf returns the device IDs of resource that c holds, sorted.
+func heldOf(c *podresourcesapi.ContainerResources, resource string) []string {
+	var held []string
+	for _, d := range c.GetDevices() {
+		if d.GetResourceName() == resource {
+			held = append(held, d.GetDeviceIds()...)
+		}
+	}
+	slices.Sort(held)
+	return held
 }
 
 // holds reports whether c holds device id of resource.
