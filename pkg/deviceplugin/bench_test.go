@@ -102,6 +102,8 @@ func benchStart(b *testing.B, req share) {
 	}
 	b.ReportMetric(ms(both[len(both)/2]), "plugin-p50-ms")
 	b.ReportMetric(ms(both[len(both)*99/100]), "plugin-p99-ms")
+	b.ReportMetric(ms(allocs[len(allocs)*99/100]), "allocate-p99-ms")
+	b.ReportMetric(ms(prestarts[len(prestarts)*99/100]), "prestart-p99-ms")
 }
 
 type discard struct{}
