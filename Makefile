@@ -93,6 +93,10 @@ bench-default: build ## Packing benchmark on the openb default workload only.
 bench-scheduler: cluster-tools ## Scheduling throughput and memory: gpushare-scheduler, stock kube-scheduler and the extender (NODES, PODS).
 	$(GO) run ./test/bench/scheduler --nodes $(or $(NODES),1000,5000) --pods $(or $(PODS),10000)
 
+.PHONY: bench-deviceplugin
+bench-deviceplugin: cluster-tools ## Device plugin latency with 100 pods starting at once: gpushare-node as its own process (ROUNDS).
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench DevicePluginStart100 -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
+
 .PHONY: clean
 clean: ## Remove build outputs.
 	rm -rf $(BIN)

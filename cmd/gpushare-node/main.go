@@ -144,9 +144,15 @@ func run(ctx context.Context, o options) error {
 	cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
 
 	errc := make(chan error, 4)
+	// How long the kubelet waits on the device plugin, per call.
+	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpushare_node_device_plugin_call_duration_seconds",
+		Help:    "Time the device plugin spent in each kubelet call (Allocate, PreStartContainer).",
+		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5},
+	}, []string{"method"})
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		reg.MustRegister(calls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 			&usage.Collector{Backend: backend, Logger: logger, Pods: func() []*corev1.Pod {
 				list, err := pods.List(labels.Everything())
 				if err != nil {
@@ -178,6 +184,7 @@ func run(ctx context.Context, o options) error {
 		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
 			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
+			Observe: func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.

@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +15,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
 )
@@ -23,10 +27,80 @@ import (
 // the kubelet's device manager (in this process) admits the pods and
 // starts their containers through gpushare-node's device plugins; every
 // container's environment names exactly the GPU and share of its record.
-// 100 identical pods start at once on one node of 8 GPUs.
+// 100 identical pods start at once on one node of 8 GPUs. The daemon's
+// call latency histogram counts each call.
 func TestDevicePluginEndToEnd(t *testing.T) {
+	n := startGPUNode(t)
+	const pods = 100
+	bound := n.burst(t, "same", pods)
+	gpus := map[string]bool{}
+	for i := range bound {
+		gpus[record(t, &bound[i]).Containers[0].GPUs[0].UUID] = true
+	}
+	t.Logf("%d containers started on %d GPUs, each with its recorded GPU", pods, len(gpus))
+	if rss, err := residentMiB(n.daemon.Cmd.Process.Pid); err == nil {
+		t.Logf("gpushare-node RSS with 8 GPUs and %d pods, as the last started: %.1f MiB", pods, rss)
+	}
+	calls := n.calls(t)
+	if calls["Allocate"].count != pods || calls["PreStartContainer"].count != pods {
+		t.Errorf("gpushare-node counted %d Allocate and %d PreStartContainer calls; want %d each",
+			calls["Allocate"].count, calls["PreStartContainer"].count, pods)
+	}
+	// Between bursts the daemon drops its PodResources listing and gives
+	// the memory back.
+	time.Sleep(5 * time.Second)
+	if rss, err := residentMiB(n.daemon.Cmd.Process.Pid); err == nil {
+		t.Logf("gpushare-node RSS with 8 GPUs and %d pods, settled: %.1f MiB", pods, rss)
+	}
+}
+
+// BenchmarkDevicePluginStart100 is the node daemon's latency target as
+// deployed: gpushare-node in a process of its own, the kubelet's device
+// manager in this one. Each op schedules 100 identical 1 GiB pods,
+// admits them one by one and starts their containers at once, then
+// deletes them. It reports the p99 of gpushare-node's own Allocate and
+// PreStartContainer times, read from its latency histogram (the upper
+// bound of the bucket that holds the 99th percentile), and the kubelet's
+// start time per container, p50 and p99.
+//
+//	make bench-deviceplugin
+func BenchmarkDevicePluginStart100(b *testing.B) {
+	n := startGPUNode(b)
+	before := n.calls(b)
+	var starts []time.Duration
+	round := 0
+	for b.Loop() {
+		round++
+		starts = append(starts, n.timedBurst(b, fmt.Sprintf("r%d", round), 100)...)
+		b.StopTimer()
+		n.clear(b)
+		b.StartTimer()
+	}
+	after := n.calls(b)
+	for _, method := range []string{"Allocate", "PreStartContainer"} {
+		h := after[method].sub(before[method])
+		b.ReportMetric(h.quantile(0.5)*1000, strings.ToLower(method)+"-p50-ms")
+		b.ReportMetric(h.quantile(0.99)*1000, strings.ToLower(method)+"-p99-ms")
+		b.Logf("%s: %d calls; at most (s): count %v", method, h.count, h.buckets())
+	}
+	slices.Sort(starts)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(starts[len(starts)/2]), "kubelet-start-p50-ms")
+	b.ReportMetric(ms(starts[len(starts)*99/100]), "kubelet-start-p99-ms")
+}
+
+// gpuNode is a node of 8 simulated 16 GiB GPUs served by gpushare-node,
+// with the kubelet's device manager in this process.
+type gpuNode struct {
+	client     kubernetes.Interface
+	kubelet    *kubelettest.Kubelet
+	daemon     *controlplane.Process
+	cdiDir     string
+	metricsURL string
+}
+
+func startGPUNode(t testing.TB) *gpuNode {
 	c, client, _ := startPlugin(t, nil)
-	ctx := context.Background()
 	bareNode(t, client, "gpu-0")
 	// Unix socket paths are short: keep the directory near the root.
 	dir, err := os.MkdirTemp("", "e2e")
@@ -45,52 +119,80 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cdiDir := filepath.Join(dir, "cdi")
-	daemon, err := c.Run("gpushare-node", nodeBin(t), "--kubeconfig="+c.Kubeconfig, "--node-name=gpu-0",
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &gpuNode{client: client, kubelet: kubelet, cdiDir: filepath.Join(dir, "cdi"),
+		metricsURL: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}
+	n.daemon, err = c.Run("gpushare-node", nodeBin(t), "--kubeconfig="+c.Kubeconfig, "--node-name=gpu-0",
 		"--simulated-gpus="+filepath.Join(dir, "gpus.yaml"), "--config="+filepath.Join(dir, "args.yaml"),
-		"--device-plugin-dir="+dir, "--pod-resources-socket="+kubelet.PodResourcesSocket(), "--cdi-dir="+cdiDir,
-		"--metrics-bind-address=", "--usage-interval=0", "-v=2")
+		"--device-plugin-dir="+dir, "--pod-resources-socket="+kubelet.PodResourcesSocket(), "--cdi-dir="+n.cdiDir,
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(port), "--usage-interval=0", "-v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	kubelet.WaitAllocatable("gpushare.io/gpu-mem", 8*16384)
+	return n
+}
 
-	const pods = 100
-	for i := range pods {
-		if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod(fmt.Sprintf("same-%03d", i), 1024, 0), metav1.CreateOptions{}); err != nil {
+// burst creates count pods of 1 GiB named prefix-NNN, waits until the
+// scheduler has bound them to gpu-0 with their records, admits them one
+// by one (as the kubelet does) and starts their containers at once,
+// checking that each container's environment names its recorded GPU and
+// share. It returns the pods.
+func (n *gpuNode) burst(t testing.TB, prefix string, count int) []corev1.Pod {
+	bound, _ := n.burstTimed(t, prefix, count)
+	return bound
+}
+
+// timedBurst is burst, returning how long each container's start took
+// through the kubelet's device manager.
+func (n *gpuNode) timedBurst(t testing.TB, prefix string, count int) []time.Duration {
+	_, took := n.burstTimed(t, prefix, count)
+	return took
+}
+
+func (n *gpuNode) burstTimed(t testing.TB, prefix string, count int) ([]corev1.Pod, []time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range count {
+		if _, err := n.client.CoreV1().Pods("default").Create(ctx, gpuPod(fmt.Sprintf("%s-%03d", prefix, i), 1024, 0), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var bound []corev1.Pod
-	err = waitFor(2*time.Minute, func() (bool, error) {
-		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	err := waitFor(2*time.Minute, func() (bool, error) {
+		list, err := n.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 		bound = bound[:0]
 		for _, p := range list.Items {
-			if _, ok := p.Annotations[gpusharev1.AllocationAnnotation]; ok && p.Spec.NodeName == "gpu-0" {
+			if _, ok := p.Annotations[gpusharev1.AllocationAnnotation]; ok && p.Spec.NodeName == "gpu-0" && strings.HasPrefix(p.Name, prefix+"-") {
 				bound = append(bound, p)
 			}
 		}
-		return len(bound) == pods, nil
+		return len(bound) == count, nil
 	})
 	if err != nil {
-		t.Fatalf("%d of %d pods bound to gpu-0: %v", len(bound), pods, err)
+		t.Fatalf("%d of %d pods bound to gpu-0: %v", len(bound), count, err)
 	}
 	// Admission is one pod after another in the kubelet; starts are not.
 	for i := range bound {
-		if err := kubelet.Admit(&bound[i]); err != nil {
+		if err := n.kubelet.Admit(&bound[i]); err != nil {
 			t.Fatalf("admitting %s: %v", bound[i].Name, err)
 		}
 	}
 	var wg sync.WaitGroup
-	gpusUsed := sync.Map{}
+	took := make([]time.Duration, len(bound))
 	for i := range bound {
 		pod := &bound[i]
+		want := record(t, pod).Containers[0].GPUs[0]
 		wg.Go(func() {
-			want := record(t, pod).Containers[0].GPUs[0]
-			opts, err := kubelet.StartContainer(pod, "main")
+			start := time.Now()
+			opts, err := n.kubelet.StartContainer(pod, "main")
+			took[i] = time.Since(start)
 			if err != nil {
 				t.Errorf("starting %s: %v", pod.Name, err)
 				return
@@ -99,7 +201,7 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 			for _, d := range opts.CDIDevices {
 				names = append(names, d.Name)
 			}
-			env, err := deviceplugin.EnvOf(cdiDir, names)
+			env, err := deviceplugin.EnvOf(n.cdiDir, names)
 			if err != nil {
 				t.Errorf("%s: %v", pod.Name, err)
 				return
@@ -108,22 +210,98 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 				t.Errorf("pod %s was recorded on GPU %d (%s, %d MiB); its container sees %q with %s MiB",
 					pod.Name, want.Index, want.UUID, want.MemoryMiB, env["NVIDIA_VISIBLE_DEVICES"], env["GPUSHARE_GPU_MEMORY_MIB"])
 			}
-			gpusUsed.Store(want.UUID, true)
 		})
 	}
 	wg.Wait()
-	n := 0
-	gpusUsed.Range(func(any, any) bool { n++; return true })
-	t.Logf("%d containers started on %d GPUs, each with its recorded GPU", pods, n)
-	if rss, err := residentMiB(daemon.Cmd.Process.Pid); err == nil {
-		t.Logf("gpushare-node RSS with 8 GPUs and %d pods, as the last started: %.1f MiB", pods, rss)
+	return bound, took
+}
+
+// clear deletes every pod in default, waits until they are gone, and
+// takes them off the kubelet's active pods, so that their devices and
+// GPU shares are free again.
+func (n *gpuNode) clear(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	zero := int64(0)
+	if err := n.client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	// Between bursts the daemon drops its PodResources listing and gives
-	// the memory back.
-	time.Sleep(5 * time.Second)
-	if rss, err := residentMiB(daemon.Cmd.Process.Pid); err == nil {
-		t.Logf("gpushare-node RSS with 8 GPUs and %d pods, settled: %.1f MiB", pods, rss)
+	err := waitFor(time.Minute, func() (bool, error) {
+		list, err := n.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, err
+	})
+	if err != nil {
+		t.Fatalf("deleting the pods: %v", err)
 	}
+	n.kubelet.Clear()
+}
+
+// histogram is one series of a Prometheus histogram: cumulative counts
+// by upper bound.
+type histogram struct {
+	count  uint64
+	bounds []float64
+	counts []uint64
+}
+
+// calls reads gpushare-node's call latency histogram, by method.
+func (n *gpuNode) calls(t testing.TB) map[string]histogram {
+	t.Helper()
+	out := map[string]histogram{}
+	f, ok := scrape(t, n.metricsURL)["gpushare_node_device_plugin_call_duration_seconds"]
+	if !ok {
+		return out
+	}
+	for _, m := range f.GetMetric() {
+		var method string
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "method" {
+				method = l.GetValue()
+			}
+		}
+		h := histogram{count: m.GetHistogram().GetSampleCount()}
+		for _, b := range m.GetHistogram().GetBucket() {
+			h.bounds = append(h.bounds, b.GetUpperBound())
+			h.counts = append(h.counts, b.GetCumulativeCount())
+		}
+		out[method] = h
+	}
+	return out
+}
+
+// sub returns the observations of h made since before.
+func (h histogram) sub(before histogram) histogram {
+	out := histogram{count: h.count - before.count, bounds: h.bounds, counts: slices.Clone(h.counts)}
+	for i := range out.counts {
+		if i < len(before.counts) {
+			out.counts[i] -= before.counts[i]
+		}
+	}
+	return out
+}
+
+// buckets renders the cumulative counts by upper bound.
+func (h histogram) buckets() string {
+	parts := make([]string, len(h.bounds))
+	for i := range h.bounds {
+		parts[i] = fmt.Sprintf("%g: %d", h.bounds[i], h.counts[i])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// quantile returns the upper bound of the bucket that holds quantile q,
+// +Inf past the last bucket, 0 without observations.
+func (h histogram) quantile(q float64) float64 {
+	if h.count == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(h.count)))
+	for i, c := range h.counts {
+		if c >= rank {
+			return h.bounds[i]
+		}
+	}
+	return math.Inf(1)
 }
 
 // residentMiB reads a process's resident memory.

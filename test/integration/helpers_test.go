@@ -103,7 +103,7 @@ func boundPod(t *testing.T, client kubernetes.Interface, ns, name string) *corev
 }
 
 // record returns the pod's allocation record; the test fails without one.
-func record(t *testing.T, pod *corev1.Pod) *gpusharev1.Allocation {
+func record(t testing.TB, pod *corev1.Pod) *gpusharev1.Allocation {
 	t.Helper()
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
 	if !ok {

@@ -67,7 +67,7 @@ func run(m *testing.M) int {
 
 // startCluster starts a control plane for one test and stops it when the
 // test ends; on failure it prints the tail of every log.
-func startCluster(t *testing.T) *controlplane.Cluster {
+func startCluster(t testing.TB) *controlplane.Cluster {
 	t.Helper()
 	if skip != "" {
 		t.Skip(skip)
@@ -90,7 +90,7 @@ func startCluster(t *testing.T) *controlplane.Cluster {
 // startPlugin starts a control plane and gpushare-scheduler with config
 // (deploy/scheduler-config.yaml if nil) and returns the cluster, an admin
 // client and the scheduler.
-func startPlugin(t *testing.T, config []byte) (*controlplane.Cluster, kubernetes.Interface, *controlplane.Scheduler) {
+func startPlugin(t testing.TB, config []byte) (*controlplane.Cluster, kubernetes.Interface, *controlplane.Scheduler) {
 	t.Helper()
 	c := startCluster(t)
 	client, err := c.Client()
@@ -107,7 +107,7 @@ func startPlugin(t *testing.T, config []byte) (*controlplane.Cluster, kubernetes
 	return c, client, s
 }
 
-func readFile(t *testing.T, rel string) []byte {
+func readFile(t testing.TB, rel string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, rel))
 	if err != nil {

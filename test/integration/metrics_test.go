@@ -14,7 +14,7 @@ import (
 
 // scrape reads a /metrics endpoint (TLS without verification: the test
 // schedulers serve a self-signed certificate).
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // test server on 127.0.0.1

@@ -147,7 +147,7 @@ func TestLoadAware(t *testing.T) {
 
 // bareNode creates a kwok node with neither GPU inventory nor the opt-in
 // label: gpushare-node adds both.
-func bareNode(t *testing.T, client kubernetes.Interface, name string) {
+func bareNode(t testing.TB, client kubernetes.Interface, name string) {
 	t.Helper()
 	n, err := controlplane.NodeSpec{Name: name, Model: "unused", MemoryMiB: 1, Count: 1}.Node()
 	if err != nil {
@@ -161,7 +161,7 @@ func bareNode(t *testing.T, client kubernetes.Interface, name string) {
 }
 
 // nodeBin builds gpushare-node once per test binary.
-func nodeBin(t *testing.T) string {
+func nodeBin(t testing.TB) string {
 	t.Helper()
 	nodeBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gpushare-node-")
