@@ -79,24 +79,6 @@ func (pl *Placer) Place(s *NodeState, pod *PodRequest) (*Placement, *Unfit) {
 	return p, nil
 }
 
-// Scratch holds the buffers of Rate, so that rating many nodes allocates
-// nothing. One Scratch serves one goroutine at a time.
-type Scratch struct{ sc scratch }
-
-// Rate scores pod on the node in state s, which it does not change, as
-// Place would, without building the placement: the fast path of filtering
-// and scoring many nodes. It returns why not when the pod does not fit.
-func (pl *Placer) Rate(x *Scratch, s *NodeState, pod *PodRequest) (Score, *Unfit) {
-	score, failed := pl.evaluate(&x.sc, s, pod)
-	switch {
-	case failed == len(pod.Containers):
-		return Score{}, nodeUnfit(s, pod)
-	case failed >= 0:
-		return Score{}, x.sc.unfit
-	}
-	return score, nil
-}
-
 // scratch holds the buffers of one evaluation; Pick reuses one across
 // nodes so that rating a node allocates nothing.
 type scratch struct {

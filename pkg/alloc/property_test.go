@@ -106,7 +106,7 @@ func replayRandom(t *testing.T, seed uint64, policy string) ([]*NodeState, []*Pl
 			s.Node = &n
 		}
 		d := pl.Pick(states, pod, seed)
-		checkRate(t, pl, states, pod)
+		checkRater(t, pl, states, pod)
 		if d.Index < 0 {
 			if len(pl.Explain(states, pod)) != len(states) {
 				t.Fatalf("pod %s fits nowhere, but Explain does not reject every node", pod.Key)
@@ -208,32 +208,12 @@ func equalAssignments(a, b []Assignment) bool {
 	return true
 }
 
-// checkRate: Rate, with one Scratch reused over the nodes, agrees with
-// Place on every node: the same score, or the same refusal. Place runs on
-// a copy without the memo, so memoised data must match fresh data.
-func checkRate(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
-	t.Helper()
-	var x Scratch
-	for _, s := range states {
-		cold := &NodeState{Node: s.Node, CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB, GPUs: slices.Clone(s.GPUs)}
-		p, unfit := pl.Place(cold, pod)
-		score, rateUnfit := pl.Rate(&x, s, pod)
-		switch {
-		case (unfit == nil) != (rateUnfit == nil):
-			t.Fatalf("pod %s on %s: Place unfit %v, Rate unfit %v", pod.Key, s.Node.Name, unfit, rateUnfit)
-		case unfit != nil && unfit.Error() != rateUnfit.Error():
-			t.Fatalf("pod %s on %s: Place says %q, Rate says %q", pod.Key, s.Node.Name, unfit, rateUnfit)
-		case unfit == nil && p.Score != score:
-			t.Fatalf("pod %s on %s: Place scores %v, Rate %v", pod.Key, s.Node.Name, p.Score, score)
-		}
-	}
-	checkRater(t, pl, states, pod)
-}
-
 // checkRater: a Rater agrees with Place on every node, and on a twin of
 // each (another name, the same shape and bookings), rated concurrently
 // after the originals, so that shape-only policies answer the twins from
 // what they learnt of the originals. The tie-break key is TieBreak's.
+// Place runs on a copy without the memo, so memoised data must match
+// fresh data.
 func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
 	t.Helper()
 	const seed = 7
@@ -244,9 +224,9 @@ func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) 
 		got, rateUnfit := r.Rate(s)
 		switch {
 		case (unfit == nil) != (rateUnfit == nil):
-			return fmt.Errorf("pod %s on %s: Place unfit %v, Rater unfit %v", pod.Key, s.Node.Name, unfit, rateUnfit)
+			return fmt.Errorf("pod %s on %s: Place unfit %t, Rater unfit %t", pod.Key, s.Node.Name, unfit != nil, rateUnfit != nil)
 		case unfit != nil && unfit.Error() != rateUnfit.Error():
-			return fmt.Errorf("pod %s on %s: Place says %q, Rater says %q", pod.Key, s.Node.Name, unfit, rateUnfit)
+			return fmt.Errorf("pod %s on %s: Place says %q, Rater says %q", pod.Key, s.Node.Name, unfit.Error(), rateUnfit.Error())
 		case unfit == nil && (p.Score != got.Score || got.Tie != TieBreak(pod.Key, s.Node.Name, seed)):
 			return fmt.Errorf("pod %s on %s: Place scores %v, Rater %+v", pod.Key, s.Node.Name, p.Score, got)
 		}

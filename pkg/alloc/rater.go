@@ -6,8 +6,9 @@ import (
 )
 
 // Rater rates one pod on many nodes, from many goroutines at once: a
-// scheduler's per-node Filter. It gives what Rate gives, plus the node's
-// tie-break key. With a shape-only policy, nodes of one shape and equal
+// scheduler's per-node Filter. It gives the score Place would give, or
+// why the pod does not fit, without building the placement, plus the
+// node's tie-break key. With a shape-only policy, nodes of one shape and equal
 // booked CPU and memory, without live samples, are rated once per Rater,
 // as Pick rates them: most nodes of a young cluster, which are empty.
 // When few rated nodes share a shape, it stops looking shapes up.

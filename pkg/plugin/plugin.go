@@ -207,7 +207,7 @@ type cycle struct {
 	mu sync.Mutex
 	// ratings holds the rating of each node that passed Filter.
 	ratings map[string]alloc.Rating
-	unfits []*alloc.Unfit
+	unfits  []*alloc.Unfit
 	// chosen is the placement Reserve booked; recorded is set once Bind
 	// has bound the pod with its record.
 	chosen   *alloc.Placement
