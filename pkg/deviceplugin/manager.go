@@ -96,7 +96,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 			gpus: devs, count: n, updates: make(chan struct{})}
 		m.plugins = append(m.plugins, p)
 	}
-	if m.pr, err = dialPodResources(cfg.PodResourcesSocket); err != nil {
+	if m.pr, err = dialPodResources(logger, cfg.PodResourcesSocket); err != nil {
 		return nil, err
 	}
 	return m, nil

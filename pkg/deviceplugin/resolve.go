@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -38,6 +39,7 @@ type holder struct {
 type podResources struct {
 	client podresourcesapi.PodResourcesListerClient
 	conn   *grpc.ClientConn
+	logger klog.Logger
 
 	mu sync.Mutex
 	// current waits for the listing under way, begun at currentStarted;
@@ -78,14 +80,14 @@ type listed struct {
 }
 
 // dialPodResources connects to the kubelet's PodResources socket.
-func dialPodResources(socket string) (*podResources, error) {
+func dialPodResources(logger klog.Logger, socket string) (*podResources, error) {
 	conn, err := grpc.NewClient("unix://"+socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxListBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", socket, err)
 	}
-	return &podResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn}, nil
+	return &podResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn, logger: logger}, nil
 }
 
 func (r *podResources) close() error {
@@ -161,6 +163,8 @@ func (r *podResources) run() {
 			r.drop.Reset(keepListing)
 		}
 		r.mu.Unlock()
+		r.logger.V(4).Info("Listed the kubelet's pod resources", "pods", len(l.resp.GetPodResources()),
+			"callers", len(batch), "took", time.Since(l.started), "err", l.err)
 		for _, ch := range batch {
 			ch <- l
 		}
