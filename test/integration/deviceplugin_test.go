@@ -32,7 +32,7 @@ import (
 func TestDevicePluginEndToEnd(t *testing.T) {
 	n := startGPUNode(t)
 	const pods = 100
-	bound := n.burst(t, "same", pods)
+	bound, _ := n.burst(t, "same", pods)
 	gpus := map[string]bool{}
 	for i := range bound {
 		gpus[record(t, &bound[i]).Containers[0].GPUs[0].UUID] = true
@@ -71,7 +71,8 @@ func BenchmarkDevicePluginStart100(b *testing.B) {
 	round := 0
 	for b.Loop() {
 		round++
-		starts = append(starts, n.timedBurst(b, fmt.Sprintf("r%d", round), 100)...)
+		_, took := n.burst(b, fmt.Sprintf("r%d", round), 100)
+		starts = append(starts, took...)
 		b.StopTimer()
 		n.clear(b)
 		b.StartTimer()
@@ -140,20 +141,9 @@ func startGPUNode(t testing.TB) *gpuNode {
 // scheduler has bound them to gpu-0 with their records, admits them one
 // by one (as the kubelet does) and starts their containers at once,
 // checking that each container's environment names its recorded GPU and
-// share. It returns the pods.
-func (n *gpuNode) burst(t testing.TB, prefix string, count int) []corev1.Pod {
-	bound, _ := n.burstTimed(t, prefix, count)
-	return bound
-}
-
-// timedBurst is burst, returning how long each container's start took
+// share. It returns the pods, and how long each container's start took
 // through the kubelet's device manager.
-func (n *gpuNode) timedBurst(t testing.TB, prefix string, count int) []time.Duration {
-	_, took := n.burstTimed(t, prefix, count)
-	return took
-}
-
-func (n *gpuNode) burstTimed(t testing.TB, prefix string, count int) ([]corev1.Pod, []time.Duration) {
+func (n *gpuNode) burst(t testing.TB, prefix string, count int) ([]corev1.Pod, []time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	for i := range count {
