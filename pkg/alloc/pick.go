@@ -136,11 +136,11 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 				continue
 			}
 			var r shapeRating
-			k := e.shapeHash ^ finalize(uint64(s.CPUMilli)<<32^uint64(s.MemoryMiB))
+			k := shapeKey(s, e)
 			hit := false
 			if seen != nil {
 				r, hit = seen[k]
-				hit = hit && r.cpu == s.CPUMilli && r.mem == s.MemoryMiB && r.shape == e.shape
+				hit = hit && r.of(s, e)
 				if lookups++; !hit {
 					if misses++; lookups >= shapeProbe && 2*misses > lookups {
 						seen = nil // mostly distinct shapes
@@ -192,6 +192,18 @@ type shapeRating struct {
 	cpu, mem int64
 	score    Score
 	fits     bool
+}
+
+// shapeKey is the key of s's shape and booked CPU and memory in a map
+// of shapeRatings; e is s's memo entry.
+func shapeKey(s *NodeState, e *memoEntry) uint64 {
+	return e.shapeHash ^ finalize(uint64(s.CPUMilli)<<32^uint64(s.MemoryMiB))
+}
+
+// of reports whether r rates s, whose memo entry is e: the map's key is
+// only a hash.
+func (r *shapeRating) of(s *NodeState, e *memoEntry) bool {
+	return r.cpu == s.CPUMilli && r.mem == s.MemoryMiB && r.shape == e.shape
 }
 
 // shapeRater is implemented by policies whose rating of a node reads only

@@ -8,9 +8,10 @@ import (
 // Rater rates one pod on many nodes, from many goroutines at once: a
 // scheduler's per-node Filter. It gives the score Place would give, or
 // why the pod does not fit, without building the placement, plus the
-// node's tie-break key. With a shape-only policy, nodes of one shape and equal
-// booked CPU and memory, without live samples, are rated once per Rater,
-// as Pick rates them: most nodes of a young cluster, which are empty.
+// node's tie-break key. With a shape-only policy, nodes of one shape and
+// equal booked CPU and memory, without live samples, are rated once per
+// Rater, as Pick rates them: most nodes of a young cluster, which are
+// empty.
 // When few rated nodes share a shape, it stops looking shapes up.
 type Rater struct {
 	pl      *Placer
@@ -54,11 +55,11 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 	if e.mayFit(r.demands) >= 0 {
 		return r.rate(s) // it says why
 	}
-	k := e.shapeHash ^ finalize(uint64(s.CPUMilli)<<32^uint64(s.MemoryMiB))
+	k := shapeKey(s, e)
 	r.mu.RLock()
 	got, hit := r.seen[k]
 	r.mu.RUnlock()
-	hit = hit && got.cpu == s.CPUMilli && got.mem == s.MemoryMiB && got.shape == e.shape
+	hit = hit && got.of(s, e)
 	if n := r.lookups.Add(1); !hit && 2*r.misses.Add(1) > n && n >= shapeProbe {
 		r.off.Store(true) // mostly distinct shapes
 	}
