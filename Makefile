@@ -64,9 +64,11 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s), from the seed corpus.
 	@# Inputs saved by earlier runs would be replayed first, and their
 	@# number grows with every run: past FUZZTIME, go test fails.
 	$(GO) clean -fuzzcache
-	@for target in $$($(GO) test -list '^Fuzz' ./pkg/alloc | grep '^Fuzz'); do \
-		echo "fuzz $$target"; \
-		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./pkg/alloc; \
+	@set -e; for pkg in ./pkg/alloc ./pkg/deviceplugin; do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
 	done
 
 .PHONY: lint

@@ -143,6 +143,14 @@ func run(ctx context.Context, o options) error {
 	go informer.Run(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
 
+	nodePods := func() []*corev1.Pod {
+		list, err := pods.List(labels.Everything())
+		if err != nil {
+			logger.Error(err, "Listing the node's pods")
+		}
+		return list
+	}
+
 	errc := make(chan error, 4)
 	// How long the kubelet waits on the device plugin, per call.
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -153,13 +161,7 @@ func run(ctx context.Context, o options) error {
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(calls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			&usage.Collector{Backend: backend, Logger: logger, Pods: func() []*corev1.Pod {
-				list, err := pods.List(labels.Everything())
-				if err != nil {
-					logger.Error(err, "Listing the node's pods")
-				}
-				return list
-			}})
+			&usage.Collector{Backend: backend, Logger: logger, Pods: nodePods})
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		if o.profiling {
@@ -184,7 +186,8 @@ func run(ctx context.Context, o options) error {
 		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
 			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
-			Observe: func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
+			Observe:  func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
+			NodePods: nodePods,
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.

@@ -37,13 +37,15 @@ func benchStart(b *testing.B, req share) {
 		omu               sync.Mutex
 		allocs, prestarts []time.Duration
 	)
-	n := startNodeObserved(b, func(method string, d time.Duration) {
-		omu.Lock()
-		defer omu.Unlock()
-		if method == "Allocate" {
-			allocs = append(allocs, d)
-		} else {
-			prestarts = append(prestarts, d)
+	n := startNodeWith(b, func(c *Config) {
+		c.Observe = func(method string, d time.Duration) {
+			omu.Lock()
+			defer omu.Unlock()
+			if method == "Allocate" {
+				allocs = append(allocs, d)
+			} else {
+				prestarts = append(prestarts, d)
+			}
 		}
 	})
 	const pods = 100

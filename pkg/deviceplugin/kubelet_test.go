@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
@@ -27,16 +26,17 @@ const testNode = "node-a"
 // node with two 16 GiB GPUs.
 type node struct {
 	*kubelettest.Kubelet
+	m      *Manager
 	gpus   *sim.Backend
 	cdiDir string
 	cancel context.CancelFunc
 	done   chan error
 }
 
-func startNode(t testing.TB) *node { return startNodeObserved(t, nil) }
+func startNode(t testing.TB) *node { return startNodeWith(t, nil) }
 
-// startNodeObserved is startNode with Config.Observe set.
-func startNodeObserved(t testing.TB, observe func(string, time.Duration)) *node {
+// startNodeWith is startNode with edit applied to the plugins' Config.
+func startNodeWith(t testing.TB, edit func(*Config)) *node {
 	t.Helper()
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(tctx)
@@ -52,12 +52,17 @@ func startNodeObserved(t testing.TB, observe func(string, time.Duration)) *node 
 		t.Fatal(err)
 	}
 	n := &node{Kubelet: k, gpus: gpus, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
-	m, err := New(klog.FromContext(ctx), Config{Node: testNode, Dir: dir, PodResourcesSocket: k.PodResourcesSocket(),
-		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.GetPod,
-		MPS: &MPS{PipeDir: "/tmp/nvidia-mps"}, Observe: observe})
+	cfg := Config{Node: testNode, Dir: dir, PodResourcesSocket: k.PodResourcesSocket(),
+		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.GetPod, NodePods: k.GetActivePods,
+		MPS: &MPS{PipeDir: "/tmp/nvidia-mps"}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := New(klog.FromContext(ctx), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.m = m
 	go func() { n.done <- m.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

@@ -34,6 +34,12 @@ type Config struct {
 	Resources []Resource
 	Backend   gpu.Backend
 	Pods      PodGetter
+	// NodePods, if set, returns the pods bound to this node (from an
+	// informer). A container that the latest PodResources listing does
+	// not show is then looked for among the few pods that listing does
+	// not show, one pod at a time (PodResources Get), before the node is
+	// listed again.
+	NodePods func() []*corev1.Pod
 	// MPS, if set, gives containers the MPS client environment.
 	MPS *MPS
 	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
@@ -252,9 +258,11 @@ func (m *Manager) noteAllocated(claim string) {
 
 // holderOf finds the container that holds ids. A PodResources listing
 // asked for after Allocate named the claim serves many containers
-// starting at once: the latest, or the one under way. When it does not
-// show the IDs (the kubelet records an allocation when Allocate returns),
-// a listing begun after this call is taken.
+// starting at once. When the latest does not show the IDs, the few pods
+// it does not show are asked about (ask); failing that, a listing is
+// taken: the one under way if it began after Allocate, else the next,
+// and one begun after this call if that misses them too (the kubelet
+// records an allocation when Allocate returns).
 func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []string) (holder, error) {
 	called := time.Now()
 	m.mu.Lock()
@@ -263,10 +271,18 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 	if !ok {
 		since = called
 	}
+	found := func(h holder, via string) (holder, error) {
+		m.logger.V(4).Info("Found the container holding devices", "pod", klog.KRef(h.Namespace, h.Pod),
+			"resource", resource, "via", via, "took", time.Since(called))
+		return h, nil
+	}
 	if l := m.pr.recent(since); l != nil {
 		if h, err := l.find(resource, ids); err == nil {
-			return h, nil
+			return found(h, "listing")
 		}
+	}
+	if h, ok := m.ask(ctx, resource, ids, since); ok {
+		return found(h, "pod")
 	}
 	for {
 		l, err := m.pr.list(ctx, since)
@@ -274,11 +290,79 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 			return holder{}, fmt.Errorf("asking the kubelet which container holds %d %s devices: %w", len(ids), resource, err)
 		}
 		h, err := l.find(resource, ids)
+		if err == nil {
+			return found(h, "new listing")
+		}
 		if !errors.Is(err, errNotHeld) || !l.started.Before(called) {
 			return h, err
 		}
 		since = called
 	}
+}
+
+// maxGets bounds the pods asked about one at a time for a container;
+// past it, the node is listed.
+const maxGets = 16
+
+// ask looks for the container holding exactly ids among this node's pods
+// that ask for resource and that the latest listing does not show
+// holding it (all of them if none is kept), when there are at most
+// maxGets: a PodResources Get of each, begun after since. Those are the
+// pods admitted since the latest listing began, the last of a burst. It
+// reports false when they are more, when the kubelet does not serve Get,
+// or when none holds exactly ids (an init container's devices that its
+// app container reuses): the node is listed then.
+func (m *Manager) ask(ctx context.Context, resource string, ids []string, since time.Time) (holder, bool) {
+	if m.cfg.NodePods == nil {
+		return holder{}, false
+	}
+	last := m.pr.latest()
+	var pods []*corev1.Pod
+	for _, p := range m.cfg.NodePods() {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !asks(p, resource) ||
+			(last != nil && last.shows(resource, p.Namespace, p.Name)) {
+			continue
+		}
+		if len(pods) == maxGets {
+			return holder{}, false
+		}
+		pods = append(pods, p)
+	}
+	gets := make([]*podGet, len(pods))
+	for i, p := range pods {
+		gets[i] = m.pr.get(p.Namespace, p.Name, since)
+	}
+	for i, g := range gets {
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+			return holder{}, false
+		}
+		if g.err != nil {
+			m.logger.V(4).Info("Asking the kubelet about a pod", "pod", klog.KObj(pods[i]), "err", g.err)
+			continue
+		}
+		if h, err := g.l.find(resource, ids); err == nil && !h.Init {
+			return h, true
+		}
+	}
+	return holder{}, false
+}
+
+// asks reports whether a container of pod asks for resource.
+func asks(pod *corev1.Pod, resource string) bool {
+	name := corev1.ResourceName(resource)
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if q, ok := list[i].Resources.Limits[name]; ok && !q.IsZero() {
+				return true
+			}
+			if q, ok := list[i].Resources.Requests[name]; ok && !q.IsZero() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // resolve finds the container holding ids of resource and returns its

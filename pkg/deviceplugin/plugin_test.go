@@ -16,9 +16,17 @@ import (
 )
 
 // 100 identical pods start on one node at once: each container gets the
-// GPU its own record names, never a neighbour's.
+// GPU its own record names, never a neighbour's. Both ways of finding a
+// container: node listings, and Gets of the pods the latest does not show
+// (with the node's pods at hand); listings only (without).
 func TestConcurrentIdenticalPods(t *testing.T) {
-	n := startNode(t)
+	t.Run("listings and pods", func(t *testing.T) { concurrentIdenticalPods(t, startNode(t)) })
+	t.Run("listings", func(t *testing.T) {
+		concurrentIdenticalPods(t, startNodeWith(t, func(c *Config) { c.NodePods = nil }))
+	})
+}
+
+func concurrentIdenticalPods(t *testing.T, n *node) {
 	const pods, mib = 100, 300
 	all := make([]*corev1Pod, pods)
 	for i := range all {

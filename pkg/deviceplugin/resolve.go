@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -37,7 +37,6 @@ type holder struct {
 // Callers share listings: one under way if it began late enough for
 // them, else the next.
 type podResources struct {
-	client podresourcesapi.PodResourcesListerClient
 	conn   *grpc.ClientConn
 	logger klog.Logger
 
@@ -53,31 +52,25 @@ type podResources struct {
 	drop *time.Timer
 	// pre takes a listing prefetchAfter the latest Allocate.
 	pre *time.Timer
+	// gets are the latest Gets of single pods, by namespace/name, until
+	// a listing begun after them is done.
+	gets map[string]*podGet
+}
+
+// podGet is a PodResources Get of one pod, shared by the callers that
+// may use it: those whose claims were allocated before it began.
+type podGet struct {
+	started time.Time
+	done    chan struct{}
+	// l lists the one pod; nil if err.
+	l   *listing
+	err error
 }
 
 // prefetchAfter is how long after the latest Allocate a listing is taken
 // ahead of the containers' start: the kubelet records an allocation when
 // Allocate returns, and containers start after a burst of admissions.
 const prefetchAfter = 5 * time.Millisecond
-
-type listing struct {
-	resp *podresourcesapi.ListPodResourcesResponse
-	err  error
-	// started is when the listing was asked for.
-	started time.Time
-
-	// byFirst indexes the listed containers by resource and lowest
-	// device ID, built on the first find: a burst of containers starting
-	// at once each looks itself up in one listing.
-	indexOnce sync.Once
-	byFirst   map[string][]listed
-}
-
-// listed is a container of a listing.
-type listed struct {
-	pod *podresourcesapi.PodResources
-	c   *podresourcesapi.ContainerResources
-}
 
 // dialPodResources connects to the kubelet's PodResources socket.
 func dialPodResources(logger klog.Logger, socket string) (*podResources, error) {
@@ -87,7 +80,7 @@ func dialPodResources(logger klog.Logger, socket string) (*podResources, error) 
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", socket, err)
 	}
-	return &podResources{client: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn, logger: logger}, nil
+	return &podResources{conn: conn, logger: logger}, nil
 }
 
 func (r *podResources) close() error {
@@ -143,17 +136,24 @@ func (r *podResources) run() {
 			r.mu.Unlock()
 			return
 		}
-		l := &listing{started: time.Now()}
-		r.current, r.waiting, r.currentStarted = r.waiting, nil, l.started
+		started := time.Now()
+		r.current, r.waiting, r.currentStarted = r.waiting, nil, started
 		r.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		l.resp, l.err = r.client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
-		cancel()
+		l, err := r.call(podresourcesapi.PodResourcesLister_List_FullMethodName, &podresourcesapi.ListPodResourcesRequest{}, true)
+		if err != nil {
+			l = &listing{err: err}
+		}
+		l.started = started
 		r.mu.Lock()
 		batch := r.current
 		r.current = nil
 		if l.err == nil {
 			r.last = l
+			for k, g := range r.gets {
+				if g.started.Before(l.started) {
+					delete(r.gets, k)
+				}
+			}
 		}
 		// Forget the latest listing keepListing from now; a forget that
 		// ran while this listing was under way kept it.
@@ -163,12 +163,56 @@ func (r *podResources) run() {
 			r.drop.Reset(keepListing)
 		}
 		r.mu.Unlock()
-		r.logger.V(4).Info("Listed the kubelet's pod resources", "pods", len(l.resp.GetPodResources()),
+		r.logger.V(4).Info("Listed the kubelet's pod resources", "containers", len(l.containers),
 			"callers", len(batch), "took", time.Since(l.started), "err", l.err)
 		for _, ch := range batch {
 			ch <- l
 		}
 	}
+}
+
+// call calls a PodResources method (List if list, else Get) and decodes
+// its answer.
+func (r *podResources) call(method string, req proto.Message, list bool) (*listing, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var raw []byte
+	if err := r.conn.Invoke(ctx, method, req, &raw, grpc.ForceCodecV2(rawCodec{})); err != nil {
+		return nil, err
+	}
+	return decodeListing(raw, list)
+}
+
+// latest returns the latest listing, however old; nil if none is kept.
+func (r *podResources) latest() *listing {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// get asks the kubelet about one pod (PodResources Get), or joins a Get
+// of it begun after since.
+func (r *podResources) get(namespace, name string, since time.Time) *podGet {
+	key := namespace + "/" + name
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if g := r.gets[key]; g != nil && g.started.After(since) {
+		return g
+	}
+	g := &podGet{started: time.Now(), done: make(chan struct{})}
+	if r.gets == nil {
+		r.gets = map[string]*podGet{}
+	}
+	r.gets[key] = g
+	go func() {
+		defer close(g.done)
+		g.l, g.err = r.call(podresourcesapi.PodResourcesLister_Get_FullMethodName,
+			&podresourcesapi.GetPodResourcesRequest{PodNamespace: namespace, PodName: name}, false)
+		if g.l != nil {
+			g.l.started = g.started
+		}
+	}()
+	return g
 }
 
 // prefetch takes a listing in the background prefetchAfter from now,
@@ -195,7 +239,7 @@ func (r *podResources) forget() {
 	r.mu.Lock()
 	idle := r.last != nil && !r.running && time.Since(r.last.started) >= keepListing
 	if idle {
-		r.last = nil
+		r.last, r.gets = nil, nil
 	}
 	r.mu.Unlock()
 	if idle {
@@ -205,96 +249,3 @@ func (r *podResources) forget() {
 
 // errNotHeld says no container holds the devices (yet).
 var errNotHeld = errors.New("no container holds these devices")
-
-// find returns the container that holds exactly ids of resource. App
-// containers reuse the devices of init containers, and the listing leaves
-// out init containers that are not sidecars, so devices a listed
-// container holds more of belong to an init container of its pod: find
-// returns that pod with Init set.
-func (l *listing) find(resource string, ids []string) (holder, error) {
-	if len(ids) == 0 {
-		return holder{}, errors.New("no device IDs")
-	}
-	want := slices.Clone(ids)
-	slices.Sort(want)
-	l.indexOnce.Do(l.index)
-	for _, x := range l.byFirst[resource+"\x00"+want[0]] {
-		if held := heldOf(x.c, resource); slices.Equal(held, want) {
-			return holder{Namespace: x.pod.GetNamespace(), Pod: x.pod.GetName(), Container: x.c.GetName()}, nil
-		}
-	}
-	// Not one container's devices: look for a container holding them
-	// among more (an init container's, reused).
-	var within *holder
-	for _, p := range l.resp.GetPodResources() {
-		for _, c := range p.GetContainers() {
-			if !holds(c, resource, want[0]) {
-				continue
-			}
-			if subset(want, heldOf(c, resource)) {
-				within = &holder{Namespace: p.GetNamespace(), Pod: p.GetName(), Init: true}
-			}
-		}
-	}
-	if within != nil {
-		return *within, nil
-	}
-	return holder{}, errNotHeld
-}
-
-// index fills byFirst: each container under its lowest device ID of
-// each resource.
-func (l *listing) index() {
-	l.byFirst = make(map[string][]listed)
-	for _, p := range l.resp.GetPodResources() {
-		for _, c := range p.GetContainers() {
-			first := map[string]string{}
-			for _, d := range c.GetDevices() {
-				if len(d.GetDeviceIds()) == 0 {
-					continue
-				}
-				id := slices.Min(d.GetDeviceIds())
-				if f, ok := first[d.GetResourceName()]; !ok || id < f {
-					first[d.GetResourceName()] = id
-				}
-			}
-			for res, id := range first {
-				k := res + "\x00" + id
-				l.byFirst[k] = append(l.byFirst[k], listed{pod: p, c: c})
-			}
-		}
-	}
-}
-
-// heldOf returns the device IDs of resource that c holds, sorted.
-func heldOf(c *podresourcesapi.ContainerResources, resource string) []string {
-	var held []string
-	for _, d := range c.GetDevices() {
-		if d.GetResourceName() == resource {
-			held = append(held, d.GetDeviceIds()...)
-		}
-	}
-	slices.Sort(held)
-	return held
-}
-
-// holds reports whether c holds device id of resource.
-func holds(c *podresourcesapi.ContainerResources, resource, id string) bool {
-	for _, d := range c.GetDevices() {
-		if d.GetResourceName() == resource && slices.Contains(d.GetDeviceIds(), id) {
-			return true
-		}
-	}
-	return false
-}
-
-// subset reports whether sorted a is within sorted b.
-func subset(a, b []string) bool {
-	i := 0
-	for _, x := range b {
-		if i < len(a) && a[i] == x {
-			i++
-		}
-	}
-	return i == len(a)
-}

@@ -1,55 +1,87 @@
 package deviceplugin
 
 import (
-	"errors"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
+	"time"
 
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
-// A listing as the kubelet sends it: one entry per device ID. A pod
-// with an init container whose devices its app container reuses, and
-// a second pod.
-func testListing() *listing {
-	devices := func(resource string, ids ...string) []*podresourcesapi.ContainerDevices {
-		var out []*podresourcesapi.ContainerDevices
-		for _, id := range ids {
-			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: resource, DeviceIds: []string{id}})
+// A container whose pod the latest listing does not show is found by
+// asking the kubelet about each pod that listing does not show (Get), not
+// by listing the node again; past maxGets such pods, ask gives up, asking
+// nothing, and the node is listed.
+func TestAskPods(t *testing.T) {
+	n := startNode(t)
+	const resource = "gpushare.io/gpu-mem"
+	admit := func(names ...string) {
+		t.Helper()
+		for i, name := range names {
+			if err := n.admit(n.pod(name, share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 2, mib: 100})); err != nil {
+				t.Fatalf("admitting %s: %v", name, err)
+			}
 		}
-		return out
+		// The listing taken after the Allocate calls shows them all.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l := n.m.pr.latest()
+			if l != nil && !slices.ContainsFunc(names, func(name string) bool { return !l.shows(resource, "default", name) }) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no listing shows %v", names)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	return &listing{resp: &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
-		{Namespace: "ns", Name: "a", Containers: []*podresourcesapi.ContainerResources{
-			{Name: "main", Devices: append(devices("mem", "m-07", "m-03", "m-05", "m-04"), devices("core", "c-1")...)},
-		}},
-		{Namespace: "ns", Name: "b", Containers: []*podresourcesapi.ContainerResources{
-			{Name: "main", Devices: devices("mem", "m-01", "m-02")},
-		}},
-	}}}
-}
+	// stale makes the latest listing one that shows only a and b.
+	admit("a", "b")
+	old := n.m.pr.latest()
+	stale := func() {
+		n.m.pr.mu.Lock()
+		defer n.m.pr.mu.Unlock()
+		old.started = time.Now()
+		n.m.pr.last = old
+	}
+	ids := func(pod string) []string {
+		return slices.Collect(maps.Keys(n.Manager().GetDevices("uid-"+pod, "main")[resource]))
+	}
+	calls := func() (lists, gets int) {
+		c := n.PodResourcesCalls()
+		return c["List"], c["Get"]
+	}
 
-// find names the container holding exactly the IDs, in any order; IDs
-// within a container's are an init container's of that pod; others are
-// held by no one.
-func TestListingFind(t *testing.T) {
-	l := testListing()
-	for _, c := range []struct {
-		resource string
-		ids      []string
-		want     holder
-		err      error
-	}{
-		{"mem", []string{"m-05", "m-03", "m-07", "m-04"}, holder{Namespace: "ns", Pod: "a", Container: "main"}, nil},
-		{"core", []string{"c-1"}, holder{Namespace: "ns", Pod: "a", Container: "main"}, nil},
-		{"mem", []string{"m-02", "m-01"}, holder{Namespace: "ns", Pod: "b", Container: "main"}, nil},
-		{"mem", []string{"m-03", "m-04"}, holder{Namespace: "ns", Pod: "a", Init: true}, nil},
-		{"mem", []string{"m-01", "m-03"}, holder{}, errNotHeld},
-		{"core", []string{"m-01", "m-02"}, holder{}, errNotHeld},
-		{"mem", []string{"m-09"}, holder{}, errNotHeld},
-	} {
-		got, err := l.find(c.resource, c.ids)
-		if got != c.want || !errors.Is(err, c.err) {
-			t.Errorf("find(%s, %v) = %+v, %v; want %+v, %v", c.resource, c.ids, got, err, c.want, c.err)
-		}
+	admit("c", "d")
+	stale()
+	lists, gets := calls()
+	h, ok := n.m.ask(context.Background(), resource, ids("d"), time.Now())
+	if want := (holder{Namespace: "default", Pod: "d", Container: "main"}); !ok || h != want {
+		t.Errorf("ask for d's devices = %+v, %v; want %+v", h, ok, want)
+	}
+	if l, g := calls(); l != lists || g != gets+2 {
+		t.Errorf("ask made %d List and %d Get calls; want 0 and 2 (c and d)", l-lists, g-gets)
+	}
+
+	var more []string
+	for i := range maxGets - 1 {
+		more = append(more, fmt.Sprintf("e%02d", i))
+	}
+	admit(more...)
+	stale()
+	lists, gets = calls()
+	if h, ok := n.m.ask(context.Background(), resource, ids("d"), time.Now()); ok {
+		t.Errorf("ask among %d pods found %+v; want none asked", maxGets+1, h)
+	}
+	if l, g := calls(); l != lists || g != gets {
+		t.Errorf("ask among %d pods made %d List and %d Get calls; want none", maxGets+1, l-lists, g-gets)
+	}
+	// Starting the container finds it all the same.
+	env, err := n.start(n.pod("d", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 100}), "main")
+	if err != nil || env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) {
+		t.Errorf("starting d: %v, %v", env, err)
 	}
 }

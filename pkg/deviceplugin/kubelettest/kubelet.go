@@ -7,8 +7,10 @@ package kubelettest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -45,6 +47,8 @@ type Kubelet struct {
 	mu     sync.Mutex
 	pods   map[types.UID]*corev1.Pod
 	server *grpc.Server
+	// calls counts the PodResources calls served, by method name.
+	calls map[string]int
 }
 
 // Start runs a Kubelet over dir: device plugins register at
@@ -53,7 +57,7 @@ type Kubelet struct {
 // test ends.
 func Start(t testing.TB, dir string) *Kubelet {
 	t.Helper()
-	k := &Kubelet{t: t, dir: dir, pods: map[types.UID]*corev1.Pod{}}
+	k := &Kubelet{t: t, dir: dir, pods: map[types.UID]*corev1.Pod{}, calls: map[string]int{}}
 	k.startDeviceManager()
 	// The PodResources server, as the kubelet serves it.
 	// In its own directory, as on a node: the device manager removes
@@ -66,7 +70,12 @@ func Start(t testing.TB, dir string) *Kubelet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.server = grpc.NewServer()
+	k.server = grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		k.mu.Lock()
+		k.calls[path.Base(info.FullMethod)]++
+		k.mu.Unlock()
+		return handler(ctx, req)
+	}))
 	podresourcesapi.RegisterPodResourcesListerServer(k.server, podresources.NewV1PodResourcesServer(context.Background(),
 		podresources.PodResourcesProviders{Pods: k, Devices: devicesProvider{k}, Cpus: noCPUs{}, Memory: noMemory{}, DynamicResources: noDRA{}}))
 	go func() { _ = k.server.Serve(l) }()
@@ -206,6 +215,14 @@ type noDRA struct{}
 
 func (noDRA) GetDynamicResources(*corev1.Pod, *corev1.Container) []*podresourcesapi.DynamicResource {
 	return nil
+}
+
+// PodResourcesCalls returns how many PodResources calls were served, by
+// method ("List", "Get").
+func (k *Kubelet) PodResourcesCalls() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.calls)
 }
 
 // PodResourcesSocket is where the PodResources API is served.
