@@ -21,8 +21,10 @@ const CDIKind = "gpushare.io/container"
 // held by one container at a time, so the name is unique among the
 // node's running containers.
 func claimOf(resource string, ids []string) string {
-	sorted := slices.Clone(ids)
-	slices.Sort(sorted)
+	sorted := ids
+	if !slices.IsSorted(ids) {
+		sorted = slices.Sorted(slices.Values(ids))
+	}
 	h := sha256.New()
 	h.Write([]byte(resource))
 	for _, id := range sorted {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"time"
 
@@ -66,8 +67,10 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 	if len(ids) == 0 {
 		return holder{}, errors.New("no device IDs")
 	}
-	want := slices.Clone(ids)
-	slices.Sort(want)
+	want := ids
+	if !slices.IsSorted(ids) {
+		want = slices.Sorted(slices.Values(ids))
+	}
 	for _, i := range l.byFirst[resource+"\x00"+want[0]] {
 		if c := &l.containers[i]; same(c.of(resource), want) {
 			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}, nil
@@ -151,10 +154,13 @@ func decodeListing(b []byte, list bool) (*listing, error) {
 		field = listPodResources
 	}
 	err := fields(b, 0, func(num protowire.Number, v []byte, at int) error {
-		if num == field {
-			return d.pod(v, at)
+		if num != field {
+			return nil
 		}
-		return nil
+		// A node's listing takes tens of ms to decode: let the
+		// PreStartContainer calls waiting for a thread run between pods.
+		runtime.Gosched()
+		return d.pod(v, at)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("decoding the kubelet's pod resources: %w", err)

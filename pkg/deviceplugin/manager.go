@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -247,7 +248,7 @@ func (m *Manager) noteAllocated(claim string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.allocated[claim] = time.Now()
-	m.pr.prefetch()
+	m.pr.prefetch(m.prefetch)
 	// Claims of containers that never started: forget them after a while.
 	for c, at := range m.allocated {
 		if time.Since(at) > 10*time.Minute {
@@ -304,33 +305,70 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 // past it, the node is listed.
 const maxGets = 16
 
+// prefetch readies what the containers allocated last need to start: a
+// Get of each pod that the latest listing does not show when they are
+// few (the last of a burst), else a listing of the node.
+func (m *Manager) prefetch() {
+	now := time.Now()
+	if pods, ok := m.unshown(m.pr.latest(), m.served()...); ok {
+		for _, p := range pods {
+			m.pr.get(p.Namespace, p.Name, string(p.UID), now)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, _ = m.pr.list(ctx, now)
+}
+
+// served are the resources the plugins serve.
+func (m *Manager) served() []string {
+	var out []string
+	for _, p := range m.plugins {
+		out = append(out, string(p.res.Name))
+	}
+	return out
+}
+
+// unshown returns this node's pods that ask for one of resources and
+// that listing l (if any) does not show holding it. It reports false when
+// they are more than maxGets, or the node's pods are not at hand.
+func (m *Manager) unshown(l *listing, resources ...string) ([]*corev1.Pod, bool) {
+	if m.cfg.NodePods == nil {
+		return nil, false
+	}
+	var pods []*corev1.Pod
+	for _, p := range m.cfg.NodePods() {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if !slices.ContainsFunc(resources, func(r string) bool { return asks(p, r) && (l == nil || !l.shows(r, p.Namespace, p.Name)) }) {
+			continue
+		}
+		if len(pods) == maxGets {
+			return nil, false
+		}
+		pods = append(pods, p)
+	}
+	return pods, true
+}
+
 // ask looks for the container holding exactly ids among this node's pods
-// that ask for resource and that the latest listing does not show
-// holding it (all of them if none is kept), when there are at most
-// maxGets: a PodResources Get of each, begun after since. Those are the
-// pods admitted since the latest listing began, the last of a burst. It
+// that ask for resource and that the latest listing does not show holding
+// it, when there are at most maxGets: a PodResources Get of each, begun
+// after since (a prefetched one, or a new one). Those are the pods
+// admitted since the latest listing began, the last of a burst. It
 // reports false when they are more, when the kubelet does not serve Get,
 // or when none holds exactly ids (an init container's devices that its
 // app container reuses): the node is listed then.
 func (m *Manager) ask(ctx context.Context, resource string, ids []string, since time.Time) (holder, bool) {
-	if m.cfg.NodePods == nil {
+	pods, ok := m.unshown(m.pr.latest(), resource)
+	if !ok {
 		return holder{}, false
-	}
-	last := m.pr.latest()
-	var pods []*corev1.Pod
-	for _, p := range m.cfg.NodePods() {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !asks(p, resource) ||
-			(last != nil && last.shows(resource, p.Namespace, p.Name)) {
-			continue
-		}
-		if len(pods) == maxGets {
-			return holder{}, false
-		}
-		pods = append(pods, p)
 	}
 	gets := make([]*podGet, len(pods))
 	for i, p := range pods {
-		gets[i] = m.pr.get(p.Namespace, p.Name, since)
+		gets[i] = m.pr.get(p.Namespace, p.Name, string(p.UID), since)
 	}
 	for i, g := range gets {
 		select {

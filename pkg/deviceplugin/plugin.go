@@ -148,7 +148,8 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	start := time.Now()
 	defer p.m.observe("PreStartContainer", start)
-	ids := req.GetDevicesIds()
+	// Sorted once, for the claim and the search.
+	ids := slices.Sorted(slices.Values(req.GetDevicesIds()))
 	claim := claimOf(string(p.res.Name), ids)
 	h, a, err := p.m.resolve(ctx, string(p.res.Name), claim, ids)
 	if err != nil {

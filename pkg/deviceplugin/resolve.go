@@ -50,9 +50,10 @@ type podResources struct {
 	// it was taken by the drop timer.
 	last *listing
 	drop *time.Timer
-	// pre takes a listing prefetchAfter the latest Allocate.
-	pre *time.Timer
-	// gets are the latest Gets of single pods, by namespace/name, until
+	// pre prefetches after (prefetchAfter) the latest Allocate.
+	pre   *time.Timer
+	after time.Duration
+	// gets are the latest Gets of single pods, by namespace/name/uid, until
 	// a listing begun after them is done.
 	gets map[string]*podGet
 }
@@ -67,9 +68,10 @@ type podGet struct {
 	err error
 }
 
-// prefetchAfter is how long after the latest Allocate a listing is taken
-// ahead of the containers' start: the kubelet records an allocation when
-// Allocate returns, and containers start after a burst of admissions.
+// prefetchAfter is how long after the latest Allocate the daemon asks the
+// kubelet, ahead of the containers' start: the kubelet records an
+// allocation when Allocate returns, and containers start after a burst of
+// admissions.
 const prefetchAfter = 5 * time.Millisecond
 
 // dialPodResources connects to the kubelet's PodResources socket.
@@ -80,7 +82,7 @@ func dialPodResources(logger klog.Logger, socket string) (*podResources, error) 
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", socket, err)
 	}
-	return &podResources{conn: conn, logger: logger}, nil
+	return &podResources{conn: conn, logger: logger, after: prefetchAfter}, nil
 }
 
 func (r *podResources) close() error {
@@ -190,13 +192,15 @@ func (r *podResources) latest() *listing {
 	return r.last
 }
 
-// get asks the kubelet about one pod (PodResources Get), or joins a Get
-// of it begun after since.
-func (r *podResources) get(namespace, name string, since time.Time) *podGet {
-	key := namespace + "/" + name
+// get asks the kubelet about one pod (PodResources Get), or returns a Get
+// of it that serves: one begun after since, or one that showed the pod
+// holding devices (a pod's devices are given all at once, when the
+// kubelet admits it). uid tells a pod from an earlier one of its name.
+func (r *podResources) get(namespace, name, uid string, since time.Time) *podGet {
+	key := namespace + "/" + name + "/" + uid
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if g := r.gets[key]; g != nil && g.started.After(since) {
+	if g := r.gets[key]; g != nil && (g.started.After(since) || g.holds()) {
 		return g
 	}
 	g := &podGet{started: time.Now(), done: make(chan struct{})}
@@ -215,22 +219,27 @@ func (r *podResources) get(namespace, name string, since time.Time) *podGet {
 	return g
 }
 
-// prefetch takes a listing in the background prefetchAfter from now,
-// later if called again meanwhile, so that containers starting after a
-// burst of allocations find one ready. A listing that misses an
-// allocation costs only its time: PreStartContainer then lists again.
-func (r *podResources) prefetch() {
+// holds reports whether g is done and showed the pod holding devices.
+func (g *podGet) holds() bool {
+	select {
+	case <-g.done:
+		return g.err == nil && len(g.l.shown) > 0
+	default:
+		return false
+	}
+}
+
+// prefetch calls fetch in the background prefetchAfter from now, later
+// if called again meanwhile, so that containers starting after a burst of
+// allocations find what they need ready.
+func (r *podResources) prefetch(fetch func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pre == nil {
-		r.pre = time.AfterFunc(prefetchAfter, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			_, _ = r.list(ctx, time.Now())
-		})
+		r.pre = time.AfterFunc(r.after, fetch)
 		return
 	}
-	r.pre.Reset(prefetchAfter)
+	r.pre.Reset(r.after)
 }
 
 // forget drops the latest listing once no container has started for

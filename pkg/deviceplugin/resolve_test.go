@@ -11,58 +11,92 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
+const memResource = "gpushare.io/gpu-mem"
+
+// resolveNode is a node whose pods of 100 MiB are admitted by name.
+type resolveNode struct {
+	*node
+	t testing.TB
+}
+
+func (n resolveNode) pod(name string) *corev1Pod {
+	return n.node.pod(name, share{container: "main", kind: gpusharev1.ContainerApp, gpu: len(name) % 2, mib: 100})
+}
+
+func (n resolveNode) admit(names ...string) {
+	n.t.Helper()
+	for _, name := range names {
+		if err := n.node.admit(n.pod(name)); err != nil {
+			n.t.Fatalf("admitting %s: %v", name, err)
+		}
+	}
+}
+
+// ids are the device IDs the kubelet gave the pod's container.
+func (n resolveNode) ids(pod string) []string {
+	return slices.Collect(maps.Keys(n.Manager().GetDevices("uid-"+pod, "main")[memResource]))
+}
+
+// calls returns how many List and Get calls the kubelet served.
+func (n resolveNode) calls() (lists, gets int) {
+	c := n.PodResourcesCalls()
+	return c["List"], c["Get"]
+}
+
+// quiet waits until the kubelet has served no PodResources call for
+// 250 ms, and returns how many List and Get calls it served.
+func (n resolveNode) quiet() (lists, gets int) {
+	lists, gets = n.calls()
+	for still := 0; still < 5; {
+		time.Sleep(50 * time.Millisecond)
+		l, g := n.calls()
+		if l == lists && g == gets {
+			still++
+			continue
+		}
+		lists, gets, still = l, g, 0
+	}
+	return lists, gets
+}
+
 // A container whose pod the latest listing does not show is found by
 // asking the kubelet about each pod that listing does not show (Get), not
 // by listing the node again; past maxGets such pods, ask gives up, asking
 // nothing, and the node is listed.
 func TestAskPods(t *testing.T) {
-	n := startNode(t)
-	const resource = "gpushare.io/gpu-mem"
-	admit := func(names ...string) {
+	n := resolveNode{startNode(t), t}
+	// No prefetch: this test takes the listings.
+	n.m.pr.mu.Lock()
+	n.m.pr.after = time.Hour
+	n.m.pr.mu.Unlock()
+	ctx := context.Background()
+	list := func() *listing {
 		t.Helper()
-		for i, name := range names {
-			if err := n.admit(n.pod(name, share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 2, mib: 100})); err != nil {
-				t.Fatalf("admitting %s: %v", name, err)
-			}
+		l, err := n.m.pr.list(ctx, time.Now())
+		if err != nil {
+			t.Fatal(err)
 		}
-		// The listing taken after the Allocate calls shows them all.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			l := n.m.pr.latest()
-			if l != nil && !slices.ContainsFunc(names, func(name string) bool { return !l.shows(resource, "default", name) }) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no listing shows %v", names)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		return l
 	}
+	n.admit("a", "b")
+	old := list()
 	// stale makes the latest listing one that shows only a and b.
-	admit("a", "b")
-	old := n.m.pr.latest()
 	stale := func() {
 		n.m.pr.mu.Lock()
 		defer n.m.pr.mu.Unlock()
 		old.started = time.Now()
 		n.m.pr.last = old
 	}
-	ids := func(pod string) []string {
-		return slices.Collect(maps.Keys(n.Manager().GetDevices("uid-"+pod, "main")[resource]))
-	}
-	calls := func() (lists, gets int) {
-		c := n.PodResourcesCalls()
-		return c["List"], c["Get"]
-	}
 
-	admit("c", "d")
+	n.admit("c", "d")
+	list()
 	stale()
-	lists, gets := calls()
-	h, ok := n.m.ask(context.Background(), resource, ids("d"), time.Now())
+	lists, gets := n.calls()
+	h, ok := n.m.ask(ctx, memResource, n.ids("d"), time.Now())
 	if want := (holder{Namespace: "default", Pod: "d", Container: "main"}); !ok || h != want {
 		t.Errorf("ask for d's devices = %+v, %v; want %+v", h, ok, want)
 	}
-	if l, g := calls(); l != lists || g != gets+2 {
+	if l, g := n.calls(); l != lists || g != gets+2 {
 		t.Errorf("ask made %d List and %d Get calls; want 0 and 2 (c and d)", l-lists, g-gets)
 	}
 
@@ -70,18 +104,70 @@ func TestAskPods(t *testing.T) {
 	for i := range maxGets - 1 {
 		more = append(more, fmt.Sprintf("e%02d", i))
 	}
-	admit(more...)
+	n.admit(more...)
 	stale()
-	lists, gets = calls()
-	if h, ok := n.m.ask(context.Background(), resource, ids("d"), time.Now()); ok {
+	lists, gets = n.calls()
+	if h, ok := n.m.ask(ctx, memResource, n.ids("d"), time.Now()); ok {
 		t.Errorf("ask among %d pods found %+v; want none asked", maxGets+1, h)
 	}
-	if l, g := calls(); l != lists || g != gets {
+	if l, g := n.calls(); l != lists || g != gets {
 		t.Errorf("ask among %d pods made %d List and %d Get calls; want none", maxGets+1, l-lists, g-gets)
 	}
-	// Starting the container finds it all the same.
-	env, err := n.start(n.pod("d", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 100}), "main")
+	// Starting the container finds it all the same, by a listing.
+	env, err := n.start(n.pod("d"), "main")
 	if err != nil || env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) {
 		t.Errorf("starting d: %v, %v", env, err)
+	}
+	if l, _ := n.calls(); l != lists+1 {
+		t.Errorf("starting d made %d List calls; want 1", l-lists)
+	}
+}
+
+// After the last Allocate of a burst, the daemon asks the kubelet about
+// the few pods its latest listing does not show, so that their
+// containers start without a call to the kubelet; more pods than that,
+// it lists the node.
+func TestPrefetch(t *testing.T) {
+	n := resolveNode{startNode(t), t}
+	// settled waits until the prefetch after the latest Allocate has
+	// made lists List and gets Get calls in all.
+	settled := func(lists, gets int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l, g := n.calls()
+			if l == lists && g == gets {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the kubelet served %d List and %d Get calls; want %d and %d", l, g, lists, gets)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	n.admit("a", "b")
+	settled(0, 2)
+	for _, pod := range []string{"a", "b"} {
+		if _, err := n.start(n.pod(pod), "main"); err != nil {
+			t.Fatalf("starting %s: %v", pod, err)
+		}
+	}
+	// More than maxGets pods not listed: a listing.
+	var more []string
+	for i := range maxGets + 1 {
+		more = append(more, fmt.Sprintf("e%02d", i))
+	}
+	n.admit(more...)
+	lists, gets := n.quiet()
+	if lists == 0 {
+		t.Fatalf("no listing after %d pods were admitted (%d Get calls)", len(more), gets)
+	}
+	for _, pod := range more {
+		if _, err := n.start(n.pod(pod), "main"); err != nil {
+			t.Fatalf("starting %s: %v", pod, err)
+		}
+	}
+	if l, g := n.calls(); l != lists || g != gets {
+		t.Errorf("starting prefetched containers made %d List and %d Get calls; want none", l-lists, g-gets)
 	}
 }
