@@ -39,7 +39,8 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 	}
 	t.Logf("%d containers started on %d GPUs, each with its recorded GPU", pods, len(gpus))
 	if rss, err := residentMiB(n.daemon.Cmd.Process.Pid); err == nil {
-		t.Logf("gpushare-node RSS with 8 GPUs and %d pods, as the last started: %.1f MiB", pods, rss)
+		peak, _ := peakResidentMiB(n.daemon.Cmd.Process.Pid)
+		t.Logf("gpushare-node RSS with 8 GPUs and %d pods, as the last started: %.1f MiB (peak %.1f MiB)", pods, rss, peak)
 	}
 	calls := n.calls(t)
 	if calls["Allocate"].count != pods || calls["PreStartContainer"].count != pods {
@@ -295,16 +296,22 @@ func (h histogram) quantile(q float64) float64 {
 }
 
 // residentMiB reads a process's resident memory.
-func residentMiB(pid int) (float64, error) {
+func residentMiB(pid int) (float64, error) { return statusMiB(pid, "VmRSS") }
+
+// peakResidentMiB is the most memory the process has held resident, in
+// MiB.
+func peakResidentMiB(pid int) (float64, error) { return statusMiB(pid, "VmHWM") }
+
+func statusMiB(pid int, field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kib, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
 			return kib / 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for process %d", pid)
+	return 0, fmt.Errorf("no %s for process %d", field, pid)
 }
