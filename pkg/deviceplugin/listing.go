@@ -3,9 +3,10 @@ package deviceplugin
 import (
 	"errors"
 	"fmt"
-	"io"
+	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/mem"
@@ -45,17 +46,56 @@ type listedContainer struct {
 // the kubelet's order (of a map: none).
 type heldIDs struct {
 	resource string
-	ids      []string
+	ids      idList
+}
+
+// idList is device IDs: spans of text, a listing's IDs back to back. A
+// node's listing names 100,000 IDs of a few bytes each: a string header
+// each would take twice their size.
+type idList struct {
+	text  string
+	spans [][2]uint32
+}
+
+func (l idList) len() int { return len(l.spans) }
+
+func (l idList) at(i int) string { return l.text[l.spans[i][0]:l.spans[i][1]] }
+
+func (l idList) min() string {
+	m := l.at(0)
+	for i := range l.spans {
+		m = min(m, l.at(i))
+	}
+	return m
+}
+
+func (l idList) contains(id string) bool {
+	for i := range l.spans {
+		if l.at(i) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// sorted returns the IDs, sorted.
+func (l idList) sorted() []string {
+	out := make([]string, len(l.spans))
+	for i := range out {
+		out[i] = l.at(i)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // of returns the IDs of resource that c holds.
-func (c *listedContainer) of(resource string) []string {
+func (c *listedContainer) of(resource string) idList {
 	for _, h := range c.held {
 		if h.resource == resource {
 			return h.ids
 		}
 	}
-	return nil
+	return idList{}
 }
 
 // find returns the container that holds exactly ids of resource. App
@@ -81,10 +121,8 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 	var within *holder
 	for i := range l.containers {
 		c := &l.containers[i]
-		if held := c.of(resource); slices.Contains(held, want[0]) {
-			held = slices.Clone(held)
-			slices.Sort(held)
-			if subset(want, held) {
+		if held := c.of(resource); held.contains(want[0]) {
+			if subset(want, held.sorted()) {
 				within = &holder{Namespace: c.namespace, Pod: c.pod, Init: true}
 			}
 		}
@@ -97,13 +135,13 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 
 // same reports whether held, in any order, are the IDs of sorted want,
 // each once.
-func same(held, want []string) bool {
-	if len(held) != len(want) {
+func same(held idList, want []string) bool {
+	if held.len() != len(want) {
 		return false
 	}
 	seen := make([]bool, len(want))
-	for _, id := range held {
-		i, ok := slices.BinarySearch(want, id)
+	for j := range held.spans {
+		i, ok := slices.BinarySearch(want, held.at(j))
 		if !ok || seen[i] {
 			return false
 		}
@@ -148,19 +186,22 @@ const maxResourceNames = 64
 // decodeListing decodes a ListPodResourcesResponse (list) or a
 // GetPodResourcesResponse.
 func decodeListing(b []byte, list bool) (*listing, error) {
-	d := decoder{l: &listing{}, names: map[string]string{}, text: string(b)}
+	d := decoder{l: &listing{}, names: map[string]string{}}
+	// Each device entry carries its resource's name with its ID: the
+	// IDs are a small part of the message.
+	d.ids.Grow(len(b) / 4)
 	field := protowire.Number(getPodResources)
 	if list {
 		field = listPodResources
 	}
-	err := fields(b, 0, func(num protowire.Number, v []byte, at int) error {
+	err := fields(b, func(num protowire.Number, v []byte) error {
 		if num != field {
 			return nil
 		}
 		// A node's listing takes tens of ms to decode: let the
 		// PreStartContainer calls waiting for a thread run between pods.
 		runtime.Gosched()
-		return d.pod(v, at)
+		return d.pod(v)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("decoding the kubelet's pod resources: %w", err)
@@ -174,29 +215,23 @@ type decoder struct {
 	l *listing
 	// names interns resource names: each device ID comes with one.
 	names map[string]string
-	// text is the message as a string: the listing's strings are cut
-	// from it, not allocated one by one.
-	text string
-	// ids is reused for each device entry: offsets and lengths.
-	ids [][2]int
+	// ids are the listing's device IDs back to back.
+	ids strings.Builder
+	// entry is reused for each device entry: its IDs' spans of ids.
+	entry [][2]uint32
 }
 
-type part struct {
-	v  []byte
-	at int
-}
-
-func (d *decoder) pod(b []byte, at int) error {
+func (d *decoder) pod(b []byte) error {
 	var namespace, name string
-	var containers []part
-	err := fields(b, at, func(num protowire.Number, v []byte, at int) error {
+	var containers [][]byte
+	err := fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case podName:
-			name = d.text[at : at+len(v)]
+			name = string(v)
 		case podNamespace:
-			namespace = d.text[at : at+len(v)]
+			namespace = string(v)
 		case podContainers:
-			containers = append(containers, part{v, at})
+			containers = append(containers, v)
 		}
 		return nil
 	})
@@ -204,21 +239,21 @@ func (d *decoder) pod(b []byte, at int) error {
 		return err
 	}
 	for _, c := range containers {
-		if err := d.container(namespace, name, c.v, c.at); err != nil {
+		if err := d.container(namespace, name, c); err != nil {
 			return fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 		}
 	}
 	return nil
 }
 
-func (d *decoder) container(namespace, pod string, b []byte, at int) error {
+func (d *decoder) container(namespace, pod string, b []byte) error {
 	c := listedContainer{namespace: namespace, pod: pod}
-	err := fields(b, at, func(num protowire.Number, v []byte, at int) error {
+	err := fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case containerName:
-			c.name = d.text[at : at+len(v)]
+			c.name = string(v)
 		case containerDevices:
-			return d.devices(&c, v, at)
+			return d.devices(&c, v)
 		}
 		return nil
 	})
@@ -229,10 +264,10 @@ func (d *decoder) container(namespace, pod string, b []byte, at int) error {
 	return nil
 }
 
-func (d *decoder) devices(c *listedContainer, b []byte, at int) error {
+func (d *decoder) devices(c *listedContainer, b []byte) error {
 	var resource string
-	d.ids = d.ids[:0]
-	err := fields(b, at, func(num protowire.Number, v []byte, at int) error {
+	d.entry = d.entry[:0]
+	err := fields(b, func(num protowire.Number, v []byte) error {
 		switch num {
 		case devicesResource:
 			r, ok := d.names[string(v)]
@@ -240,19 +275,24 @@ func (d *decoder) devices(c *listedContainer, b []byte, at int) error {
 				if len(d.names) == maxResourceNames {
 					return fmt.Errorf("more than %d resource names", maxResourceNames)
 				}
-				r = d.text[at : at+len(v)]
+				r = string(v)
 				d.names[r] = r
 			}
 			resource = r
 		case devicesIDs:
-			d.ids = append(d.ids, [2]int{at, at + len(v)})
+			if d.ids.Len()+len(v) > math.MaxUint32 {
+				return errors.New("device IDs past 4 GiB")
+			}
+			start := d.ids.Len()
+			d.ids.Write(v)
+			d.entry = append(d.entry, [2]uint32{uint32(start), uint32(d.ids.Len())})
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if len(d.ids) == 0 {
+	if len(d.entry) == 0 {
 		return nil
 	}
 	i := slices.IndexFunc(c.held, func(h heldIDs) bool { return h.resource == resource })
@@ -260,55 +300,52 @@ func (d *decoder) devices(c *listedContainer, b []byte, at int) error {
 		i = len(c.held)
 		c.held = append(c.held, heldIDs{resource: resource})
 	}
-	for _, id := range d.ids {
-		c.held[i].ids = append(c.held[i].ids, d.text[id[0]:id[1]])
-	}
+	c.held[i].ids.spans = append(c.held[i].ids.spans, d.entry...)
 	return nil
 }
 
-// index fills byFirst and shown.
+// index gives each container's IDs their text and fills byFirst and
+// shown.
 func (d *decoder) index() {
 	l := d.l
+	text := d.ids.String()
 	l.byFirst, l.shown = map[string][]int{}, map[string]bool{}
 	for i := range l.containers {
 		c := &l.containers[i]
-		for _, h := range c.held {
-			k := h.resource + "\x00" + slices.Min(h.ids)
+		for j := range c.held {
+			h := &c.held[j]
+			h.ids.text = text
+			k := h.resource + "\x00" + h.ids.min()
 			l.byFirst[k] = append(l.byFirst[k], i)
 			l.shown[h.resource+"\x00"+c.namespace+"/"+c.pod] = true
 		}
 	}
 }
 
-// fields calls fn with each length-delimited field of message b, which
-// begins at offset at of the whole, and the field's offset; other fields
-// are skipped.
-func fields(b []byte, at int, fn func(num protowire.Number, v []byte, at int) error) error {
+// fields calls fn with each length-delimited field of message b, in
+// order; other fields are skipped.
+func fields(b []byte, fn func(num protowire.Number, v []byte) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
-		b, at = b[n:], at+n
+		b = b[n:]
 		if typ != protowire.BytesType {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 				return protowire.ParseError(n)
 			}
-			b, at = b[n:], at+n
+			b = b[n:]
 			continue
 		}
-		size, n := protowire.ConsumeVarint(b)
+		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
 			return protowire.ParseError(n)
 		}
-		if size > uint64(len(b)-n) {
-			return io.ErrUnexpectedEOF
-		}
-		end := n + int(size)
-		if err := fn(num, b[n:end], at+n); err != nil {
+		if err := fn(num, v); err != nil {
 			return err
 		}
-		b, at = b[end:], at+end
+		b = b[n:]
 	}
 	return nil
 }

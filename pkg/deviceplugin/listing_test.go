@@ -154,7 +154,10 @@ func generated(t testing.TB, pods []*podresourcesapi.PodResources) *listing {
 					i = len(lc.held)
 					lc.held = append(lc.held, heldIDs{resource: d.GetResourceName()})
 				}
-				lc.held[i].ids = append(lc.held[i].ids, d.GetDeviceIds()...)
+				for _, id := range d.GetDeviceIds() {
+					lc.held[i].ids.text += id
+					lc.held[i].ids.spans = append(lc.held[i].ids.spans, [2]uint32{uint32(len(lc.held[i].ids.text) - len(id)), uint32(len(lc.held[i].ids.text))})
+				}
 			}
 			l.containers = append(l.containers, lc)
 		}
@@ -168,7 +171,7 @@ func held(l *listing) map[string]string {
 	out := map[string]string{}
 	for i, c := range l.containers {
 		for _, h := range c.held {
-			ids := slices.Sorted(slices.Values(h.ids))
+			ids := h.ids.sorted()
 			out[fmt.Sprintf("%d %s/%s/%s %s", i, c.namespace, c.pod, c.name, h.resource)] = fmt.Sprint(ids)
 		}
 	}
