@@ -312,7 +312,7 @@ func (m *Manager) prefetch() {
 	now := time.Now()
 	if pods, ok := m.unshown(m.pr.latest(), m.served()...); ok {
 		for _, p := range pods {
-			m.pr.get(p.Namespace, p.Name, string(p.UID), now)
+			m.pr.get(p.Namespace, p.Name, now)
 		}
 		return
 	}
@@ -368,7 +368,7 @@ func (m *Manager) ask(ctx context.Context, resource string, ids []string, since 
 	}
 	gets := make([]*podGet, len(pods))
 	for i, p := range pods {
-		gets[i] = m.pr.get(p.Namespace, p.Name, string(p.UID), since)
+		gets[i] = m.pr.get(p.Namespace, p.Name, since)
 	}
 	for i, g := range gets {
 		select {

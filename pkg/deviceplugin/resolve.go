@@ -53,7 +53,7 @@ type podResources struct {
 	// pre prefetches after (prefetchAfter) the latest Allocate.
 	pre   *time.Timer
 	after time.Duration
-	// gets are the latest Gets of single pods, by namespace/name/uid, until
+	// gets are the latest Gets of single pods, by namespace/name, until
 	// a listing begun after them is done.
 	gets map[string]*podGet
 }
@@ -192,15 +192,15 @@ func (r *podResources) latest() *listing {
 	return r.last
 }
 
-// get asks the kubelet about one pod (PodResources Get), or returns a Get
-// of it that serves: one begun after since, or one that showed the pod
-// holding devices (a pod's devices are given all at once, when the
-// kubelet admits it). uid tells a pod from an earlier one of its name.
-func (r *podResources) get(namespace, name, uid string, since time.Time) *podGet {
-	key := namespace + "/" + name + "/" + uid
+// get asks the kubelet about one pod (PodResources Get), or joins a Get
+// of it begun after since. Only such a Get may say who holds devices that
+// Allocate gave at since: one begun before may show a pod holding devices
+// that the kubelet has since freed and given to another pod.
+func (r *podResources) get(namespace, name string, since time.Time) *podGet {
+	key := namespace + "/" + name
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if g := r.gets[key]; g != nil && (g.started.After(since) || g.holds()) {
+	if g := r.gets[key]; g != nil && g.started.After(since) {
 		return g
 	}
 	g := &podGet{started: time.Now(), done: make(chan struct{})}
@@ -217,16 +217,6 @@ func (r *podResources) get(namespace, name, uid string, since time.Time) *podGet
 		}
 	}()
 	return g
-}
-
-// holds reports whether g is done and showed the pod holding devices.
-func (g *podGet) holds() bool {
-	select {
-	case <-g.done:
-		return g.err == nil && len(g.l.shown) > 0
-	default:
-		return false
-	}
 }
 
 // prefetch calls fetch in the background prefetchAfter from now, later

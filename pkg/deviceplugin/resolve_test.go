@@ -129,28 +129,18 @@ func TestAskPods(t *testing.T) {
 // it lists the node.
 func TestPrefetch(t *testing.T) {
 	n := resolveNode{startNode(t), t}
-	// settled waits until the prefetch after the latest Allocate has
-	// made lists List and gets Get calls in all.
-	settled := func(lists, gets int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			l, g := n.calls()
-			if l == lists && g == gets {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the kubelet served %d List and %d Get calls; want %d and %d", l, g, lists, gets)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	n.admit("a", "b")
-	settled(0, 2)
+	lists, gets := n.quiet()
+	if lists != 0 || gets < 2 {
+		t.Fatalf("after 2 pods were admitted the kubelet served %d List and %d Get calls; want none and 2 or more", lists, gets)
+	}
 	for _, pod := range []string{"a", "b"} {
 		if _, err := n.start(n.pod(pod), "main"); err != nil {
 			t.Fatalf("starting %s: %v", pod, err)
 		}
+	}
+	if l, g := n.calls(); l != lists || g != gets {
+		t.Errorf("starting 2 prefetched containers made %d List and %d Get calls; want none", l-lists, g-gets)
 	}
 	// More than maxGets pods not listed: a listing.
 	var more []string
@@ -158,7 +148,7 @@ func TestPrefetch(t *testing.T) {
 		more = append(more, fmt.Sprintf("e%02d", i))
 	}
 	n.admit(more...)
-	lists, gets := n.quiet()
+	lists, gets = n.quiet()
 	if lists == 0 {
 		t.Fatalf("no listing after %d pods were admitted (%d Get calls)", len(more), gets)
 	}
