@@ -21,10 +21,7 @@ const CDIKind = "gpushare.io/container"
 // held by one container at a time, so the name is unique among the
 // node's running containers.
 func claimOf(resource string, ids []string) string {
-	sorted := ids
-	if !slices.IsSorted(ids) {
-		sorted = slices.Sorted(slices.Values(ids))
-	}
+	sorted := inOrder(ids)
 	h := sha256.New()
 	h.Write([]byte(resource))
 	for _, id := range sorted {
@@ -32,6 +29,14 @@ func claimOf(resource string, ids []string) string {
 		h.Write([]byte(id))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:10])
+}
+
+// inOrder returns ids sorted: ids itself if they are, else a sorted copy.
+func inOrder(ids []string) []string {
+	if slices.IsSorted(ids) {
+		return ids
+	}
+	return slices.Sorted(slices.Values(ids))
 }
 
 // MPS configures the environment of containers on GPUs shared under MPS.

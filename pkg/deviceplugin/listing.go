@@ -107,10 +107,7 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 	if len(ids) == 0 {
 		return holder{}, errors.New("no device IDs")
 	}
-	want := ids
-	if !slices.IsSorted(ids) {
-		want = slices.Sorted(slices.Values(ids))
-	}
+	want := inOrder(ids)
 	for _, i := range l.byFirst[resource+"\x00"+want[0]] {
 		if c := &l.containers[i]; same(c.of(resource), want) {
 			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}, nil

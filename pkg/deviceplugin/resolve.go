@@ -34,8 +34,8 @@ type holder struct {
 }
 
 // podResources asks the kubelet's PodResources API who holds devices.
-// Callers share listings: one under way if it began late enough for
-// them, else the next.
+// Callers share listings (one under way if it began late enough for
+// them, else the next) and Gets of single pods (one begun late enough).
 type podResources struct {
 	conn   *grpc.ClientConn
 	logger klog.Logger
