@@ -50,6 +50,7 @@ type options struct {
 	mps          bool
 	mpsPipeDir   string
 	mpsLogDir    string
+	mpsShmDir    string
 	mpsControl   string
 	noPlugin     bool
 	resync       time.Duration
@@ -59,6 +60,7 @@ type options struct {
 }
 
 func main() {
+	mps.Shim()
 	var o options
 	fs := flag.NewFlagSet("gpushare-node", flag.ExitOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration if empty")
@@ -72,6 +74,7 @@ func main() {
 	fs.BoolVar(&o.mps, "mps", false, "share this node's GPUs under NVIDIA MPS: run and supervise the MPS control daemon, and give containers the MPS client environment (limits from their own requests) and the pipe mount")
 	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory (seed 000's path)")
 	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory")
+	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
@@ -180,8 +183,8 @@ func run(ctx context.Context, o options) error {
 	if !o.noPlugin {
 		var mpsEnv *deviceplugin.MPS
 		if o.mps {
-			mpsEnv = &deviceplugin.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir}
-			d := &mps.Daemon{Control: o.mpsControl, PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, Logger: logger.WithName("mps")}
+			mpsEnv = &deviceplugin.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
+			d := &mps.Daemon{Control: o.mpsControl, PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir, Logger: logger.WithName("mps")}
 			go func() { errc <- d.Run(ctx) }()
 		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,

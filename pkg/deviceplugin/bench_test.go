@@ -72,7 +72,7 @@ func benchStart(b *testing.B, req share) {
 		for i, p := range all {
 			wg.Go(func() {
 				start := time.Now()
-				if _, err := n.start(p, "main"); err != nil {
+				if _, err := n.StartContainer(p, "main"); err != nil {
 					b.Error(err)
 				}
 				d := alloc[i] + time.Since(start)

@@ -46,6 +46,10 @@ type MPS struct {
 	PipeDir string
 	// LogDir is the daemon's log directory.
 	LogDir string
+	// ShmDir, if set, is the MPS daemon's /dev/shm on the host; it is
+	// mounted at /dev/shm in the container, in place of the container's
+	// own, so that the container needs no hostIPC.
+	ShmDir string
 }
 
 // spec is a CDI specification (cdiVersion 0.6.0) of one device.
@@ -114,6 +118,10 @@ func writeSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) e
 	d := cdiDevice{Name: claim, ContainerEdits: edits{Env: Env(c, mps)}}
 	if mps != nil {
 		d.ContainerEdits.Mounts = []cdiMount{{HostPath: mps.PipeDir, ContainerPath: mps.PipeDir, Options: []string{"rbind", "rw"}}}
+		if mps.ShmDir != "" {
+			d.ContainerEdits.Mounts = append(d.ContainerEdits.Mounts,
+				cdiMount{HostPath: mps.ShmDir, ContainerPath: "/dev/shm", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+		}
 	}
 	b, err := json.MarshalIndent(spec{CDIVersion: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{d}}, "", "  ")
 	if err != nil {
@@ -130,42 +138,4 @@ func writeSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) e
 // SpecPath is where the CDI spec of claim is written.
 func SpecPath(dir, claim string) string {
 	return filepath.Join(dir, "gpushare-"+claim+".json")
-}
-
-// EnvOf reads the environment that CDI devices named by the plugin give a
-// container (for tests and diagnosis): name=value, from the specs in dir.
-func EnvOf(dir string, devices []string) (map[string]string, error) {
-	env := map[string]string{}
-	for _, d := range devices {
-		claim, ok := strings.CutPrefix(d, CDIKind+"=")
-		if !ok {
-			continue
-		}
-		lines, err := readSpecEnv(dir, claim)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range lines {
-			if k, v, ok := strings.Cut(l, "="); ok {
-				env[k] = v
-			}
-		}
-	}
-	return env, nil
-}
-
-// readSpecEnv reads the environment a CDI spec written by the plugin gives.
-func readSpecEnv(dir, claim string) ([]string, error) {
-	b, err := os.ReadFile(SpecPath(dir, claim))
-	if err != nil {
-		return nil, err
-	}
-	var s spec
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, err
-	}
-	if len(s.Devices) != 1 {
-		return nil, fmt.Errorf("spec of %s has %d devices", claim, len(s.Devices))
-	}
-	return s.Devices[0].ContainerEdits.Env, nil
 }

@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
+	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
 )
 
@@ -29,8 +31,10 @@ type node struct {
 	m      *Manager
 	gpus   *sim.Backend
 	cdiDir string
-	cancel context.CancelFunc
-	done   chan error
+	// runtime applies the containers' CDI devices.
+	runtime *runtimetest.Runtime
+	cancel  context.CancelFunc
+	done    chan error
 }
 
 func startNode(t testing.TB) *node { return startNodeWith(t, nil) }
@@ -52,9 +56,12 @@ func startNodeWith(t testing.TB, edit func(*Config)) *node {
 		t.Fatal(err)
 	}
 	n := &node{Kubelet: k, gpus: gpus, cdiDir: filepath.Join(dir, "cdi"), cancel: cancel, done: make(chan error, 1)}
+	if n.runtime, err = runtimetest.New(n.cdiDir); err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{Node: testNode, Dir: dir, PodResourcesSocket: k.PodResourcesSocket(),
 		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.GetPod, NodePods: k.GetActivePods,
-		MPS: &MPS{PipeDir: "/tmp/nvidia-mps"}}
+		MPS: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -119,19 +126,39 @@ func (n *node) pod(name string, shares ...share) *corev1.Pod {
 	return pod
 }
 
-// start admits the pod (Allocate, as the kubelet's admission does, one
-// container at a time) and then starts the named container
-// (GetDeviceRunContainerOptions, which calls PreStartContainer), and
-// returns the environment its CDI device gives.
+// The MPS directories of the test nodes.
+const (
+	testPipeDir = "/tmp/nvidia-mps"
+	testShmDir  = "/run/gpushare/mps-shm"
+)
+
+// start starts the named container of an admitted pod and returns its
+// environment.
 func (n *node) start(pod *corev1.Pod, container string) (env map[string]string, err error) {
+	c, err := n.create(pod, container)
+	if err != nil {
+		return nil, err
+	}
+	return c.Env, nil
+}
+
+// create starts the named container of an admitted pod: the kubelet's
+// GetDeviceRunContainerOptions, which calls PreStartContainer, and then
+// the runtime's CDI injection of the one device it names.
+func (n *node) create(pod *corev1.Pod, container string) (*runtimetest.Container, error) {
 	opts, err := n.StartContainer(pod, container)
 	if err != nil {
 		return nil, err
 	}
+	return n.apply(opts)
+}
+
+// apply is the runtime's CDI injection of the one device opts name.
+func (n *node) apply(opts *devicemanager.DeviceRunContainerOptions) (*runtimetest.Container, error) {
 	if opts == nil || len(opts.CDIDevices) != 1 {
 		return nil, fmt.Errorf("container options %+v: want one CDI device", opts)
 	}
-	return EnvOf(n.cdiDir, []string{opts.CDIDevices[0].Name})
+	return n.runtime.Create([]string{opts.CDIDevices[0].Name})
 }
 
 // admit is the kubelet's admission of pod.

@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
@@ -48,7 +49,7 @@ func concurrentIdenticalPods(t *testing.T, n *node) {
 	for i, p := range all {
 		wg.Go(func() {
 			start := time.Now()
-			env, err := n.start(p, "main")
+			opts, err := n.StartContainer(p, "main")
 			took := time.Since(start)
 			mu.Lock()
 			times = append(times, took)
@@ -57,6 +58,12 @@ func concurrentIdenticalPods(t *testing.T, n *node) {
 				t.Errorf("starting %s: %v", p.Name, err)
 				return
 			}
+			c, err := n.apply(opts)
+			if err != nil {
+				t.Errorf("creating %s: %v", p.Name, err)
+				return
+			}
+			env := c.Env
 			if want := n.gpuUUID(i % 2); env["NVIDIA_VISIBLE_DEVICES"] != want {
 				t.Errorf("pod %s was recorded on GPU %d (%s) but its container sees %q", p.Name, i%2, want, env["NVIDIA_VISIBLE_DEVICES"])
 			}
@@ -97,6 +104,46 @@ func TestMultiContainerPod(t *testing.T) {
 			env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != want.threads {
 			t.Errorf("container %s: %v; want GPU %d, %s MiB, thread percentage %q", want.container, env, want.gpu, want.mib, want.threads)
 		}
+	}
+}
+
+// TestMPSMounts checks, through the CDI library that runtimes use, what a
+// container's CDI device mounts: under MPS the pipe directory, and the
+// MPS daemon's /dev/shm in place of the pod's own (so that the pod needs
+// no hostIPC) unless the node keeps its /dev/shm.
+func TestMPSMounts(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mps        *MPS
+		pipe, shm  string
+		wantMPSEnv bool
+	}{
+		"MPS":                     {mps: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}, pipe: testPipeDir, shm: testShmDir, wantMPSEnv: true},
+		"MPS with the node's shm": {mps: &MPS{PipeDir: testPipeDir}, pipe: testPipeDir, shm: runtimetest.PodShm, wantMPSEnv: true},
+		"no MPS":                  {shm: runtimetest.PodShm},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := startNodeWith(t, func(c *Config) { c.MPS = tc.mps })
+			p := n.pod("m", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 4096, compute: 30})
+			if err := n.admit(p); err != nil {
+				t.Fatal(err)
+			}
+			c, err := n.create(p, "main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Mounts["/dev/shm"]; got != tc.shm {
+				t.Errorf("/dev/shm is %q, want %q", got, tc.shm)
+			}
+			if got, ok := c.Mounts[testPipeDir]; got != tc.pipe || ok != (tc.pipe != "") {
+				t.Errorf("pipe directory mounted from %q (%v), want %q", got, ok, tc.pipe)
+			}
+			if got := c.Env["CUDA_MPS_PIPE_DIRECTORY"]; (got == testPipeDir) != tc.wantMPSEnv {
+				t.Errorf("CUDA_MPS_PIPE_DIRECTORY=%q with MPS %v", got, tc.wantMPSEnv)
+			}
+			if c.Env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) || c.Env["PATH"] == "" {
+				t.Errorf("environment %v: want GPU 1 and the container's own PATH", c.Env)
+			}
+		})
 	}
 }
 

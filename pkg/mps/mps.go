@@ -5,6 +5,12 @@
 // directory, which the device plugin mounts and names in
 // CUDA_MPS_PIPE_DIRECTORY, with limits sized from each container's own
 // request.
+//
+// MPS clients and servers share memory through /dev/shm. With ShmDir set,
+// the daemon and the servers it starts see ShmDir as /dev/shm (in a mount
+// namespace of their own), and the device plugin mounts the same
+// directory at /dev/shm in each client container, so clients need no
+// hostIPC.
 package mps
 
 import (
@@ -27,6 +33,10 @@ type Daemon struct {
 	// PipeDir and LogDir are the daemon's CUDA_MPS_PIPE_DIRECTORY and
 	// CUDA_MPS_LOG_DIRECTORY.
 	PipeDir, LogDir string
+	// ShmDir, if set, is the directory the daemon and its servers see as
+	// /dev/shm. Binding it needs CAP_SYS_ADMIN, and the binary must call
+	// Shim first in main.
+	ShmDir string
 	// Devices, if set, limits the daemon to these GPU UUIDs
 	// (CUDA_VISIBLE_DEVICES).
 	Devices []string
@@ -73,6 +83,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	if d.ShmDir != "" {
+		// Like /dev/shm: clients run as any user.
+		if err := os.MkdirAll(d.ShmDir, 0o755); err != nil { //nolint:gosec // shared with every MPS client
+			return err
+		}
+		if err := os.Chmod(d.ShmDir, 0o777|os.ModeSticky); err != nil { //nolint:gosec // shared with every MPS client
+			return err
+		}
+	}
 	check := d.Check
 	if check == 0 {
 		check = 10 * time.Second
@@ -95,7 +114,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // runOnce runs the daemon in the foreground until it exits, fails its
 // health check, or ctx ends.
 func (d *Daemon) runOnce(ctx context.Context, check time.Duration) error {
-	c := exec.Command(d.Control, "-f") //nolint:gosec // the configured MPS control binary
+	c := d.daemonCommand()
 	c.Env = d.env()
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
@@ -104,7 +123,7 @@ func (d *Daemon) runOnce(ctx context.Context, check time.Duration) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- c.Wait() }()
-	d.Logger.Info("MPS control daemon started", "pid", c.Process.Pid, "pipeDir", d.PipeDir)
+	d.Logger.Info("MPS control daemon started", "pid", c.Process.Pid, "pipeDir", d.PipeDir, "shmDir", d.ShmDir)
 	tick := time.NewTicker(check)
 	defer tick.Stop()
 	for {

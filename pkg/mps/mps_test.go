@@ -19,10 +19,11 @@ import (
 const fakeControl = `#!/bin/sh
 if [ "$1" = "-f" ]; then
   echo $$ > "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid"
+  [ -n "$GPUSHARE_TEST_SHM" ] && touch "/dev/shm/gpushare-mps-test-$$"
   echo started >> "$CUDA_MPS_LOG_DIRECTORY/starts"
   while [ ! -f "$CUDA_MPS_PIPE_DIRECTORY/quit" ]; do sleep 0.05; done
   echo quit >> "$CUDA_MPS_LOG_DIRECTORY/quits"
-  rm -f "$CUDA_MPS_PIPE_DIRECTORY/quit" "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid"
+  rm -f "$CUDA_MPS_PIPE_DIRECTORY/quit" "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid" "/dev/shm/gpushare-mps-test-$$"
   exit 0
 fi
 read cmd
@@ -42,7 +43,17 @@ type fixture struct {
 	done   chan error
 }
 
+func TestMain(m *testing.M) {
+	Shim()
+	os.Exit(m.Run())
+}
+
 func start(t *testing.T) *fixture {
+	t.Helper()
+	return startWith(t, nil)
+}
+
+func startWith(t *testing.T, edit func(*Daemon)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "nvidia-cuda-mps-control")
@@ -53,6 +64,9 @@ func start(t *testing.T) *fixture {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &fixture{d: &Daemon{Control: bin, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"),
 		Check: 100 * time.Millisecond, Logger: logger}, cancel: cancel, done: make(chan error, 1)}
+	if edit != nil {
+		edit(f.d)
+	}
 	go func() { f.done <- f.d.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -101,15 +115,7 @@ func TestCleanShutdown(t *testing.T) {
 
 func TestRestartWhenKilled(t *testing.T) {
 	f := start(t)
-	b, err := os.ReadFile(filepath.Join(f.d.PipeDir, "daemon.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(f.pid(t), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	f.waitLines(t, "starts", 2)
@@ -125,4 +131,55 @@ func TestRestartWhenUnresponsive(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitLines(t, "starts", 2)
+}
+
+// pid is the running fake daemon's process ID.
+func (f *fixture) pid(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.d.PipeDir, "daemon.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestShmDir checks that the daemon sees ShmDir as /dev/shm, where its
+// clients' containers get it mounted, and that the node's /dev/shm is
+// left alone.
+func TestShmDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("binding a directory over /dev/shm needs root")
+	}
+	t.Setenv("GPUSHARE_TEST_SHM", "1") // the fake marks its /dev/shm
+	shm := filepath.Join(t.TempDir(), "shm")
+	f := startWith(t, func(d *Daemon) { d.ShmDir = shm })
+	name := "gpushare-mps-test-" + strconv.Itoa(f.pid(t))
+	if _, err := os.Stat(filepath.Join(shm, name)); err != nil {
+		t.Errorf("the daemon's /dev/shm is not the shm directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("/dev/shm", name)); !os.IsNotExist(err) {
+		t.Errorf("the daemon wrote into the node's /dev/shm (%v)", err)
+	}
+	st, err := os.Stat(shm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode()&os.ModeSticky == 0 || st.Mode().Perm() != 0o777 {
+		t.Errorf("shm directory mode %v, want sticky and 0777 like /dev/shm", st.Mode())
+	}
+	if err := f.d.Healthy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.cancel()
+	if err := <-f.done; err != nil {
+		t.Fatal(err)
+	}
+	f.done <- nil // for the cleanup
+	if f.lines("quits") != 1 {
+		t.Errorf("the daemon was not asked to quit")
+	}
 }

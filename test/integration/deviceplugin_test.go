@@ -21,6 +21,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
+	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 )
 
 // TestDevicePluginEndToEnd: gpushare-scheduler records each pod's GPU;
@@ -28,9 +29,17 @@ import (
 // starts their containers through gpushare-node's device plugins; every
 // container's environment names exactly the GPU and share of its record.
 // 100 identical pods start at once on one node of 8 GPUs. The daemon's
-// call latency histogram counts each call.
+// call latency histogram counts each call. The node shares its GPUs under
+// MPS (with a stand-in for the MPS control daemon): the daemon sees its
+// shm directory as /dev/shm, and each container gets that directory at
+// /dev/shm and the pipe directory, so that it needs no hostIPC.
 func TestDevicePluginEndToEnd(t *testing.T) {
-	n := startGPUNode(t)
+	// Binding the MPS daemon's /dev/shm needs root, as on a node.
+	mps := os.Geteuid() == 0
+	if !mps {
+		t.Log("Not root: the node runs without MPS")
+	}
+	n := startGPUNode(t, mps)
 	const pods = 100
 	bound, _ := n.burst(t, "same", pods)
 	gpus := map[string]bool{}
@@ -46,6 +55,17 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 	if calls["Allocate"].count != pods || calls["PreStartContainer"].count != pods {
 		t.Errorf("gpushare-node counted %d Allocate and %d PreStartContainer calls; want %d each",
 			calls["Allocate"].count, calls["PreStartContainer"].count, pods)
+	}
+	// The MPS daemon marked the directory its clients share, not the
+	// node's /dev/shm.
+	if n.mps != nil {
+		if _, err := os.Stat(filepath.Join(n.mps.ShmDir, "gpushare-e2e-mps-daemon")); err != nil {
+			t.Errorf("the MPS daemon's /dev/shm is not %s: %v", n.mps.ShmDir, err)
+		}
+		if _, err := os.Stat("/dev/shm/gpushare-e2e-mps-daemon"); !os.IsNotExist(err) {
+			_ = os.Remove("/dev/shm/gpushare-e2e-mps-daemon")
+			t.Errorf("the MPS daemon wrote into the node's /dev/shm (%v)", err)
+		}
 	}
 	// Between bursts the daemon drops its PodResources listing and gives
 	// the memory back.
@@ -66,7 +86,7 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 //
 //	make bench-deviceplugin
 func BenchmarkDevicePluginStart100(b *testing.B) {
-	n := startGPUNode(b)
+	n := startGPUNode(b, false)
 	before := n.calls(b)
 	var starts []time.Duration
 	round := 0
@@ -99,9 +119,31 @@ type gpuNode struct {
 	daemon     *controlplane.Process
 	cdiDir     string
 	metricsURL string
+	// runtime applies the containers' CDI devices.
+	runtime *runtimetest.Runtime
+	// mps holds the MPS directories when the node shares its GPUs under
+	// MPS.
+	mps *deviceplugin.MPS
 }
 
-func startGPUNode(t testing.TB) *gpuNode {
+// fakeMPSControl stands in for nvidia-cuda-mps-control: "-f" marks its
+// /dev/shm and runs until a "quit" command or until its parent, the
+// daemon, is gone; the client answers while the daemon runs.
+const fakeMPSControl = `#!/bin/sh
+if [ "$1" = "-f" ]; then
+  touch /dev/shm/gpushare-e2e-mps-daemon
+  while [ ! -f "$CUDA_MPS_PIPE_DIRECTORY/quit" ] && kill -0 $PPID 2>/dev/null; do sleep 0.2; done
+  rm -f "$CUDA_MPS_PIPE_DIRECTORY/quit" /dev/shm/gpushare-e2e-mps-daemon
+  exit 0
+fi
+read cmd
+[ "$cmd" = quit ] && touch "$CUDA_MPS_PIPE_DIRECTORY/quit"
+exit 0
+`
+
+// startGPUNode starts gpushare-node for a node of 8 simulated GPUs, under
+// MPS if mps.
+func startGPUNode(t testing.TB, mps bool) *gpuNode {
 	c, client, _ := startPlugin(t, nil)
 	bareNode(t, client, "gpu-0")
 	// Unix socket paths are short: keep the directory near the root.
@@ -127,10 +169,23 @@ func startGPUNode(t testing.TB) *gpuNode {
 	}
 	n := &gpuNode{client: client, kubelet: kubelet, cdiDir: filepath.Join(dir, "cdi"),
 		metricsURL: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}
-	n.daemon, err = c.Run("gpushare-node", nodeBin(t), "--kubeconfig="+c.Kubeconfig, "--node-name=gpu-0",
-		"--simulated-gpus="+filepath.Join(dir, "gpus.yaml"), "--config="+filepath.Join(dir, "args.yaml"),
-		"--device-plugin-dir="+dir, "--pod-resources-socket="+kubelet.PodResourcesSocket(), "--cdi-dir="+n.cdiDir,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(port), "--usage-interval=0", "-v=2")
+	if n.runtime, err = runtimetest.New(n.cdiDir); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--node-name=gpu-0",
+		"--simulated-gpus=" + filepath.Join(dir, "gpus.yaml"), "--config=" + filepath.Join(dir, "args.yaml"),
+		"--device-plugin-dir=" + dir, "--pod-resources-socket=" + kubelet.PodResourcesSocket(), "--cdi-dir=" + n.cdiDir,
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port), "--usage-interval=0", "-v=2"}
+	if mps {
+		n.mps = &deviceplugin.MPS{PipeDir: filepath.Join(dir, "mps-pipe"), LogDir: filepath.Join(dir, "mps-log"), ShmDir: filepath.Join(dir, "mps-shm")}
+		control := filepath.Join(dir, "nvidia-cuda-mps-control")
+		if err := os.WriteFile(control, []byte(fakeMPSControl), 0o755); err != nil { //nolint:gosec // an executable test script
+			t.Fatal(err)
+		}
+		args = append(args, "--mps", "--mps-control="+control, "--mps-pipe-dir="+n.mps.PipeDir,
+			"--mps-log-dir="+n.mps.LogDir, "--mps-shm-dir="+n.mps.ShmDir)
+	}
+	n.daemon, err = c.Run("gpushare-node", nodeBin(t), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,34 +232,55 @@ func (n *gpuNode) burst(t testing.TB, prefix string, count int) ([]corev1.Pod, [
 	}
 	var wg sync.WaitGroup
 	took := make([]time.Duration, len(bound))
+	devices := make([][]string, len(bound))
 	for i := range bound {
-		pod := &bound[i]
-		want := record(t, pod).Containers[0].GPUs[0]
 		wg.Go(func() {
 			start := time.Now()
-			opts, err := n.kubelet.StartContainer(pod, "main")
+			opts, err := n.kubelet.StartContainer(&bound[i], "main")
 			took[i] = time.Since(start)
 			if err != nil {
-				t.Errorf("starting %s: %v", pod.Name, err)
+				t.Errorf("starting %s: %v", bound[i].Name, err)
 				return
 			}
-			var names []string
 			for _, d := range opts.CDIDevices {
-				names = append(names, d.Name)
-			}
-			env, err := deviceplugin.EnvOf(n.cdiDir, names)
-			if err != nil {
-				t.Errorf("%s: %v", pod.Name, err)
-				return
-			}
-			if env["NVIDIA_VISIBLE_DEVICES"] != want.UUID || env["GPUSHARE_GPU_MEMORY_MIB"] != strconv.FormatInt(want.MemoryMiB, 10) {
-				t.Errorf("pod %s was recorded on GPU %d (%s, %d MiB); its container sees %q with %s MiB",
-					pod.Name, want.Index, want.UUID, want.MemoryMiB, env["NVIDIA_VISIBLE_DEVICES"], env["GPUSHARE_GPU_MEMORY_MIB"])
+				devices[i] = append(devices[i], d.Name)
 			}
 		})
 	}
 	wg.Wait()
+	// The runtime creates the containers, after the timed starts.
+	for i := range bound {
+		if devices[i] != nil {
+			n.checkContainer(t, &bound[i], devices[i])
+		}
+	}
 	return bound, took
+}
+
+// checkContainer checks what the runtime gives the container of pod with
+// these CDI devices: the GPU and share of its record, and under MPS the
+// daemon's directories and its own limit.
+func (n *gpuNode) checkContainer(t testing.TB, pod *corev1.Pod, devices []string) {
+	t.Helper()
+	want := record(t, pod).Containers[0].GPUs[0]
+	c, err := n.runtime.Create(devices)
+	if err != nil {
+		t.Errorf("%s: %v", pod.Name, err)
+		return
+	}
+	env := c.Env
+	if env["NVIDIA_VISIBLE_DEVICES"] != want.UUID || env["GPUSHARE_GPU_MEMORY_MIB"] != strconv.FormatInt(want.MemoryMiB, 10) {
+		t.Errorf("pod %s was recorded on GPU %d (%s, %d MiB); its container sees %q with %s MiB",
+			pod.Name, want.Index, want.UUID, want.MemoryMiB, env["NVIDIA_VISIBLE_DEVICES"], env["GPUSHARE_GPU_MEMORY_MIB"])
+	}
+	if n.mps == nil {
+		return
+	}
+	if env["CUDA_MPS_PIPE_DIRECTORY"] != n.mps.PipeDir || env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != fmt.Sprintf("0=%dM", want.MemoryMiB) ||
+		c.Mounts[n.mps.PipeDir] != n.mps.PipeDir || c.Mounts["/dev/shm"] != n.mps.ShmDir {
+		t.Errorf("pod %s under MPS: environment %v, mounts %v; want the pipe directory %s, its own %d MiB limit and %s at /dev/shm",
+			pod.Name, env, c.Mounts, n.mps.PipeDir, want.MemoryMiB, n.mps.ShmDir)
+	}
 }
 
 // clear deletes every pod in default, waits until they are gone, and
