@@ -108,10 +108,8 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 		return holder{}, errors.New("no device IDs")
 	}
 	want := inOrder(ids)
-	for _, i := range l.byFirst[resource+"\x00"+want[0]] {
-		if c := &l.containers[i]; same(c.of(resource), want) {
-			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}, nil
-		}
+	if h, ok := l.exact(resource, want); ok {
+		return h, nil
 	}
 	// Not one container's devices: look for a container holding them
 	// among more (an init container's, reused).
@@ -128,6 +126,17 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 		return *within, nil
 	}
 	return holder{}, errNotHeld
+}
+
+// exact returns the container that holds exactly the sorted IDs want of
+// resource.
+func (l *listing) exact(resource string, want []string) (holder, bool) {
+	for _, i := range l.byFirst[resource+"\x00"+want[0]] {
+		if c := &l.containers[i]; same(c.of(resource), want) {
+			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}, true
+		}
+	}
+	return holder{}, false
 }
 
 // same reports whether held, in any order, are the IDs of sorted want,

@@ -1,6 +1,8 @@
 package deviceplugin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -212,4 +214,23 @@ func BenchmarkDecodeListing(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A claim names the CDI device in the kubelet's checkpoint of Allocate,
+// so it must not change between versions of the daemon: the first 10
+// bytes of the SHA-256 of the resource name and the sorted IDs, each
+// after a zero byte, in hex.
+func TestClaimStable(t *testing.T) {
+	ids := []string{"1-7", "0-12", "0-3", "1-10"}
+	h := sha256.New()
+	for _, part := range []string{"gpushare.io/gpu-mem", "\x000-12", "\x000-3", "\x001-10", "\x001-7"} {
+		h.Write([]byte(part))
+	}
+	want := hex.EncodeToString(h.Sum(nil)[:10])
+	if got := claimOf("gpushare.io/gpu-mem", ids); got != want {
+		t.Errorf("claimOf = %s, want %s", got, want)
+	}
+	if !slices.Equal(ids, []string{"1-7", "0-12", "0-3", "1-10"}) {
+		t.Errorf("claimOf reordered its argument: %v", ids)
+	}
 }

@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -282,6 +283,9 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 			return found(h, "listing")
 		}
 	}
+	if h, ok := m.pr.fromGets(resource, ids, since); ok {
+		return found(h, "prefetched pod")
+	}
 	if h, ok := m.ask(ctx, resource, ids, since); ok {
 		return found(h, "pod")
 	}
@@ -305,21 +309,60 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 // past it, the node is listed.
 const maxGets = 16
 
-// prefetch readies what the containers allocated last need to start: a
-// Get of each pod that the latest listing does not show when they are
-// few (the last of a burst), else a listing of the node.
+// prefetch readies what the containers allocated last need to start.
+// The kubelet admits pods oldest first, so those allocated last are the
+// oldest pods that neither the latest listing nor a Get shows holding
+// devices yet. It Gets the oldest such pod, then twice as many at a time
+// while every pod it got held devices, and stops at the first batch with
+// a pod that does not. When the very first misses, the kubelet's order
+// was not the one guessed, and it Gets up to maxGets more at once. Past
+// maxPrefetched pods, or without the node's pods at hand, it lists the
+// node instead.
 func (m *Manager) prefetch() {
 	now := time.Now()
-	if pods, ok := m.unshown(m.pr.latest(), m.served()...); ok {
-		for _, p := range pods {
-			m.pr.get(p.Namespace, p.Name, now)
+	resources := m.served()
+	asked := map[string]bool{}
+	for batch := 1; len(asked) < maxPrefetched; {
+		pods, _, ok := m.unshown(m.pr.latest(), asked, resources...)
+		if !ok {
+			break
 		}
-		return
+		pods = pods[:min(len(pods), batch)]
+		if len(pods) == 0 {
+			return
+		}
+		gets := make([]*podGet, len(pods))
+		for i, p := range pods {
+			asked[p.Namespace+"/"+p.Name] = true
+			gets[i] = m.pr.get(p.Namespace, p.Name, now)
+		}
+		holding := 0
+		for i, g := range gets {
+			<-g.done
+			if g.err == nil && slices.ContainsFunc(resources, func(r string) bool { return g.l.shows(r, pods[i].Namespace, pods[i].Name) }) {
+				holding++
+			}
+		}
+		switch {
+		case holding == len(pods):
+			// More may be admitted.
+			batch = min(2*batch, maxGets)
+		case len(asked) == 1:
+			// Not the oldest: the kubelet went by another order.
+			batch = maxGets
+		default:
+			// The pods after these are not admitted yet.
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, _ = m.pr.list(ctx, now)
 }
+
+// maxPrefetched bounds the pods a prefetch asks about one at a time; past
+// it, the node is listed.
+const maxPrefetched = 4 * maxGets
 
 // served are the resources the plugins serve.
 func (m *Manager) served() []string {
@@ -330,27 +373,32 @@ func (m *Manager) served() []string {
 	return out
 }
 
-// unshown returns this node's pods that ask for one of resources and
-// that listing l (if any) does not show holding it. It reports false when
-// they are more than maxGets, or the node's pods are not at hand.
-func (m *Manager) unshown(l *listing, resources ...string) ([]*corev1.Pod, bool) {
+// unshown returns the oldest maxGets of this node's pods, not in skip
+// (by namespace/name), that ask for one of resources and that neither
+// listing l (if any) nor a kept Get shows holding it; and whether those
+// are all of them. It reports false when the node's pods are not at hand.
+func (m *Manager) unshown(l *listing, skip map[string]bool, resources ...string) (oldest []*corev1.Pod, all, ok bool) {
 	if m.cfg.NodePods == nil {
-		return nil, false
+		return nil, false, false
 	}
 	var pods []*corev1.Pod
 	for _, p := range m.cfg.NodePods() {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || skip[p.Namespace+"/"+p.Name] {
 			continue
 		}
-		if !slices.ContainsFunc(resources, func(r string) bool { return asks(p, r) && (l == nil || !l.shows(r, p.Namespace, p.Name)) }) {
-			continue
+		if slices.ContainsFunc(resources, func(r string) bool {
+			return asks(p, r) && (l == nil || !l.shows(r, p.Namespace, p.Name)) && m.pr.held(r, p.Namespace, p.Name, time.Time{}) == nil
+		}) {
+			pods = append(pods, p)
 		}
-		if len(pods) == maxGets {
-			return nil, false
-		}
-		pods = append(pods, p)
 	}
-	return pods, true
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return pods[:min(len(pods), maxGets)], len(pods) <= maxGets, true
 }
 
 // ask looks for the container holding exactly ids among this node's pods
@@ -362,8 +410,8 @@ func (m *Manager) unshown(l *listing, resources ...string) ([]*corev1.Pod, bool)
 // or when none holds exactly ids (an init container's devices that its
 // app container reuses): the node is listed then.
 func (m *Manager) ask(ctx context.Context, resource string, ids []string, since time.Time) (holder, bool) {
-	pods, ok := m.unshown(m.pr.latest(), resource)
-	if !ok {
+	pods, all, ok := m.unshown(m.pr.latest(), nil, resource)
+	if !ok || !all {
 		return holder{}, false
 	}
 	gets := make([]*podGet, len(pods))

@@ -133,6 +133,8 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	defer p.m.observe("Allocate", time.Now())
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.GetContainerRequests() {
+		// The request is this call's own: sorted in place, not copied.
+		slices.Sort(c.GetDevicesIds())
 		claim := claimOf(string(p.res.Name), c.GetDevicesIds())
 		p.m.noteAllocated(claim)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
@@ -148,8 +150,10 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	start := time.Now()
 	defer p.m.observe("PreStartContainer", start)
-	// Sorted once, for the claim and the search.
-	ids := slices.Sorted(slices.Values(req.GetDevicesIds()))
+	// Sorted once, for the claim and the search, in place: the request
+	// is this call's own.
+	ids := req.GetDevicesIds()
+	slices.Sort(ids)
 	claim := claimOf(string(p.res.Name), ids)
 	h, a, err := p.m.resolve(ctx, string(p.res.Name), claim, ids)
 	if err != nil {

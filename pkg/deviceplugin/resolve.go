@@ -46,9 +46,10 @@ type podResources struct {
 	current, waiting []chan *listing
 	currentStarted   time.Time
 	running          bool
-	// last is the latest successful listing, dropped keepListing after
-	// it was taken by the drop timer.
+	// last is the latest successful listing. It and the Gets are dropped
+	// by the drop timer keepListing after the latest of them (used).
 	last *listing
+	used time.Time
 	drop *time.Timer
 	// pre prefetches after (prefetchAfter) the latest Allocate.
 	pre   *time.Timer
@@ -157,13 +158,7 @@ func (r *podResources) run() {
 				}
 			}
 		}
-		// Forget the latest listing keepListing from now; a forget that
-		// ran while this listing was under way kept it.
-		if r.drop == nil {
-			r.drop = time.AfterFunc(keepListing, r.forget)
-		} else {
-			r.drop.Reset(keepListing)
-		}
+		r.touch()
 		r.mu.Unlock()
 		r.logger.V(4).Info("Listed the kubelet's pod resources", "containers", len(l.containers),
 			"callers", len(batch), "took", time.Since(l.started), "err", l.err)
@@ -215,8 +210,76 @@ func (r *podResources) get(namespace, name string, since time.Time) *podGet {
 		if g.l != nil {
 			g.l.started = g.started
 		}
+		r.mu.Lock()
+		r.touch()
+		r.mu.Unlock()
 	}()
 	return g
+}
+
+// touch notes that a listing or a Get just ended, and drops both
+// keepListing from now (r.mu held).
+func (r *podResources) touch() {
+	r.used = time.Now()
+	if r.drop == nil {
+		r.drop = time.AfterFunc(keepListing, r.forget)
+	} else {
+		r.drop.Reset(keepListing)
+	}
+}
+
+// held returns the done Get of the pod, begun after since, that shows the
+// pod holding resource; nil if none is kept.
+func (r *podResources) held(resource, namespace, name string, since time.Time) *podGet {
+	r.mu.Lock()
+	g := r.gets[namespace+"/"+name]
+	r.mu.Unlock()
+	if g == nil || !g.started.After(since) {
+		return nil
+	}
+	select {
+	case <-g.done:
+	default:
+		return nil
+	}
+	if g.err != nil || !g.l.shows(resource, namespace, name) {
+		return nil
+	}
+	return g
+}
+
+// fromGets looks for the container holding exactly ids among the pods
+// of the kept Gets begun after since.
+func (r *podResources) fromGets(resource string, ids []string, since time.Time) (holder, bool) {
+	if len(ids) == 0 {
+		return holder{}, false
+	}
+	var want []string
+	r.mu.Lock()
+	var gets []*podGet
+	for _, g := range r.gets {
+		if g.started.After(since) {
+			gets = append(gets, g)
+		}
+	}
+	r.mu.Unlock()
+	for _, g := range gets {
+		select {
+		case <-g.done:
+		default:
+			continue
+		}
+		if g.err != nil {
+			continue
+		}
+		if want == nil {
+			want = inOrder(ids)
+		}
+		if h, ok := g.l.exact(resource, want); ok {
+			return h, true
+		}
+	}
+	return holder{}, false
 }
 
 // prefetch calls fetch in the background prefetchAfter from now, later
@@ -232,11 +295,12 @@ func (r *podResources) prefetch(fetch func()) {
 	r.pre.Reset(r.after)
 }
 
-// forget drops the latest listing once no container has started for
-// keepListing, and returns the memory the burst used to the system.
+// forget drops the latest listing and the Gets once the kubelet has
+// been asked nothing for keepListing, and returns the memory the burst
+// used to the system.
 func (r *podResources) forget() {
 	r.mu.Lock()
-	idle := r.last != nil && !r.running && time.Since(r.last.started) >= keepListing
+	idle := (r.last != nil || len(r.gets) > 0) && !r.running && time.Since(r.used) >= keepListing
 	if idle {
 		r.last, r.gets = nil, nil
 	}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
@@ -100,33 +103,44 @@ func TestAskPods(t *testing.T) {
 		t.Errorf("ask made %d List and %d Get calls; want 0 and 2 (c and d)", l-lists, g-gets)
 	}
 
+	// d's container starts with what that Get showed.
+	lists, gets = n.calls()
+	env, err := n.start(n.pod("d"), "main")
+	if err != nil || env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) {
+		t.Errorf("starting d: %v, %v", env, err)
+	}
+	if l, g := n.calls(); l != lists || g != gets {
+		t.Errorf("starting d made %d List and %d Get calls; want none", l-lists, g-gets)
+	}
+
+	// c and d are shown by Gets: more than maxGets others are not.
 	var more []string
-	for i := range maxGets - 1 {
+	for i := range maxGets + 1 {
 		more = append(more, fmt.Sprintf("e%02d", i))
 	}
 	n.admit(more...)
 	stale()
 	lists, gets = n.calls()
-	if h, ok := n.m.ask(ctx, memResource, n.ids("d"), time.Now()); ok {
-		t.Errorf("ask among %d pods found %+v; want none asked", maxGets+1, h)
+	if h, ok := n.m.ask(ctx, memResource, n.ids("e00"), time.Now()); ok {
+		t.Errorf("ask among %d pods found %+v; want none asked", len(more), h)
 	}
 	if l, g := n.calls(); l != lists || g != gets {
-		t.Errorf("ask among %d pods made %d List and %d Get calls; want none", maxGets+1, l-lists, g-gets)
+		t.Errorf("ask among %d pods made %d List and %d Get calls; want none", len(more), l-lists, g-gets)
 	}
 	// Starting the container finds it all the same, by a listing.
-	env, err := n.start(n.pod("d"), "main")
+	env, err = n.start(n.pod("e00"), "main")
 	if err != nil || env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) {
-		t.Errorf("starting d: %v, %v", env, err)
+		t.Errorf("starting e00: %v, %v", env, err)
 	}
 	if l, _ := n.calls(); l != lists+1 {
-		t.Errorf("starting d made %d List calls; want 1", l-lists)
+		t.Errorf("starting e00 made %d List calls; want 1", l-lists)
 	}
 }
 
 // After the last Allocate of a burst, the daemon asks the kubelet about
-// the few pods its latest listing does not show, so that their
-// containers start without a call to the kubelet; more pods than that,
-// it lists the node.
+// the pods its latest listing does not show, oldest first (the kubelet's
+// order of admission), so that their containers start without a call to
+// the kubelet: more than maxGets of them too, without listing the node.
 func TestPrefetch(t *testing.T) {
 	n := resolveNode{startNode(t), t}
 	n.admit("a", "b")
@@ -142,15 +156,15 @@ func TestPrefetch(t *testing.T) {
 	if l, g := n.calls(); l != lists || g != gets {
 		t.Errorf("starting 2 prefetched containers made %d List and %d Get calls; want none", l-lists, g-gets)
 	}
-	// More than maxGets pods not listed: a listing.
+	// More than maxGets pods not listed, admitted at once.
 	var more []string
 	for i := range maxGets + 1 {
 		more = append(more, fmt.Sprintf("e%02d", i))
 	}
 	n.admit(more...)
 	lists, gets = n.quiet()
-	if lists == 0 {
-		t.Fatalf("no listing after %d pods were admitted (%d Get calls)", len(more), gets)
+	if lists != 0 {
+		t.Errorf("%d listings after %d pods were admitted; want Gets only", lists, len(more))
 	}
 	for _, pod := range more {
 		if _, err := n.start(n.pod(pod), "main"); err != nil {
@@ -159,5 +173,64 @@ func TestPrefetch(t *testing.T) {
 	}
 	if l, g := n.calls(); l != lists || g != gets {
 		t.Errorf("starting prefetched containers made %d List and %d Get calls; want none", l-lists, g-gets)
+	}
+}
+
+// The daemon's informer shows pods bound to the node before the kubelet
+// admits them. The prefetch asks about the oldest ones the kubelet has
+// not shown holding devices, and stops at the first batch in which some
+// are not admitted yet: no listing, and the admitted ones start without
+// a call to the kubelet.
+func TestPrefetchBoundPods(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		bound []*corev1Pod
+	)
+	n := resolveNode{startNodeWith(t, func(c *Config) {
+		c.NodePods = func() []*corev1Pod {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(bound)
+		}
+	}), t}
+	created := time.Now().Add(-time.Hour)
+	for i := range 3 * maxGets {
+		// Names against the order of creation: the prefetch goes by age.
+		p := n.pod(fmt.Sprintf("p%02d", 3*maxGets-i))
+		p.CreationTimestamp = metav1.NewTime(created.Add(time.Duration(i) * time.Second))
+		bound = append(bound, p)
+	}
+	for _, p := range bound[:3] {
+		if err := n.node.admit(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lists, gets := n.quiet()
+	// Admitted one by one, each pod is the oldest not shown: one Get for
+	// it, and up to two for the next ones, not admitted.
+	if lists != 0 || gets > 3*3 {
+		t.Errorf("after 3 of %d bound pods were admitted the kubelet served %d List and %d Get calls; want none and at most 9",
+			len(bound), lists, gets)
+	}
+	for _, p := range bound[:3] {
+		if _, err := n.start(p, "main"); err != nil {
+			t.Fatalf("starting %s: %v", p.Name, err)
+		}
+	}
+	if l, g := n.calls(); l != lists || g != gets {
+		t.Errorf("starting 3 prefetched containers made %d List and %d Get calls; want none", l-lists, g-gets)
+	}
+	// Out of the guessed order: the oldest not shown misses, and the
+	// prefetch asks about the next maxGets at once.
+	late := bound[3+maxGets/2]
+	if err := n.node.admit(late); err != nil {
+		t.Fatal(err)
+	}
+	lists, gets = n.quiet()
+	if _, err := n.start(late, "main"); err != nil {
+		t.Fatalf("starting %s: %v", late.Name, err)
+	}
+	if l, g := n.calls(); l != lists || g != gets {
+		t.Errorf("starting a container admitted out of order made %d List and %d Get calls; want none", l-lists, g-gets)
 	}
 }
