@@ -387,7 +387,7 @@ func (m *Manager) unshown(l *listing, skip map[string]bool, resources ...string)
 			continue
 		}
 		if slices.ContainsFunc(resources, func(r string) bool {
-			return asks(p, r) && (l == nil || !l.shows(r, p.Namespace, p.Name)) && m.pr.held(r, p.Namespace, p.Name, time.Time{}) == nil
+			return asks(p, r) && (l == nil || !l.shows(r, p.Namespace, p.Name)) && !m.pr.held(r, p.Namespace, p.Name)
 		}) {
 			pods = append(pods, p)
 		}

@@ -228,24 +228,20 @@ func (r *podResources) touch() {
 	}
 }
 
-// held returns the done Get of the pod, begun after since, that shows the
-// pod holding resource; nil if none is kept.
-func (r *podResources) held(resource, namespace, name string, since time.Time) *podGet {
+// held reports whether a kept Get, done, shows the pod holding resource.
+func (r *podResources) held(resource, namespace, name string) bool {
 	r.mu.Lock()
 	g := r.gets[namespace+"/"+name]
 	r.mu.Unlock()
-	if g == nil || !g.started.After(since) {
-		return nil
+	if g == nil {
+		return false
 	}
 	select {
 	case <-g.done:
+		return g.err == nil && g.l.shows(resource, namespace, name)
 	default:
-		return nil
+		return false
 	}
-	if g.err != nil || !g.l.shows(resource, namespace, name) {
-		return nil
-	}
-	return g
 }
 
 // fromGets looks for the container holding exactly ids among the pods

@@ -98,8 +98,10 @@ func (f *fixture) waitLines(t *testing.T, name string, n int) {
 	}
 }
 
-func TestCleanShutdown(t *testing.T) {
-	f := start(t)
+// healthyThenQuit checks that the daemon answers, then stops the
+// supervisor and checks that the daemon was asked to quit.
+func (f *fixture) healthyThenQuit(t *testing.T) {
+	t.Helper()
 	if err := f.d.Healthy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +113,11 @@ func TestCleanShutdown(t *testing.T) {
 	if f.lines("quits") != 1 {
 		t.Errorf("the daemon was not asked to quit")
 	}
+}
+
+func TestCleanShutdown(t *testing.T) {
+	f := start(t)
+	f.healthyThenQuit(t)
 }
 
 func TestRestartWhenKilled(t *testing.T) {
@@ -171,15 +178,5 @@ func TestShmDir(t *testing.T) {
 	if st.Mode()&os.ModeSticky == 0 || st.Mode().Perm() != 0o777 {
 		t.Errorf("shm directory mode %v, want sticky and 0777 like /dev/shm", st.Mode())
 	}
-	if err := f.d.Healthy(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	f.cancel()
-	if err := <-f.done; err != nil {
-		t.Fatal(err)
-	}
-	f.done <- nil // for the cleanup
-	if f.lines("quits") != 1 {
-		t.Errorf("the daemon was not asked to quit")
-	}
+	f.healthyThenQuit(t)
 }
