@@ -40,6 +40,15 @@ func (n resolveNode) ids(pod string) []string {
 	return slices.Collect(maps.Keys(n.Manager().GetDevices("uid-"+pod, "main")[memResource]))
 }
 
+// numbered returns count pod names: prefix00, prefix01, ...
+func numbered(prefix string, count int) []string {
+	names := make([]string, count)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return names
+}
+
 // calls returns how many List and Get calls the kubelet served.
 func (n resolveNode) calls() (lists, gets int) {
 	c := n.PodResourcesCalls()
@@ -114,10 +123,7 @@ func TestAskPods(t *testing.T) {
 	}
 
 	// c and d are shown by Gets: more than maxGets others are not.
-	var more []string
-	for i := range maxGets + 1 {
-		more = append(more, fmt.Sprintf("e%02d", i))
-	}
+	more := numbered("e", maxGets+1)
 	n.admit(more...)
 	stale()
 	lists, gets = n.calls()
@@ -157,10 +163,7 @@ func TestPrefetch(t *testing.T) {
 		t.Errorf("starting 2 prefetched containers made %d List and %d Get calls; want none", l-lists, g-gets)
 	}
 	// More than maxGets pods not listed, admitted at once.
-	var more []string
-	for i := range maxGets + 1 {
-		more = append(more, fmt.Sprintf("e%02d", i))
-	}
+	more := numbered("e", maxGets+1)
 	n.admit(more...)
 	lists, gets = n.quiet()
 	if lists != 0 {
