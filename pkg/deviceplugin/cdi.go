@@ -122,6 +122,21 @@ func Env(c *gpusharev1.ContainerAllocation, mps *MPS) []string {
 
 // writeSpec writes the CDI spec of claim atomically into dir.
 func writeSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) error {
+	tmp, err := stageSpec(dir, claim, c, mps)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, SpecPath(dir, claim)); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// stageSpec writes the CDI spec of claim into a file of its own in dir,
+// which runtimes do not read, and returns its path: renamed to
+// SpecPath, it takes effect at once.
+func stageSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) (string, error) {
 	d := cdiDevice{Name: claim, ContainerEdits: edits{Env: Env(c, mps)}}
 	if mps != nil {
 		d.ContainerEdits.Mounts = []cdiMount{{HostPath: mps.PipeDir, ContainerPath: mps.PipeDir, Options: []string{"rbind", "rw"}}}
@@ -132,14 +147,31 @@ func writeSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) e
 	}
 	b, err := json.MarshalIndent(spec{CDIVersion: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{d}}, "", "  ")
 	if err != nil {
-		return err
+		return "", err
 	}
-	path := SpecPath(dir, claim)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil { //nolint:gosec // CDI specs are read by the container runtime
-		return err
+	// Not a .json or .yaml name: runtimes read only those.
+	f, err := os.CreateTemp(dir, ".gpushare-"+claim+"-*.tmp")
+	if err != nil {
+		return "", err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(b)
+	if err == nil {
+		// Read by the container runtime.
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// errWriting says the CDI spec of h could not be written.
+func errWriting(h holder, err error) error {
+	return fmt.Errorf("writing the CDI spec of container %s of pod %s/%s: %w", h.Container, h.Namespace, h.Pod, err)
 }
 
 // SpecPath is where the CDI spec of claim is written.

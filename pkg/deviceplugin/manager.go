@@ -67,9 +67,10 @@ type Manager struct {
 	// restart; registering waits for them.
 	cancelRegister context.CancelFunc
 	registering    sync.WaitGroup
-	// allocated holds when Allocate named each claim not yet started, so
-	// that PreStartContainer may use a PodResources listing taken since.
-	allocated map[string]time.Time
+	// claims are the claims Allocate named whose containers have not
+	// started, so that PreStartContainer may use a PodResources answer
+	// asked for since, and the prefetch may resolve them ahead.
+	claims map[string]*pending
 }
 
 // New checks cfg, discovers the GPUs and builds the plugins.
@@ -86,7 +87,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.CDIDir, 0o755); err != nil { //nolint:gosec // the runtime reads CDI specs
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}, allocated: map[string]time.Time{}}
+	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}, claims: map[string]*pending{}}
 	devs, err := cfg.Backend.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
@@ -244,20 +245,6 @@ func (m *Manager) observe(method string, start time.Time) {
 	}
 }
 
-// noteAllocated records that Allocate named claim now.
-func (m *Manager) noteAllocated(claim string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.allocated[claim] = time.Now()
-	m.pr.prefetch(m.prefetch)
-	// Claims of containers that never started: forget them after a while.
-	for c, at := range m.allocated {
-		if time.Since(at) > 10*time.Minute {
-			delete(m.allocated, c)
-		}
-	}
-}
-
 // holderOf finds the container that holds ids. A PodResources listing
 // asked for after Allocate named the claim serves many containers
 // starting at once. When the latest does not show the IDs, the few pods
@@ -267,12 +254,7 @@ func (m *Manager) noteAllocated(claim string) {
 // records an allocation when Allocate returns).
 func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []string) (holder, error) {
 	called := time.Now()
-	m.mu.Lock()
-	since, ok := m.allocated[claim]
-	m.mu.Unlock()
-	if !ok {
-		since = called
-	}
+	since := m.allocatedAt(claim, called)
 	found := func(h holder, via string) (holder, error) {
 		m.logger.V(4).Info("Found the container holding devices", "pod", klog.KRef(h.Namespace, h.Pod),
 			"resource", resource, "via", via, "took", time.Since(called))
@@ -309,7 +291,8 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 // past it, the node is listed.
 const maxGets = 16
 
-// prefetch readies what the containers allocated last need to start.
+// prefetch readies what the containers allocated last need to start, and
+// resolves those it finds ahead of their start (prepare).
 // The kubelet admits pods oldest first, so those allocated last are the
 // oldest pods that neither the latest listing nor a Get shows holding
 // devices yet. It Gets the oldest such pod, then twice as many at a time
@@ -320,6 +303,8 @@ const maxGets = 16
 // node instead.
 func (m *Manager) prefetch() {
 	now := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	resources := m.served()
 	asked := map[string]bool{}
 	for batch := 1; len(asked) < maxPrefetched; {
@@ -341,6 +326,7 @@ func (m *Manager) prefetch() {
 			<-g.done
 			if g.err == nil && slices.ContainsFunc(resources, func(r string) bool { return g.l.shows(r, pods[i].Namespace, pods[i].Name) }) {
 				holding++
+				m.prepare(ctx, g.l)
 			}
 		}
 		switch {
@@ -355,9 +341,9 @@ func (m *Manager) prefetch() {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, _ = m.pr.list(ctx, now)
+	if l, err := m.pr.list(ctx, now); err == nil {
+		m.prepare(ctx, l)
+	}
 }
 
 // maxPrefetched bounds the pods a prefetch asks about one at a time; past
@@ -437,13 +423,9 @@ func (m *Manager) ask(ctx context.Context, resource string, ids []string, since 
 
 // asks reports whether a container of pod asks for resource.
 func asks(pod *corev1.Pod, resource string) bool {
-	name := corev1.ResourceName(resource)
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
-			if q, ok := list[i].Resources.Limits[name]; ok && !q.IsZero() {
-				return true
-			}
-			if q, ok := list[i].Resources.Requests[name]; ok && !q.IsZero() {
+			if containerAsks(&list[i], resource) {
 				return true
 			}
 		}
@@ -451,18 +433,24 @@ func asks(pod *corev1.Pod, resource string) bool {
 	return false
 }
 
+// containerAsks reports whether c asks for resource.
+func containerAsks(c *corev1.Container, resource string) bool {
+	name := corev1.ResourceName(resource)
+	if q, ok := c.Resources.Limits[name]; ok && !q.IsZero() {
+		return true
+	}
+	q, ok := c.Resources.Requests[name]
+	return ok && !q.IsZero()
+}
+
 // resolve finds the container holding ids of resource and returns its
 // allocation from its pod's record, checked against this node's GPUs.
 func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []string) (holder, *gpusharev1.ContainerAllocation, error) {
 	h, err := m.holderOf(ctx, resource, claim, ids)
-	if err == nil {
-		m.mu.Lock()
-		delete(m.allocated, claim)
-		m.mu.Unlock()
-	}
 	if err != nil {
 		return h, nil, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
 	}
+	m.forget(claim)
 	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
 	if err != nil {
 		return h, nil, fmt.Errorf("reading pod %s/%s: %w", h.Namespace, h.Pod, err)
@@ -471,38 +459,49 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 	if h.Container == "" {
 		return h, nil, fmt.Errorf("pod %s/%s: no container asks %d %s devices", h.Namespace, h.Pod, len(ids), resource)
 	}
+	c, err := m.allocation(pod, h.Container)
+	if err != nil {
+		return h, nil, err
+	}
+	return h, c, m.checkGPUs(h, c)
+}
+
+// allocation returns container's allocation from pod's record, which
+// must be for this node.
+func (m *Manager) allocation(pod *corev1.Pod, container string) (*gpusharev1.ContainerAllocation, error) {
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
 	if !ok {
-		return h, nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", h.Namespace, h.Pod, gpusharev1.AllocationAnnotation)
+		return nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", pod.Namespace, pod.Name, gpusharev1.AllocationAnnotation)
 	}
 	a, err := gpusharev1.ParseAllocation(value)
 	if err != nil {
-		return h, nil, fmt.Errorf("pod %s/%s: %w", h.Namespace, h.Pod, err)
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if a.Node != m.cfg.Node {
-		return h, nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, this is %s", h.Namespace, h.Pod, a.Node, m.cfg.Node)
+		return nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, this is %s", pod.Namespace, pod.Name, a.Node, m.cfg.Node)
 	}
-	var c *gpusharev1.ContainerAllocation
 	for i := range a.Containers {
-		if a.Containers[i].Name == h.Container {
-			c = &a.Containers[i]
+		if a.Containers[i].Name == container {
+			return &a.Containers[i], nil
 		}
 	}
-	if c == nil {
-		return h, nil, fmt.Errorf("pod %s/%s: the allocation record has no container %s", h.Namespace, h.Pod, h.Container)
-	}
+	return nil, fmt.Errorf("pod %s/%s: the allocation record has no container %s", pod.Namespace, pod.Name, container)
+}
+
+// checkGPUs checks that this node has the GPUs of c, healthy.
+func (m *Manager) checkGPUs(h holder, c *gpusharev1.ContainerAllocation) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, g := range c.GPUs {
 		d, ok := m.gpus[g.UUID]
 		switch {
 		case !ok || d.Index != g.Index:
-			return h, nil, fmt.Errorf("pod %s/%s container %s: GPU %d (%s): %w", h.Namespace, h.Pod, h.Container, g.Index, g.UUID, errNoGPU)
+			return fmt.Errorf("pod %s/%s container %s: GPU %d (%s): %w", h.Namespace, h.Pod, h.Container, g.Index, g.UUID, errNoGPU)
 		case !d.Healthy:
-			return h, nil, fmt.Errorf("pod %s/%s container %s: GPU %d (%s) is unhealthy", h.Namespace, h.Pod, h.Container, g.Index, g.UUID)
+			return fmt.Errorf("pod %s/%s container %s: GPU %d (%s) is unhealthy", h.Namespace, h.Pod, h.Container, g.Index, g.UUID)
 		}
 	}
-	return h, c, nil
+	return nil
 }
 
 // whichContainer names the container of pod that the kubelet asked about.

@@ -155,16 +155,13 @@ func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	ids := req.GetDevicesIds()
 	slices.Sort(ids)
 	claim := claimOf(string(p.res.Name), ids)
-	h, a, err := p.m.resolve(ctx, string(p.res.Name), claim, ids)
+	h, a, via, err := p.m.containerOf(ctx, string(p.res.Name), claim, ids)
 	if err != nil {
 		p.logger.Error(err, "Refusing to start a container", "resource", p.res.Name, "devices", len(ids), "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container)
 		return nil, err
 	}
-	if err := writeSpec(p.m.cfg.CDIDir, claim, a, p.m.cfg.MPS); err != nil {
-		return nil, fmt.Errorf("writing the CDI spec of container %s of pod %s/%s: %w", h.Container, h.Namespace, h.Pod, err)
-	}
 	p.logger.V(2).Info("Container gets its GPUs", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container,
-		"resource", p.res.Name, "gpus", uuids(a), "took", time.Since(start))
+		"resource", p.res.Name, "gpus", uuids(a), "resolved", via, "took", time.Since(start))
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 

@@ -183,12 +183,16 @@ func TestBadRecords(t *testing.T) {
 }
 
 // An unhealthy GPU leaves the kubelet's allocatable devices, and a
-// container recorded on it does not start.
+// container recorded on it does not start, though resolved ahead.
 func TestUnhealthyGPU(t *testing.T) {
 	n := startNode(t)
 	p := n.pod("on-one", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024})
 	if err := n.admit(p); err != nil {
 		t.Fatal(err)
+	}
+	// Resolved ahead while healthy: checked again when it starts.
+	if r := (resolveNode{n, t}); !r.ready(r.claim(p.Name)) {
+		t.Fatal("the container was not resolved ahead")
 	}
 	if err := n.gpus.SetHealth(1, false, "XID 79"); err != nil {
 		t.Fatal(err)

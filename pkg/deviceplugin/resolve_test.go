@@ -2,8 +2,10 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -235,5 +237,91 @@ func TestPrefetchBoundPods(t *testing.T) {
 	}
 	if l, g := n.calls(); l != lists || g != gets {
 		t.Errorf("starting a container admitted out of order made %d List and %d Get calls; want none", l-lists, g-gets)
+	}
+}
+
+// claim is the claim of the pod's container's devices.
+func (n resolveNode) claim(pod string) string { return claimOf(memResource, n.ids(pod)) }
+
+// ready reports whether the claim's container was resolved ahead,
+// waiting up to 10 s for the prefetch.
+func (n resolveNode) ready(claim string) bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n.m.mu.Lock()
+		p := n.m.claims[claim]
+		ready := p != nil && p.ready != nil
+		n.m.mu.Unlock()
+		if ready || time.Now().After(deadline) {
+			return ready
+		}
+	}
+}
+
+// The prefetch resolves the containers it finds ahead of their start and
+// writes their CDI specs: they start without a call to the kubelet, each
+// with its own GPU, and the claim is forgotten once started.
+func TestResolvedAhead(t *testing.T) {
+	n := resolveNode{startNode(t), t}
+	pods := []string{"a", "b", "c"}
+	n.admit(pods...)
+	lists, gets := n.quiet()
+	for _, pod := range pods {
+		claim := n.claim(pod)
+		ready := n.ready(claim)
+		if _, err := os.Stat(SpecPath(n.cdiDir, claim)); err != nil || !ready {
+			t.Errorf("before %s's container starts: spec %v, resolved ahead %v; want written and resolved", pod, err, ready)
+		}
+	}
+	for _, pod := range pods {
+		env, err := n.start(n.pod(pod), "main")
+		if want := n.gpuUUID(len(pod) % 2); err != nil || env["NVIDIA_VISIBLE_DEVICES"] != want {
+			t.Errorf("starting %s: %v, %v; want GPU %s", pod, env, err, want)
+		}
+		if claim := n.claim(pod); n.m.allocatedAt(claim, time.Time{}) != (time.Time{}) {
+			t.Errorf("%s started and its claim is still pending", pod)
+		}
+	}
+	if l, g := n.calls(); l != lists || g != gets {
+		t.Errorf("starting containers resolved ahead made %d List and %d Get calls; want none", l-lists, g-gets)
+	}
+}
+
+// A container resolved ahead whose devices Allocate names again (its pod
+// gone, another pod given them) is not used: the claim is resolved anew
+// when its container starts, and a resolution ahead that finishes after
+// the new Allocate writes nothing.
+func TestResolvedAheadReplaced(t *testing.T) {
+	n := resolveNode{startNode(t), t}
+	n.admit("a")
+	claim := n.claim("a")
+	if !n.ready(claim) {
+		t.Fatal("a was not resolved ahead")
+	}
+	// No more prefetches: this test resolves by hand.
+	n.m.pr.mu.Lock()
+	n.m.pr.after = time.Hour
+	n.m.pr.mu.Unlock()
+	n.m.mu.Lock()
+	old := n.m.claims[claim]
+	n.m.mu.Unlock()
+	n.m.noteAllocated(claim)
+	if r := n.m.takeReady(claim); r != nil {
+		t.Fatalf("a claim allocated again is taken as resolved ahead: %+v", r.holder)
+	}
+	path := SpecPath(n.cdiDir, claim)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	err := n.m.prepareOne(context.Background(), old, claim, holder{Namespace: "default", Pod: "a", Container: "main"}, memResource)
+	if !errors.Is(err, errReplaced) {
+		t.Errorf("resolving ahead for a claim allocated again gave %v; want %v", err, errReplaced)
+	}
+	if left, _ := os.ReadDir(n.cdiDir); len(left) != 0 {
+		t.Errorf("resolving ahead for a claim allocated again left %v in the CDI directory; want nothing", left)
+	}
+	// The container starts all the same, resolved when it starts.
+	env, err := n.start(n.pod("a"), "main")
+	if err != nil || env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) {
+		t.Errorf("starting a: %v, %v", env, err)
 	}
 }

@@ -1,0 +1,204 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+)
+
+// pending is a claim that Allocate named and whose container has not
+// started yet.
+type pending struct {
+	// allocated is when Allocate named it.
+	allocated time.Time
+	// ready, once set, is the container that holds the claim's devices
+	// and its allocation, found in a kubelet answer asked for after
+	// allocated; the claim's CDI spec is written. A new Allocate of the
+	// same claim replaces the pending claim, and ready with it.
+	ready *resolved
+}
+
+// resolved is a container and its allocation.
+type resolved struct {
+	holder
+	alloc *gpusharev1.ContainerAllocation
+}
+
+// forgetClaimsAfter is how long a claim whose container never starts is
+// kept.
+const forgetClaimsAfter = 10 * time.Minute
+
+// noteAllocated records that Allocate named claim now.
+func (m *Manager) noteAllocated(claim string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	m.claims[claim] = &pending{allocated: now}
+	m.pr.prefetch(m.prefetch)
+	for c, p := range m.claims {
+		if now.Sub(p.allocated) > forgetClaimsAfter {
+			delete(m.claims, c)
+		}
+	}
+}
+
+// allocatedAt returns when Allocate named claim, or otherwise if it did
+// not (before the daemon started, or long ago).
+func (m *Manager) allocatedAt(claim string, otherwise time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.claims[claim]; p != nil {
+		return p.allocated
+	}
+	return otherwise
+}
+
+// forget drops claim: its container was found.
+func (m *Manager) forget(claim string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.claims, claim)
+}
+
+// takeReady returns the container of claim if it was resolved ahead, and
+// drops the claim.
+func (m *Manager) takeReady(claim string) *resolved {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.claims[claim]
+	if p == nil || p.ready == nil {
+		return nil
+	}
+	delete(m.claims, claim)
+	return p.ready
+}
+
+// containerOf returns the container that holds ids of resource and its
+// allocation, with the CDI spec of claim written: resolved ahead by the
+// prefetch, or now. A container resolved ahead is checked again against
+// the GPUs' health.
+func (m *Manager) containerOf(ctx context.Context, resource, claim string, ids []string) (holder, *gpusharev1.ContainerAllocation, string, error) {
+	if r := m.takeReady(claim); r != nil {
+		return r.holder, r.alloc, "ahead", m.checkGPUs(r.holder, r.alloc)
+	}
+	h, a, err := m.resolve(ctx, resource, claim, ids)
+	if err != nil {
+		return h, nil, "", err
+	}
+	if err := writeSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS); err != nil {
+		return h, nil, "", errWriting(h, err)
+	}
+	return h, a, "now", nil
+}
+
+// prepare resolves ahead the containers that answer l shows holding
+// devices of claims that Allocate named before l was asked for, and
+// writes their CDI specs, so that they start without a call to the
+// kubelet or a write. It passes over pods whose init containers ask for
+// the resource (which container a claim is depends then on what has
+// finished when it starts) and containers whose record does not check
+// out: those are resolved when they start, and fail then with the reason.
+func (m *Manager) prepare(ctx context.Context, l *listing) {
+	if l == nil || !m.waiting(l.started) {
+		return
+	}
+	for i := range l.containers {
+		c := &l.containers[i]
+		for _, held := range c.held {
+			if held.ids.len() == 0 {
+				continue
+			}
+			ids := held.ids.sorted()
+			claim := claimOf(held.resource, ids)
+			m.mu.Lock()
+			p := m.claims[claim]
+			m.mu.Unlock()
+			if p == nil || !p.allocated.Before(l.started) {
+				continue
+			}
+			h := holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}
+			if err := m.prepareOne(ctx, p, claim, h, held.resource); err != nil {
+				m.logger.V(4).Info("Not resolving a container ahead", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container,
+					"resource", held.resource, "reason", err)
+			}
+		}
+	}
+}
+
+// waiting reports whether a claim named before t has no container yet.
+func (m *Manager) waiting(t time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.claims {
+		if p.ready == nil && p.allocated.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareOne resolves pending claim p to container h ahead of its start.
+// The spec is written to a file of its own and renamed into place while
+// p is still the claim's: a spec for a container that has since been
+// replaced (a new Allocate of the same devices) never lands after the
+// new container's own.
+func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h holder, resource string) error {
+	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
+	if err != nil {
+		return err
+	}
+	if initAsks(pod, resource) {
+		return errInitContainers
+	}
+	a, err := m.allocation(pod, h.Container)
+	if err != nil {
+		return err
+	}
+	if err := m.checkGPUs(h, a); err != nil {
+		return err
+	}
+	tmp, err := stageSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS)
+	if err != nil {
+		return errWriting(h, err)
+	}
+	renamed := false
+	m.mu.Lock()
+	switch {
+	case m.claims[claim] != p:
+		err = errReplaced
+	case p.ready != nil:
+		// Another prefetch resolved it first.
+	default:
+		if err = os.Rename(tmp, SpecPath(m.cfg.CDIDir, claim)); err == nil {
+			p.ready, renamed = &resolved{holder: h, alloc: a}, true
+		}
+	}
+	m.mu.Unlock()
+	if !renamed {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+var (
+	errInitContainers = errors.New("an init container of the pod asks for the resource")
+	errReplaced       = errors.New("the devices were allocated again since")
+)
+
+// initAsks reports whether an init container of pod, not a sidecar, asks
+// for resource.
+func initAsks(pod *corev1.Pod, resource string) bool {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) && containerAsks(c, resource) {
+			return true
+		}
+	}
+	return false
+}
