@@ -12,7 +12,9 @@
 //     bookkeeping: exact, whatever the order or number of pods starting),
 //     reads that pod's allocation record and writes the CDI spec for the
 //     claim: the GPUs' UUIDs, the memory and compute shares, and the MPS
-//     limits.
+//     limits. Usually the daemon has done so ahead, when it asked the
+//     kubelet after the latest Allocate (prefetch), and the call only
+//     checks the GPUs' health.
 //  3. The container runtime resolves the CDI device when it creates the
 //     container, after PreStartContainer returned.
 //
