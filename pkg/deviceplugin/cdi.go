@@ -35,8 +35,11 @@ func claimOf(resource string, ids []string) string {
 		b = append(b, id...)
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:10])
+	return hex.EncodeToString(sum[:claimLen/2])
 }
+
+// claimLen is the length of a claim: 10 bytes of the hash, in hex.
+const claimLen = 20
 
 // inOrder returns ids sorted: ids itself if they are, else a sorted copy.
 func inOrder(ids []string) []string {
@@ -120,19 +123,6 @@ func Env(c *gpusharev1.ContainerAllocation, mps *MPS) []string {
 	return env
 }
 
-// writeSpec writes the CDI spec of claim atomically into dir.
-func writeSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) error {
-	tmp, err := stageSpec(dir, claim, c, mps)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, SpecPath(dir, claim)); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
-}
-
 // stageSpec writes the CDI spec of claim into a file of its own in dir,
 // which runtimes do not read, and returns its path: renamed to
 // SpecPath, it takes effect at once.
@@ -177,4 +167,18 @@ func errWriting(h holder, err error) error {
 // SpecPath is where the CDI spec of claim is written.
 func SpecPath(dir, claim string) string {
 	return filepath.Join(dir, "gpushare-"+claim+".json")
+}
+
+// specClaim returns the claim whose spec file (SpecPath) is named name;
+// "" if it is not one.
+func specClaim(name string) string {
+	claim, ok := strings.CutPrefix(name, "gpushare-")
+	if !ok {
+		return ""
+	}
+	claim, ok = strings.CutSuffix(claim, ".json")
+	if _, err := hex.DecodeString(claim); !ok || err != nil || len(claim) != claimLen {
+		return ""
+	}
+	return claim
 }

@@ -91,10 +91,32 @@ func (m *Manager) containerOf(ctx context.Context, resource, claim string, ids [
 	if err != nil {
 		return h, nil, "", err
 	}
-	if err := writeSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS); err != nil {
+	if err := m.writeSpec(claim, a, nil); err != nil {
 		return h, nil, "", errWriting(h, err)
 	}
 	return h, a, "now", nil
+}
+
+// writeSpec writes the CDI spec of claim for a: it stages the spec, and
+// renames it into place under m.mu, where the sweep removes specs, if
+// commit (called there, if not nil) returns nil.
+func (m *Manager) writeSpec(claim string, a *gpusharev1.ContainerAllocation, commit func() error) error {
+	tmp, err := stageSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if commit != nil {
+		err = commit()
+	}
+	if err == nil {
+		err = os.Rename(tmp, SpecPath(m.cfg.CDIDir, claim))
+	}
+	m.mu.Unlock()
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 // prepare resolves ahead the containers that answer l shows holding
@@ -118,8 +140,9 @@ func (m *Manager) prepare(ctx context.Context, l *listing) {
 			claim := claimOf(held.resource, ids)
 			m.mu.Lock()
 			p := m.claims[claim]
+			todo := p != nil && p.ready == nil && p.allocated.Before(l.started)
 			m.mu.Unlock()
-			if p == nil || !p.allocated.Before(l.started) {
+			if !todo {
 				continue
 			}
 			h := holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}
@@ -143,11 +166,8 @@ func (m *Manager) waiting(t time.Time) bool {
 	return false
 }
 
-// prepareOne resolves pending claim p to container h ahead of its start.
-// The spec is written to a file of its own and renamed into place while
-// p is still the claim's: a spec for a container that has since been
-// replaced (a new Allocate of the same devices) never lands after the
-// new container's own.
+// prepareOne resolves pending claim p to container h ahead of its start
+// and writes its spec.
 func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h holder, resource string) error {
 	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
 	if err != nil {
@@ -163,27 +183,21 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 	if err := m.checkGPUs(h, a); err != nil {
 		return err
 	}
-	tmp, err := stageSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS)
-	if err != nil {
-		return errWriting(h, err)
-	}
-	renamed := false
-	m.mu.Lock()
-	switch {
-	case m.claims[claim] != p:
-		err = errReplaced
-	case p.ready != nil:
-		// Another prefetch resolved it first.
-	default:
-		if err = os.Rename(tmp, SpecPath(m.cfg.CDIDir, claim)); err == nil {
-			p.ready, renamed = &resolved{holder: h, alloc: a}, true
+	// Only while p is still the claim's: a spec for a container that has
+	// been replaced must not land after the new container's own.
+	err = m.writeSpec(claim, a, func() error {
+		if m.claims[claim] != p {
+			return errReplaced
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	m.mu.Lock()
+	p.ready = &resolved{holder: h, alloc: a}
 	m.mu.Unlock()
-	if !renamed {
-		_ = os.Remove(tmp)
-	}
-	return err
+	return nil
 }
 
 var (

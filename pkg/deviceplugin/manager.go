@@ -125,8 +125,8 @@ func (m *Manager) setGPUs(devs []gpu.Device) {
 }
 
 // Run serves and registers the plugins, registers them again whenever the
-// kubelet restarts (its socket is created anew), and passes GPU health
-// changes on, until ctx ends.
+// kubelet restarts (its socket is created anew), passes GPU health
+// changes on and removes unused CDI specs, until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	defer func() { _ = m.pr.close() }()
 	w, err := fsnotify.NewWatcher()
@@ -144,6 +144,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.registering.Wait()
 		m.stop()
 	}()
+
+	sweepCtx, stopSweeping := context.WithCancel(ctx)
+	var sweeping sync.WaitGroup
+	defer func() {
+		stopSweeping()
+		sweeping.Wait()
+	}()
+	sweeping.Go(func() { m.sweepEvery(sweepCtx, sweepSpecsEvery) })
 
 	events := make(chan gpu.Event, 16)
 	watchErr := make(chan error, 1)
