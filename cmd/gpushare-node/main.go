@@ -126,7 +126,7 @@ func run(ctx context.Context, o options) error {
 		mode = gpusharev1.ModeWholeCard
 	}
 	pub := &inventory.Publisher{Client: client, Node: o.node}
-	publish := func() {
+	publish := func() bool {
 		devs, err := backend.Devices()
 		if err == nil {
 			err = pub.Publish(ctx, inventory.From(devs, mode))
@@ -134,9 +134,11 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			logger.Error(err, "Publishing the GPU inventory")
 		}
+		return err == nil
 	}
-	publish()
-	logger.Info("Published the GPU inventory", "mode", mode)
+	if publish() {
+		logger.Info("Published the GPU inventory", "mode", mode)
+	}
 
 	// The pods of this node, for the device plugin and the metrics.
 	informer := cache.NewSharedIndexInformer(

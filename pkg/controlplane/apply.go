@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
@@ -18,8 +20,9 @@ import (
 )
 
 // Apply creates the objects of a multi-document YAML manifest: namespaces,
-// pods, deployments, statefulsets and jobs. An object without a namespace
-// goes to "default".
+// pods, deployments, statefulsets, jobs, service accounts, cluster roles
+// and their bindings, and validating admission policies and their
+// bindings. A namespaced object without a namespace goes to "default".
 func Apply(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
 	r := utilyaml.NewYAMLReader(bufioReader(manifest))
 	for {
@@ -64,6 +67,16 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 		_, err = client.AppsV1().StatefulSets(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *batchv1.Job:
 		_, err = client.BatchV1().Jobs(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *corev1.ServiceAccount:
+		_, err = client.CoreV1().ServiceAccounts(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *rbacv1.ClusterRole:
+		_, err = client.RbacV1().ClusterRoles().Create(ctx, t, o)
+	case *rbacv1.ClusterRoleBinding:
+		_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, t, o)
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, t, o)
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, t, o)
 	default:
 		return fmt.Errorf("apply: unsupported object %T", obj)
 	}
