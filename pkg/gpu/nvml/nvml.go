@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -18,19 +19,30 @@ import (
 
 // Backend reads GPUs through NVML.
 type Backend struct {
+	lib nvml.Interface
+	// poll is how often Watch checks that every GPU still answers.
+	poll time.Duration
+
 	mu sync.Mutex
-	// unhealthy holds the UUIDs of GPUs that had a critical XID error.
+	// unhealthy says why each GPU that had a critical XID error, or that
+	// stopped answering, is unhealthy; for good (until the daemon
+	// restarts, as with NVIDIA's device plugin).
 	unhealthy map[string]string
+	// known are the GPUs as last listed, in index order: one that stops
+	// answering keeps its place, unhealthy.
+	known []gpu.Device
 }
 
 var _ gpu.Backend = (*Backend)(nil)
 
 // New initialises NVML.
-func New() (gpu.Backend, error) {
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
+func New() (gpu.Backend, error) { return newBackend(nvml.New()) }
+
+func newBackend(lib nvml.Interface) (*Backend, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initialising NVML (is the NVIDIA driver installed and libnvidia-ml.so.1 on the library path?): %s", nvml.ErrorString(ret))
 	}
-	return &Backend{unhealthy: map[string]string{}}, nil
+	return &Backend{lib: lib, poll: 5 * time.Second, unhealthy: map[string]string{}}, nil
 }
 
 func check(what string, ret nvml.Return) error {
@@ -40,44 +52,105 @@ func check(what string, ret nvml.Return) error {
 	return nil
 }
 
-// Devices implements gpu.Backend.
+// Devices implements gpu.Backend. A GPU listed before that no longer
+// answers (NVML's "GPU is lost" when it fell off the bus) or that the
+// driver no longer lists is listed as before, unhealthy: it vanished.
 func (b *Backend) Devices() ([]gpu.Device, error) {
-	n, ret := nvml.DeviceGetCount()
+	n, ret := b.lib.DeviceGetCount()
 	if err := check("device count", ret); err != nil {
 		return nil, err
 	}
-	devs := make([]gpu.Device, 0, n)
-	busToIndex := map[string]int{}
-	handles := make([]nvml.Device, n)
+	b.mu.Lock()
+	known := b.known
+	b.mu.Unlock()
+	devs := make([]gpu.Device, 0, max(n, len(known)))
+	handles := make([]nvml.Device, 0, cap(devs))
+	seen := map[string]bool{}
 	for i := range n {
-		h, ret := nvml.DeviceGetHandleByIndex(i)
-		if err := check(fmt.Sprintf("device %d", i), ret); err != nil {
-			return nil, err
+		d, h, err := b.device(i)
+		if err != nil {
+			if i >= len(known) || known[i].Index != i {
+				return nil, err
+			}
+			// It answered before.
+			d, h = known[i], nil
+			b.lose(d.UUID, "vanished: "+err.Error())
 		}
-		handles[i] = h
-		uuid, ret := h.GetUUID()
-		if err := check(fmt.Sprintf("device %d UUID", i), ret); err != nil {
-			return nil, err
-		}
-		name, _ := h.GetName()
-		mem, ret := h.GetMemoryInfo()
-		if err := check(fmt.Sprintf("device %d memory", i), ret); err != nil {
-			return nil, err
-		}
-		d := gpu.Device{Index: i, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20), NUMANode: -1, Healthy: true}
-		if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
-			bus := busID(pci.BusId)
-			busToIndex[bus] = i
-			d.NUMANode = numaNode(bus)
-		}
-		b.mu.Lock()
-		_, bad := b.unhealthy[uuid]
-		b.mu.Unlock()
-		d.Healthy = !bad
-		devs = append(devs, d)
+		seen[d.UUID] = true
+		devs, handles = append(devs, d), append(handles, h)
 	}
-	// NVLink peers: the PCI bus at the far end of each active link.
+	for _, k := range known {
+		if seen[k.UUID] {
+			continue
+		}
+		if k.Index < n {
+			// The driver numbered the GPUs anew without it: the
+			// records of running pods name GPUs by index too.
+			return nil, fmt.Errorf("GPU %d (%s) vanished and the driver renumbered the GPUs; restart gpushare-node", k.Index, k.UUID)
+		}
+		b.lose(k.UUID, "vanished: the driver no longer lists it")
+		devs, handles = append(devs, k), append(handles, nil)
+	}
+	peers(devs, handles)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range devs {
+		_, bad := b.unhealthy[devs[i].UUID]
+		devs[i].Healthy = !bad
+	}
+	b.known = devs
+	return devs, nil
+}
+
+// device reads GPU i.
+func (b *Backend) device(i int) (gpu.Device, nvml.Device, error) {
+	h, ret := b.lib.DeviceGetHandleByIndex(i)
+	if err := check(fmt.Sprintf("device %d", i), ret); err != nil {
+		return gpu.Device{}, nil, err
+	}
+	uuid, ret := h.GetUUID()
+	if err := check(fmt.Sprintf("device %d UUID", i), ret); err != nil {
+		return gpu.Device{}, nil, err
+	}
+	mem, ret := h.GetMemoryInfo()
+	if err := check(fmt.Sprintf("device %d memory", i), ret); err != nil {
+		return gpu.Device{}, nil, err
+	}
+	name, _ := h.GetName()
+	d := gpu.Device{Index: i, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20), NUMANode: -1, Healthy: true}
+	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+		d.NUMANode = numaNode(busID(pci.BusId))
+	}
+	return d, h, nil
+}
+
+// lose marks the GPU unhealthy, unless it is already.
+func (b *Backend) lose(uuid, reason string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.unhealthy[uuid]; !ok {
+		b.unhealthy[uuid] = reason
+	}
+}
+
+// peers fills in the NVLink peers of devs, each read through its handle
+// (nil for a GPU that does not answer): the PCI bus at the far end of
+// each active link.
+func peers(devs []gpu.Device, handles []nvml.Device) {
+	busToIndex := map[string]int{}
 	for i, h := range handles {
+		if h == nil {
+			continue
+		}
+		if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+			busToIndex[busID(pci.BusId)] = i
+		}
+	}
+	for i, h := range handles {
+		if h == nil {
+			continue
+		}
+		devs[i].NVLinkPeers = nil
 		seen := map[int]bool{}
 		for link := range nvml.NVLINK_MAX_LINKS {
 			state, ret := h.GetNvLinkState(link)
@@ -90,11 +163,10 @@ func (b *Backend) Devices() ([]gpu.Device, error) {
 			}
 			if j, ok := busToIndex[busID(remote.BusId)]; ok && j != i && !seen[j] {
 				seen[j] = true
-				devs[i].NVLinkPeers = append(devs[i].NVLinkPeers, j)
+				devs[i].NVLinkPeers = append(devs[i].NVLinkPeers, devs[j].Index)
 			}
 		}
 	}
-	return devs, nil
 }
 
 // busID turns NVML's bus id ("00000000:17:00.0") into sysfs form
@@ -127,19 +199,22 @@ func numaNode(bus string) int {
 	return n
 }
 
-// Usage implements gpu.Backend.
+// Usage implements gpu.Backend. A GPU that does not answer is left out.
 func (b *Backend) Usage() ([]gpu.Usage, error) {
-	n, ret := nvml.DeviceGetCount()
+	n, ret := b.lib.DeviceGetCount()
 	if err := check("device count", ret); err != nil {
 		return nil, err
 	}
 	out := make([]gpu.Usage, 0, n)
 	for i := range n {
-		h, ret := nvml.DeviceGetHandleByIndex(i)
-		if err := check(fmt.Sprintf("device %d", i), ret); err != nil {
-			return nil, err
+		h, ret := b.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			continue
 		}
-		uuid, _ := h.GetUUID()
+		uuid, ret := h.GetUUID()
+		if ret != nvml.SUCCESS {
+			continue
+		}
 		u := gpu.Usage{UUID: uuid}
 		if r, ret := h.GetUtilizationRates(); ret == nvml.SUCCESS {
 			u.UtilizationPercent = int(r.Gpu)
@@ -163,49 +238,72 @@ func (b *Backend) Usage() ([]gpu.Usage, error) {
 	return out, nil
 }
 
-// Watch implements gpu.Backend: critical XID errors mark the GPU
-// unhealthy.
+// Watch implements gpu.Backend: a critical XID error marks the GPU
+// unhealthy, and so does a GPU that stops answering, checked every poll
+// (a GPU that falls off the bus may send no event).
 func (b *Backend) Watch(ctx context.Context, events chan<- gpu.Event) error {
-	set, ret := nvml.EventSetCreate()
+	set, ret := b.lib.EventSetCreate()
 	if err := check("event set", ret); err != nil {
 		return err
 	}
 	defer func() { _ = set.Free() }()
-	n, ret := nvml.DeviceGetCount()
+	n, ret := b.lib.DeviceGetCount()
 	if err := check("device count", ret); err != nil {
 		return err
 	}
 	for i := range n {
-		h, ret := nvml.DeviceGetHandleByIndex(i)
+		h, ret := b.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			continue
 		}
 		// Some GPUs do not support XID events; their health then
-		// comes from their presence alone.
+		// comes from their answering alone.
 		_ = h.RegisterEvents(uint64(nvml.EventTypeXidCriticalError), set)
 	}
-	for ctx.Err() == nil {
-		data, ret := set.Wait(1000)
-		if ret == nvml.ERROR_TIMEOUT {
-			continue
+	// told holds the GPUs reported unhealthy to events.
+	told := map[string]bool{}
+	tell := func(uuid, reason string) {
+		if told[uuid] {
+			return
 		}
-		if ret != nvml.SUCCESS || data.EventType != uint64(nvml.EventTypeXidCriticalError) {
-			continue
-		}
-		if ignoredXID(data.EventData) {
-			continue
-		}
-		uuid, _ := data.Device.GetUUID()
-		reason := fmt.Sprintf("XID %d", data.EventData)
-		b.mu.Lock()
-		b.unhealthy[uuid] = reason
-		b.mu.Unlock()
+		told[uuid] = true
 		select {
 		case events <- gpu.Event{UUID: uuid, Healthy: false, Reason: reason}:
 		case <-ctx.Done():
 		}
 	}
+	next := time.Now().Add(b.poll)
+	for ctx.Err() == nil {
+		if time.Now().After(next) {
+			next = time.Now().Add(b.poll)
+			if devs, err := b.Devices(); err == nil {
+				for _, d := range devs {
+					if !d.Healthy {
+						tell(d.UUID, b.reason(d.UUID))
+					}
+				}
+			}
+		}
+		data, ret := set.Wait(uint32(min(b.poll, time.Second).Milliseconds()))
+		if ret != nvml.SUCCESS || data.EventType != uint64(nvml.EventTypeXidCriticalError) || ignoredXID(data.EventData) {
+			continue
+		}
+		uuid, ret := data.Device.GetUUID()
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		reason := fmt.Sprintf("XID %d", data.EventData)
+		b.lose(uuid, reason)
+		tell(uuid, reason)
+	}
 	return nil
+}
+
+// reason says why the GPU is unhealthy.
+func (b *Backend) reason(uuid string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unhealthy[uuid]
 }
 
 // ignoredXID reports XIDs caused by the application, not the GPU (the
@@ -221,4 +319,4 @@ func ignoredXID(xid uint64) bool {
 }
 
 // Close implements gpu.Backend.
-func (b *Backend) Close() error { return check("shutdown", nvml.Shutdown()) }
+func (b *Backend) Close() error { return check("shutdown", b.lib.Shutdown()) }

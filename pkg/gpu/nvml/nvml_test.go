@@ -3,8 +3,17 @@
 package nvml
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
 // Without a driver New says so; with one, every GPU it lists has a UUID,
@@ -37,5 +46,157 @@ func TestBusID(t *testing.T) {
 	}
 	if got := busID(raw); got != "0000:17:00.0" {
 		t.Errorf("busID = %q", got)
+	}
+}
+
+// fakeNVML is NVML over GPUs that can fall off the bus (lost: they answer
+// "GPU is lost") or leave the driver's list (count), and send XID events.
+type fakeNVML struct {
+	lib   *mock.Interface
+	count atomic.Int32
+	lost  []atomic.Bool
+	xids  chan nvml.EventData
+	gpus  []*mock.Device
+}
+
+func newFakeNVML(n int) *fakeNVML {
+	f := &fakeNVML{lost: make([]atomic.Bool, n), xids: make(chan nvml.EventData, 4)}
+	f.count.Store(int32(n))
+	for i := range n {
+		answer := func() nvml.Return {
+			if f.lost[i].Load() {
+				return nvml.ERROR_GPU_IS_LOST
+			}
+			return nvml.SUCCESS
+		}
+		f.gpus = append(f.gpus, &mock.Device{
+			GetUUIDFunc:        func() (string, nvml.Return) { return fmt.Sprintf("GPU-%d", i), answer() },
+			GetMemoryInfoFunc:  func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 16 << 30}, answer() },
+			GetNameFunc:        func() (string, nvml.Return) { return "Tesla T4", answer() },
+			GetPciInfoFunc:     func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED },
+			GetNvLinkStateFunc: func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+			RegisterEventsFunc: func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+		})
+	}
+	f.lib = &mock.Interface{
+		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:       func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetCountFunc: func() (int, nvml.Return) { return int(f.count.Load()), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+			if i >= int(f.count.Load()) {
+				return nil, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return f.gpus[i], nvml.SUCCESS
+		},
+		EventSetCreateFunc: func() (nvml.EventSet, nvml.Return) {
+			return &mock.EventSet{
+				WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+					select {
+					case e := <-f.xids:
+						return e, nvml.SUCCESS
+					case <-time.After(time.Duration(ms) * time.Millisecond):
+						return nvml.EventData{}, nvml.ERROR_TIMEOUT
+					}
+				},
+				FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+			}, nvml.SUCCESS
+		},
+	}
+	return f
+}
+
+// health is each GPU's UUID and health.
+func health(devs []gpu.Device) string {
+	var s []string
+	for _, d := range devs {
+		s = append(s, fmt.Sprintf("%d:%s:%v", d.Index, d.UUID, d.Healthy))
+	}
+	return strings.Join(s, " ")
+}
+
+// A GPU that stops answering (fallen off the bus) or that the driver stops
+// listing stays listed, in its place and with its size, unhealthy, and
+// stays so when it answers again; a GPU that never answered is an error.
+func TestVanishedGPU(t *testing.T) {
+	f := newFakeNVML(3)
+	b, err := newBackend(f.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := b.Devices()
+	if want := "0:GPU-0:true 1:GPU-1:true 2:GPU-2:true"; err != nil || health(devs) != want {
+		t.Fatalf("Devices = %s, %v; want %s", health(devs), err, want)
+	}
+	f.lost[1].Store(true)
+	devs, err = b.Devices()
+	if want := "0:GPU-0:true 1:GPU-1:false 2:GPU-2:true"; err != nil || health(devs) != want {
+		t.Fatalf("GPU 1 lost: Devices = %s, %v; want %s", health(devs), err, want)
+	}
+	if devs[1].MemoryMiB != 16384 {
+		t.Errorf("GPU 1 lost: listed with %d MiB; want 16384 MiB, as last read", devs[1].MemoryMiB)
+	}
+	if r := b.reason("GPU-1"); !strings.Contains(r, "vanished") || !strings.Contains(r, "device 1") {
+		t.Errorf("GPU 1 is unhealthy because %q; want it to say it vanished and why", r)
+	}
+	f.lost[1].Store(false)
+	f.count.Store(2)
+	devs, err = b.Devices()
+	if want := "0:GPU-0:true 1:GPU-1:false 2:GPU-2:false"; err != nil || health(devs) != want {
+		t.Errorf("GPU 1 back, GPU 2 gone from the driver: Devices = %s, %v; want %s", health(devs), err, want)
+	}
+
+	// Never seen answering: nothing to list it as.
+	f = newFakeNVML(2)
+	f.lost[0].Store(true)
+	if b, err = newBackend(f.lib); err != nil {
+		t.Fatal(err)
+	}
+	if devs, err := b.Devices(); err == nil || !strings.Contains(err.Error(), "device 0") {
+		t.Errorf("Devices with GPU 0 lost from the start = %s, %v; want an error naming device 0", health(devs), err)
+	}
+}
+
+// Watch reports a GPU unhealthy once: on a critical XID event (not on an
+// application's XID), and when it stops answering, which sends no event.
+func TestWatch(t *testing.T) {
+	f := newFakeNVML(2)
+	b, err := newBackend(f.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.poll = 20 * time.Millisecond
+	if _, err := b.Devices(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan gpu.Event, 8)
+	done := make(chan error, 1)
+	go func() { done <- b.Watch(ctx, events) }()
+	next := func() (gpu.Event, bool) {
+		select {
+		case ev := <-events:
+			return ev, true
+		case <-time.After(5 * time.Second):
+			return gpu.Event{}, false
+		}
+	}
+	f.xids <- nvml.EventData{Device: f.gpus[0], EventType: nvml.EventTypeXidCriticalError, EventData: 13}
+	f.xids <- nvml.EventData{Device: f.gpus[0], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	if ev, ok := next(); !ok || ev != (gpu.Event{UUID: "GPU-0", Healthy: false, Reason: "XID 79"}) {
+		t.Errorf("after XIDs 13 and 79 on GPU 0: %+v, %v; want GPU-0 unhealthy by XID 79", ev, ok)
+	}
+	f.lost[1].Store(true)
+	if ev, ok := next(); !ok || ev.UUID != "GPU-1" || ev.Healthy || !strings.Contains(ev.Reason, "vanished") {
+		t.Errorf("after GPU 1 stopped answering: %+v, %v; want GPU-1 unhealthy, vanished", ev, ok)
+	}
+	// Several polls later: nothing more to tell.
+	time.Sleep(10 * b.poll)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch: %v", err)
+	}
+	close(events)
+	for ev := range events {
+		t.Errorf("told again: %+v", ev)
 	}
 }
