@@ -25,8 +25,7 @@ type Backend struct {
 
 	mu sync.Mutex
 	// unhealthy says why each GPU that had a critical XID error, or that
-	// stopped answering, is unhealthy; for good (until the daemon
-	// restarts, as with NVIDIA's device plugin).
+	// stopped answering, is unhealthy: until the daemon restarts.
 	unhealthy map[string]string
 	// known are the GPUs as last listed, in index order: one that stops
 	// answering keeps its place, unhealthy.
