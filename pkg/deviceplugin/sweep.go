@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A container's CDI spec is read when the runtime creates the container,
@@ -22,16 +24,10 @@ const sweepSpecsEvery = 10 * time.Minute
 // read within seconds of being written.
 const keepSpecsFor = time.Minute
 
-// sweepEvery removes unused CDI specs every interval until ctx ends.
+// sweepEvery removes unused CDI specs now and every interval until ctx
+// ends.
 func (m *Manager) sweepEvery(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		removed, err := m.sweepSpecs(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -39,7 +35,7 @@ func (m *Manager) sweepEvery(ctx context.Context, every time.Duration) {
 		case removed > 0:
 			m.logger.V(2).Info("Removed unused CDI specs", "count", removed)
 		}
-	}
+	}, every)
 }
 
 // sweepSpecs removes the CDI specs written over keepSpecsFor ago whose
