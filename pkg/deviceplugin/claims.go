@@ -40,7 +40,8 @@ func (m *Manager) noteAllocated(claim string) {
 	defer m.mu.Unlock()
 	now := time.Now()
 	m.claims[claim] = &pending{allocated: now}
-	m.pr.prefetch(m.prefetch)
+	m.retries = 0
+	m.pr.prefetch(m.prefetch, 0)
 	for c, p := range m.claims {
 		if now.Sub(p.allocated) > forgetClaimsAfter {
 			delete(m.claims, c)
@@ -158,6 +159,11 @@ func (m *Manager) prepare(ctx context.Context, l *listing) {
 func (m *Manager) waiting(t time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.waitingLocked(t)
+}
+
+// waitingLocked is waiting, with m.mu held.
+func (m *Manager) waitingLocked(t time.Time) bool {
 	for _, p := range m.claims {
 		if p.ready == nil && p.allocated.Before(t) {
 			return true

@@ -71,6 +71,8 @@ type Manager struct {
 	// started, so that PreStartContainer may use a PodResources answer
 	// asked for since, and the prefetch may resolve them ahead.
 	claims map[string]*pending
+	// retries counts the prefetches since the latest Allocate.
+	retries int
 }
 
 // New checks cfg, discovers the GPUs and builds the plugins.
@@ -300,17 +302,35 @@ func (m *Manager) holderOf(ctx context.Context, resource, claim string, ids []st
 const maxGets = 16
 
 // prefetch readies what the containers allocated last need to start, and
-// resolves those it finds ahead of their start (prepare).
-// The kubelet admits pods oldest first, so those allocated last are the
-// oldest pods that neither the latest listing nor a Get shows holding
-// devices yet. It Gets the oldest such pod, then twice as many at a time
-// while every pod it got held devices, and stops at the first batch with
-// a pod that does not. When the very first misses, the kubelet's order
-// was not the one guessed, and it Gets up to maxGets more at once. Past
-// maxPrefetched pods, or without the node's pods at hand, it lists the
-// node instead.
+// resolves those it finds ahead of their start (fetchAhead, prepare). The
+// kubelet records an allocation after Allocate returns, and makes the pod
+// active after admitting it, so a prefetch can come too early: it tries
+// again, later each time, while a claim named before it has no container.
 func (m *Manager) prefetch() {
 	now := time.Now()
+	m.fetchAhead(now)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retries < maxPrefetchRetries && m.waitingLocked(now) {
+		m.retries++
+		m.pr.prefetch(m.prefetch, m.retries)
+	}
+}
+
+// maxPrefetchRetries bounds the prefetches after an Allocate: the delay
+// doubles with each, 5 ms to 160 ms.
+const maxPrefetchRetries = 5
+
+// fetchAhead asks the kubelet what the containers allocated before now
+// need to start. The kubelet admits pods oldest first, so those allocated
+// last are the oldest pods that neither the latest listing nor a Get
+// shows holding devices yet. It Gets the oldest such pod, then twice as
+// many at a time while every pod it got held devices, and stops at the
+// first batch with a pod that does not. When the very first misses, the
+// kubelet's order was not the one guessed, and it Gets up to maxGets more
+// at once. Past maxPrefetched pods, or without the node's pods at hand, it
+// lists the node instead.
+func (m *Manager) fetchAhead(now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	resources := m.served()

@@ -280,15 +280,17 @@ func (r *podResources) fromGets(resource string, ids []string, since time.Time) 
 
 // prefetch calls fetch in the background prefetchAfter from now, later
 // if called again meanwhile, so that containers starting after a burst of
-// allocations find what they need ready.
-func (r *podResources) prefetch(fetch func()) {
+// allocations find what they need ready. Its retry (0 for the first try)
+// doubles the delay with each retry.
+func (r *podResources) prefetch(fetch func(), retry int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	after := r.after << retry
 	if r.pre == nil {
-		r.pre = time.AfterFunc(r.after, fetch)
+		r.pre = time.AfterFunc(after, fetch)
 		return
 	}
-	r.pre.Reset(r.after)
+	r.pre.Reset(after)
 }
 
 // forget drops the latest listing and the Gets once the kubelet has

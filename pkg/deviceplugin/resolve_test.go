@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,5 +324,25 @@ func TestResolvedAheadReplaced(t *testing.T) {
 	env, err := n.start(n.pod("a"), "main")
 	if err != nil || env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) {
 		t.Errorf("starting a: %v, %v", env, err)
+	}
+}
+
+// A prefetch that comes too early (here the node's pods do not show the
+// pod yet; or the kubelet has not recorded its allocation) tries again,
+// later, and the container is still resolved ahead of its start.
+func TestPrefetchTriesAgain(t *testing.T) {
+	var asked atomic.Int32
+	n := resolveNode{startNodeWith(t, func(c *Config) {
+		pods := c.NodePods
+		c.NodePods = func() []*corev1Pod {
+			if asked.Add(1) == 1 {
+				return nil
+			}
+			return pods()
+		}
+	}), t}
+	n.admit("a")
+	if !n.ready(n.claim("a")) {
+		t.Fatalf("a was not resolved ahead after the first prefetch missed it (node's pods read %d times)", asked.Load())
 	}
 }
