@@ -22,6 +22,7 @@ func main() {
 	nodeDaemon := fs.String("node-daemon", "bin/gpushare-node", "the gpushare-node binary, run with simulated GPUs for each node")
 	config := fs.String("config", "deploy/scheduler-config.yaml", "the scheduler's KubeSchedulerConfiguration")
 	examples := fs.String("examples", "examples", "directory of manifests to apply")
+	nodeRBAC := fs.String("node-rbac", "deploy/node-rbac.yaml", "what each gpushare-node may do: its service account, role and admission policy")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n")
 		fs.PrintDefaults()
@@ -32,7 +33,7 @@ func main() {
 	var err error
 	switch cmd := fs.Arg(0); cmd {
 	case "", "up":
-		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples})
+		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, nodeRBAC: *nodeRBAC})
 	case "down":
 		err = down(*dir)
 	default:

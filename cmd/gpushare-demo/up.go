@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ import (
 )
 
 type options struct {
-	dir, scheduler, nodeDaemon, config, examples string
+	dir, scheduler, nodeDaemon, config, examples, nodeRBAC string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -67,6 +68,14 @@ func up(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	rbac, err := os.ReadFile(o.nodeRBAC)
+	if err != nil {
+		return err
+	}
+	step("applying " + o.nodeRBAC + ": each gpushare-node may change its own node's GPU inventory and nothing else")
+	if err := controlplane.Apply(ctx, client, rbac); err != nil {
+		return fmt.Errorf("%s: %w", o.nodeRBAC, err)
+	}
 	step("creating simulated GPU nodes, each with a gpushare-node daemon on simulated GPUs")
 	for _, n := range nodes {
 		metrics, err := startDaemon(ctx, c, client, o, n)
@@ -105,6 +114,8 @@ func up(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	// The node daemons' pods are not the examples'.
+	pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Namespace == metav1.NamespaceSystem })
 	printPlacements(pods)
 	fmt.Printf("\nThe cluster keeps running. Try:\n    kubectl --kubeconfig %s get pods -A -o wide\n", c.Kubeconfig)
 	fmt.Printf("(kubectl v1.36 is in %s)\nLogs are in %s. Stop it with: make demo-down\n",
@@ -116,11 +127,16 @@ func step(s string) { fmt.Printf("==> %s\n", s) }
 
 // startDaemon creates node n without a GPU inventory and starts its
 // gpushare-node on simulated GPUs, which publishes the inventory as it
-// would on a real GPU node (kwok nodes have no kubelet: no device plugin).
+// would on a real GPU node (kwok nodes have no kubelet: no device plugin),
+// with the credentials it has there: a token bound to its pod on the node.
 // It returns the daemon's metrics address.
 func startDaemon(ctx context.Context, c *controlplane.Cluster, client kubernetes.Interface, o options, n controlplane.NodeSpec) (string, error) {
 	n.Bare = true
 	if err := controlplane.CreateNode(ctx, client, n); err != nil {
+		return "", err
+	}
+	kubeconfig, err := c.NodeDaemonKubeconfig(ctx, n.Name, daemonTokenTTL)
+	if err != nil {
 		return "", err
 	}
 	gpus := filepath.Join(c.Dir, "gpus-"+n.Name+".yaml")
@@ -132,7 +148,7 @@ func startDaemon(ctx context.Context, c *controlplane.Cluster, client kubernetes
 		return "", err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := []string{"--kubeconfig=" + c.Kubeconfig, "--node-name=" + n.Name, "--simulated-gpus=" + gpus,
+	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + n.Name, "--simulated-gpus=" + gpus,
 		"--no-device-plugin", "--metrics-bind-address=" + addr}
 	if n.WholeCard {
 		args = append(args, "--whole-card")
@@ -142,6 +158,10 @@ func startDaemon(ctx context.Context, c *controlplane.Cluster, client kubernetes
 	}
 	return addr, nil
 }
+
+// daemonTokenTTL is how long the node daemons' tokens last: on a node the
+// kubelet renews a pod's token, here nothing does.
+const daemonTokenTTL = 7 * 24 * time.Hour
 
 // waitInventories waits until every demo node carries the inventory its
 // daemon publishes.

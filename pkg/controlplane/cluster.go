@@ -165,14 +165,15 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		return err
 	}
 	c.Kubeconfig = c.path("kubeconfig")
-	return c.writeKubeconfig(c.Kubeconfig)
+	return c.writeKubeconfig(c.Kubeconfig, "admin", c.Token)
 }
 
-func (c *Cluster) writeKubeconfig(path string) error {
+// writeKubeconfig writes a kubeconfig for user with token.
+func (c *Cluster) writeKubeconfig(path, user, token string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["gpushare"] = &clientcmdapi.Cluster{Server: c.Host, InsecureSkipTLSVerify: true}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: c.Token}
-	cfg.Contexts["gpushare"] = &clientcmdapi.Context{Cluster: "gpushare", AuthInfo: "admin"}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["gpushare"] = &clientcmdapi.Context{Cluster: "gpushare", AuthInfo: user}
 	cfg.CurrentContext = "gpushare"
 	return clientcmd.WriteToFile(*cfg, path)
 }

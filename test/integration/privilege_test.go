@@ -8,15 +8,11 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -43,24 +39,15 @@ func TestNodeDaemonLeastPrivilege(t *testing.T) {
 	}
 	bareNode(t, admin, "gpu-a")
 	bareNode(t, admin, "gpu-b")
-	pod, err := admin.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpushare-node-gpu-a", Namespace: "kube-system"},
-		Spec: corev1.PodSpec{ServiceAccountName: "gpushare-node", NodeName: "gpu-a",
-			Containers: []corev1.Container{{Name: "gpushare-node", Image: "gpushare-node"}}},
-	}, metav1.CreateOptions{})
+	kubeconfig, err := c.NodeDaemonKubeconfig(ctx, "gpu-a", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := admin.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "gpushare-node", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
-			Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := tok.Status.Token
-	daemon, err := kubernetes.NewForConfig(&rest.Config{Host: c.Host, BearerToken: token,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	daemon, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,15 +62,6 @@ func TestNodeDaemonLeastPrivilege(t *testing.T) {
 	}
 
 	// The daemon itself, with that token only, publishes its node's GPUs.
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: c.Host, InsecureSkipTLSVerify: true}
-	cfg.AuthInfos["gpushare-node"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "gpushare-node"}
-	cfg.CurrentContext = "c"
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
 	if err := os.WriteFile(simFile, []byte("gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 2}\n"), 0o600); err != nil {
 		t.Fatal(err)
