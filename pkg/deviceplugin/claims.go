@@ -22,6 +22,10 @@ type pending struct {
 	// allocated; the claim's CDI spec is written. A new Allocate of the
 	// same claim replaces the pending claim, and ready with it.
 	ready *resolved
+	// tried is set once resolving it ahead failed (an init container
+	// asks for the resource, a bad record): it is resolved when its
+	// container starts, and the prefetch does not try again for it.
+	tried bool
 }
 
 // resolved is a container and its allocation.
@@ -92,7 +96,16 @@ func (m *Manager) containerOf(ctx context.Context, resource, claim string, ids [
 	if err != nil {
 		return h, nil, "", err
 	}
-	if err := m.writeSpec(claim, a, nil); err != nil {
+	// resolve dropped the claim: one there now was named by a newer
+	// Allocate, for another container (this one's pod gone), and may be
+	// resolved ahead already. Its spec must not be overwritten.
+	err = m.writeSpec(claim, a, func() error {
+		if m.claims[claim] != nil {
+			return errReplaced
+		}
+		return nil
+	})
+	if err != nil {
 		return h, nil, "", errWriting(h, err)
 	}
 	return h, a, "now", nil
@@ -148,6 +161,9 @@ func (m *Manager) prepare(ctx context.Context, l *listing) {
 			}
 			h := holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}
 			if err := m.prepareOne(ctx, p, claim, h, held.resource); err != nil {
+				m.mu.Lock()
+				p.tried = true
+				m.mu.Unlock()
 				m.logger.V(4).Info("Not resolving a container ahead", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container,
 					"resource", held.resource, "reason", err)
 			}
@@ -155,7 +171,8 @@ func (m *Manager) prepare(ctx context.Context, l *listing) {
 	}
 }
 
-// waiting reports whether a claim named before t has no container yet.
+// waiting reports whether a claim named before t has no container yet,
+// and resolving it ahead was not tried.
 func (m *Manager) waiting(t time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -165,7 +182,7 @@ func (m *Manager) waiting(t time.Time) bool {
 // waitingLocked is waiting, with m.mu held.
 func (m *Manager) waitingLocked(t time.Time) bool {
 	for _, p := range m.claims {
-		if p.ready == nil && p.allocated.Before(t) {
+		if p.ready == nil && !p.tried && p.allocated.Before(t) {
 			return true
 		}
 	}
@@ -179,7 +196,12 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 	if err != nil {
 		return err
 	}
-	if initAsks(pod, resource) {
+	switch {
+	case pod.DeletionTimestamp != nil:
+		// Perhaps a pod of the same name gone, as the informer has
+		// not seen yet, and not the one the kubelet admitted.
+		return errDeleting
+	case initAsks(pod, resource):
 		return errInitContainers
 	}
 	a, err := m.allocation(pod, h.Container)
@@ -209,6 +231,7 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 var (
 	errInitContainers = errors.New("an init container of the pod asks for the resource")
 	errReplaced       = errors.New("the devices were allocated again since")
+	errDeleting       = errors.New("the pod is being deleted")
 )
 
 // initAsks reports whether an init container of pod, not a sidecar, asks

@@ -54,6 +54,8 @@ type podResources struct {
 	// pre prefetches after (prefetchAfter) the latest Allocate.
 	pre   *time.Timer
 	after time.Duration
+	// closed is set by close: no more prefetches.
+	closed bool
 	// gets are the latest Gets of single pods, by namespace/name, until
 	// a listing begun after them is done.
 	gets map[string]*podGet
@@ -88,6 +90,7 @@ func dialPodResources(logger klog.Logger, socket string) (*podResources, error) 
 
 func (r *podResources) close() error {
 	r.mu.Lock()
+	r.closed = true
 	for _, t := range []*time.Timer{r.drop, r.pre} {
 		if t != nil {
 			t.Stop()
@@ -285,6 +288,9 @@ func (r *podResources) fromGets(resource string, ids []string, since time.Time) 
 func (r *podResources) prefetch(fetch func(), retry int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
 	after := r.after << retry
 	if r.pre == nil {
 		r.pre = time.AfterFunc(after, fetch)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -344,5 +345,43 @@ func TestPrefetchTriesAgain(t *testing.T) {
 	n.admit("a")
 	if !n.ready(n.claim("a")) {
 		t.Fatalf("a was not resolved ahead after the first prefetch missed it (node's pods read %d times)", asked.Load())
+	}
+}
+
+// A container whose devices are allocated again while its start looks up
+// its pod (its pod gone, the devices given to a new container) gets no
+// spec: the new container's, perhaps resolved ahead already, stands.
+func TestStartAfterReallocation(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		realloc func()
+	)
+	n := resolveNode{startNodeWith(t, func(c *Config) {
+		get := c.Pods
+		c.Pods = func(ctx context.Context, namespace, name string) (*corev1Pod, error) {
+			mu.Lock()
+			f := realloc
+			realloc = nil
+			mu.Unlock()
+			if f != nil {
+				f()
+			}
+			return get(ctx, namespace, name)
+		}
+	}), t}
+	// No prefetch: a's container is resolved when it starts.
+	n.m.pr.mu.Lock()
+	n.m.pr.after = time.Hour
+	n.m.pr.mu.Unlock()
+	n.admit("a")
+	claim := n.claim("a")
+	mu.Lock()
+	realloc = func() { n.m.noteAllocated(claim) }
+	mu.Unlock()
+	if env, err := n.start(n.pod("a"), "main"); err == nil || !strings.Contains(err.Error(), errReplaced.Error()) {
+		t.Errorf("starting a after its devices were allocated again: %v, %v; want an error containing %q", env, err, errReplaced)
+	}
+	if _, err := os.Stat(SpecPath(n.cdiDir, claim)); !os.IsNotExist(err) {
+		t.Errorf("a's spec was written after its devices were allocated again (%v)", err)
 	}
 }

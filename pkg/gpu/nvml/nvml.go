@@ -51,9 +51,10 @@ func check(what string, ret nvml.Return) error {
 	return nil
 }
 
-// Devices implements gpu.Backend. A GPU listed before that no longer
-// answers (NVML's "GPU is lost" when it fell off the bus) or that the
+// Devices implements gpu.Backend. A GPU listed before that now answers as
+// one gone (NVML's "GPU is lost" when it fell off the bus) or that the
 // driver no longer lists is listed as before, unhealthy: it vanished.
+// (Left out if the driver numbered the GPUs anew without it.)
 func (b *Backend) Devices() ([]gpu.Device, error) {
 	n, ret := b.lib.DeviceGetCount()
 	if err := check("device count", ret); err != nil {
@@ -66,13 +67,15 @@ func (b *Backend) Devices() ([]gpu.Device, error) {
 	handles := make([]nvml.Device, 0, cap(devs))
 	seen := map[string]bool{}
 	for i := range n {
-		d, h, err := b.device(i)
+		d, h, ret, err := b.device(i)
 		if err != nil {
-			if i >= len(known) || known[i].Index != i {
+			// Only a GPU that answered before and now answers as one
+			// gone vanished; other errors may pass.
+			if !gone(ret) || i >= len(known) || known[i].Index != i {
 				return nil, err
 			}
-			// It answered before.
 			d, h = known[i], nil
+			d.NVLinkPeers = nil
 			b.lose(d.UUID, "vanished: "+err.Error())
 		}
 		seen[d.UUID] = true
@@ -82,12 +85,13 @@ func (b *Backend) Devices() ([]gpu.Device, error) {
 		if seen[k.UUID] {
 			continue
 		}
-		if k.Index < n {
-			// The driver numbered the GPUs anew without it: the
-			// records of running pods name GPUs by index too.
-			return nil, fmt.Errorf("GPU %d (%s) vanished and the driver renumbered the GPUs; restart gpushare-node", k.Index, k.UUID)
-		}
 		b.lose(k.UUID, "vanished: the driver no longer lists it")
+		if k.Index < n {
+			// The driver numbered the GPUs anew without it, and its
+			// index is another's now: it is left out.
+			continue
+		}
+		k.NVLinkPeers = nil
 		devs, handles = append(devs, k), append(handles, nil)
 	}
 	peers(devs, handles)
@@ -101,26 +105,36 @@ func (b *Backend) Devices() ([]gpu.Device, error) {
 	return devs, nil
 }
 
-// device reads GPU i.
-func (b *Backend) device(i int) (gpu.Device, nvml.Device, error) {
+// device reads GPU i; on failure, it returns NVML's answer too.
+func (b *Backend) device(i int) (gpu.Device, nvml.Device, nvml.Return, error) {
 	h, ret := b.lib.DeviceGetHandleByIndex(i)
 	if err := check(fmt.Sprintf("device %d", i), ret); err != nil {
-		return gpu.Device{}, nil, err
+		return gpu.Device{}, nil, ret, err
 	}
 	uuid, ret := h.GetUUID()
 	if err := check(fmt.Sprintf("device %d UUID", i), ret); err != nil {
-		return gpu.Device{}, nil, err
+		return gpu.Device{}, nil, ret, err
 	}
 	mem, ret := h.GetMemoryInfo()
 	if err := check(fmt.Sprintf("device %d memory", i), ret); err != nil {
-		return gpu.Device{}, nil, err
+		return gpu.Device{}, nil, ret, err
 	}
 	name, _ := h.GetName()
 	d := gpu.Device{Index: i, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20), NUMANode: -1, Healthy: true}
 	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
 		d.NUMANode = numaNode(busID(pci.BusId))
 	}
-	return d, h, nil
+	return d, h, nvml.SUCCESS, nil
+}
+
+// gone reports whether NVML answers as for a GPU that is no longer
+// there: fallen off the bus, or needing a reset to come back.
+func gone(ret nvml.Return) bool {
+	switch ret {
+	case nvml.ERROR_GPU_IS_LOST, nvml.ERROR_NOT_FOUND, nvml.ERROR_GPU_NOT_FOUND, nvml.ERROR_RESET_REQUIRED:
+		return true
+	}
+	return false
 }
 
 // lose marks the GPU unhealthy, unless it is already.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,26 +50,24 @@ func TestBusID(t *testing.T) {
 	}
 }
 
-// fakeNVML is NVML over GPUs that can fall off the bus (lost: they answer
-// "GPU is lost") or leave the driver's list (count), and send XID events.
+// fakeNVML is NVML over GPUs that can answer with an error (answer: e.g.
+// "GPU is lost" when fallen off the bus), be listed in another order or
+// not at all (order: the GPU at each index), and send XID events.
 type fakeNVML struct {
-	lib   *mock.Interface
-	count atomic.Int32
-	lost  []atomic.Bool
-	xids  chan nvml.EventData
-	gpus  []*mock.Device
+	lib    *mock.Interface
+	answer []atomic.Int32
+	xids   chan nvml.EventData
+	gpus   []*mock.Device
+
+	mu    sync.Mutex
+	order []int
 }
 
 func newFakeNVML(n int) *fakeNVML {
-	f := &fakeNVML{lost: make([]atomic.Bool, n), xids: make(chan nvml.EventData, 4)}
-	f.count.Store(int32(n))
+	f := &fakeNVML{answer: make([]atomic.Int32, n), xids: make(chan nvml.EventData, 4)}
 	for i := range n {
-		answer := func() nvml.Return {
-			if f.lost[i].Load() {
-				return nvml.ERROR_GPU_IS_LOST
-			}
-			return nvml.SUCCESS
-		}
+		f.order = append(f.order, i)
+		answer := func() nvml.Return { return nvml.Return(f.answer[i].Load()) }
 		f.gpus = append(f.gpus, &mock.Device{
 			GetUUIDFunc:        func() (string, nvml.Return) { return fmt.Sprintf("GPU-%d", i), answer() },
 			GetMemoryInfoFunc:  func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 16 << 30}, answer() },
@@ -78,15 +77,21 @@ func newFakeNVML(n int) *fakeNVML {
 			RegisterEventsFunc: func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
 		})
 	}
+	listed := func() []int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.order
+	}
 	f.lib = &mock.Interface{
 		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
 		ShutdownFunc:       func() nvml.Return { return nvml.SUCCESS },
-		DeviceGetCountFunc: func() (int, nvml.Return) { return int(f.count.Load()), nvml.SUCCESS },
+		DeviceGetCountFunc: func() (int, nvml.Return) { return len(listed()), nvml.SUCCESS },
 		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
-			if i >= int(f.count.Load()) {
+			order := listed()
+			if i >= len(order) {
 				return nil, nvml.ERROR_INVALID_ARGUMENT
 			}
-			return f.gpus[i], nvml.SUCCESS
+			return f.gpus[order[i]], nvml.SUCCESS
 		},
 		EventSetCreateFunc: func() (nvml.EventSet, nvml.Return) {
 			return &mock.EventSet{
@@ -103,6 +108,16 @@ func newFakeNVML(n int) *fakeNVML {
 		},
 	}
 	return f
+}
+
+// lose makes GPU i answer as fallen off the bus.
+func (f *fakeNVML) lose(i int) { f.answer[i].Store(int32(nvml.ERROR_GPU_IS_LOST)) }
+
+// list makes the driver list these GPUs, in this order.
+func (f *fakeNVML) list(gpus ...int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.order = gpus
 }
 
 // health is each GPU's UUID and health.
@@ -127,7 +142,13 @@ func TestVanishedGPU(t *testing.T) {
 	if want := "0:GPU-0:true 1:GPU-1:true 2:GPU-2:true"; err != nil || health(devs) != want {
 		t.Fatalf("Devices = %s, %v; want %s", health(devs), err, want)
 	}
-	f.lost[1].Store(true)
+	// A passing error is an error, not a lost GPU.
+	f.answer[1].Store(int32(nvml.ERROR_UNKNOWN))
+	if devs, err := b.Devices(); err == nil {
+		t.Errorf("Devices with GPU 1 answering ERROR_UNKNOWN = %s; want an error", health(devs))
+	}
+	f.answer[1].Store(int32(nvml.SUCCESS))
+	f.lose(1)
 	devs, err = b.Devices()
 	if want := "0:GPU-0:true 1:GPU-1:false 2:GPU-2:true"; err != nil || health(devs) != want {
 		t.Fatalf("GPU 1 lost: Devices = %s, %v; want %s", health(devs), err, want)
@@ -138,16 +159,23 @@ func TestVanishedGPU(t *testing.T) {
 	if r := b.reason("GPU-1"); !strings.Contains(r, "vanished") || !strings.Contains(r, "device 1") {
 		t.Errorf("GPU 1 is unhealthy because %q; want it to say it vanished and why", r)
 	}
-	f.lost[1].Store(false)
-	f.count.Store(2)
+	f.answer[1].Store(int32(nvml.SUCCESS))
+	f.list(0, 1)
 	devs, err = b.Devices()
 	if want := "0:GPU-0:true 1:GPU-1:false 2:GPU-2:false"; err != nil || health(devs) != want {
 		t.Errorf("GPU 1 back, GPU 2 gone from the driver: Devices = %s, %v; want %s", health(devs), err, want)
 	}
+	// The driver numbers the GPUs anew without GPU 0: it is left out, the
+	// others are listed as numbered now.
+	f.list(1, 2)
+	devs, err = b.Devices()
+	if want := "0:GPU-1:false 1:GPU-2:false"; err != nil || health(devs) != want {
+		t.Errorf("GPU 0 gone, the others renumbered: Devices = %s, %v; want %s", health(devs), err, want)
+	}
 
 	// Never seen answering: nothing to list it as.
 	f = newFakeNVML(2)
-	f.lost[0].Store(true)
+	f.lose(0)
 	if b, err = newBackend(f.lib); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +213,7 @@ func TestWatch(t *testing.T) {
 	if ev, ok := next(); !ok || ev != (gpu.Event{UUID: "GPU-0", Healthy: false, Reason: "XID 79"}) {
 		t.Errorf("after XIDs 13 and 79 on GPU 0: %+v, %v; want GPU-0 unhealthy by XID 79", ev, ok)
 	}
-	f.lost[1].Store(true)
+	f.lose(1)
 	if ev, ok := next(); !ok || ev.UUID != "GPU-1" || ev.Healthy || !strings.Contains(ev.Reason, "vanished") {
 		t.Errorf("after GPU 1 stopped answering: %+v, %v; want GPU-1 unhealthy, vanished", ev, ok)
 	}
