@@ -308,7 +308,10 @@ const maxGets = 16
 // again, later each time, while a claim named before it has no container.
 func (m *Manager) prefetch() {
 	now := time.Now()
-	m.fetchAhead(now)
+	m.mu.Lock()
+	retry := m.retries
+	m.mu.Unlock()
+	m.fetchAhead(now, retry)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.retries < maxPrefetchRetries && m.waitingLocked(now) {
@@ -326,11 +329,12 @@ const maxPrefetchRetries = 5
 // last are the oldest pods that neither the latest listing nor a Get
 // shows holding devices yet. It Gets the oldest such pod, then twice as
 // many at a time while every pod it got held devices, and stops at the
-// first batch with a pod that does not. When the very first misses, the
+// first batch with a pod that does not. When the very first misses on
+// the third try (retry 2, 15 ms after the first), not too early then, the
 // kubelet's order was not the one guessed, and it Gets up to maxGets more
 // at once. Past maxPrefetched pods, or without the node's pods at hand, it
 // lists the node instead.
-func (m *Manager) fetchAhead(now time.Time) {
+func (m *Manager) fetchAhead(now time.Time, retry int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	resources := m.served()
@@ -361,6 +365,9 @@ func (m *Manager) fetchAhead(now time.Time) {
 		case holding == len(pods):
 			// More may be admitted.
 			batch = min(2*batch, maxGets)
+		case len(asked) == 1 && retry < 2:
+			// Too early, or not the oldest: the next try tells.
+			return
 		case len(asked) == 1:
 			// Not the oldest: the kubelet went by another order.
 			batch = maxGets
