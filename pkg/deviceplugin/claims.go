@@ -99,31 +99,26 @@ func (m *Manager) containerOf(ctx context.Context, resource, claim string, ids [
 	// resolve dropped the claim: one there now was named by a newer
 	// Allocate, for another container (this one's pod gone), and may be
 	// resolved ahead already. Its spec must not be overwritten.
-	err = m.writeSpec(claim, a, func() error {
-		if m.claims[claim] != nil {
-			return errReplaced
-		}
-		return nil
-	})
-	if err != nil {
+	if err := m.writeSpec(claim, a, nil); err != nil {
 		return h, nil, "", errWriting(h, err)
 	}
 	return h, a, "now", nil
 }
 
 // writeSpec writes the CDI spec of claim for a: it stages the spec, and
-// renames it into place under m.mu, where the sweep removes specs, if
-// commit (called there, if not nil) returns nil.
-func (m *Manager) writeSpec(claim string, a *gpusharev1.ContainerAllocation, commit func() error) error {
+// renames it into place under m.mu, where the sweep removes specs, only
+// while the claim's pending entry is still want (nil: none). Else a newer
+// Allocate named the claim, for another container, and errReplaced says
+// so.
+func (m *Manager) writeSpec(claim string, a *gpusharev1.ContainerAllocation, want *pending) error {
 	tmp, err := stageSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	if commit != nil {
-		err = commit()
-	}
-	if err == nil {
+	if m.claims[claim] != want {
+		err = errReplaced
+	} else {
 		err = os.Rename(tmp, SpecPath(m.cfg.CDIDir, claim))
 	}
 	m.mu.Unlock()
@@ -213,13 +208,7 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 	}
 	// Only while p is still the claim's: a spec for a container that has
 	// been replaced must not land after the new container's own.
-	err = m.writeSpec(claim, a, func() error {
-		if m.claims[claim] != p {
-			return errReplaced
-		}
-		return nil
-	})
-	if err != nil {
+	if err := m.writeSpec(claim, a, p); err != nil {
 		return err
 	}
 	m.mu.Lock()
