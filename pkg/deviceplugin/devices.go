@@ -8,6 +8,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
@@ -19,6 +20,21 @@ const DefaultSlotsPerGPU = 100
 // ListAndWatch message stays under the kubelet's 4 MiB gRPC limit (about
 // 20 bytes per device; see TestListAndWatchFitsMessageLimit).
 const DefaultMaxDevices = 150_000
+
+// DefaultHookDevices is how many containers may hold the hook resource
+// at once: more than a node runs pods (the kubelet's maxPods is 110 by
+// default, 250 at most as commonly set) with room for several GPU
+// containers in some.
+const DefaultHookDevices = 512
+
+// kindHook is the kind of the hook resource (gpusharev1.HookResource):
+// devices that stand for no share of a GPU, one per container.
+const kindHook v1alpha1.ResourceKind = "Hook"
+
+// hook returns the hook resource.
+func hook() Resource {
+	return Resource{Name: gpusharev1.HookResource, Kind: kindHook}
+}
 
 // Resource is one extended resource the plugin serves.
 type Resource struct {
@@ -72,6 +88,26 @@ func (r Resource) perGPU(g gpu.Device, slots int) int64 {
 	}
 }
 
+// sizing holds the device counts of Config.
+type sizing struct {
+	// slots per GPU of a Count or MPS resource; hooks on the node; at
+	// most maxDevices of one resource.
+	slots, hooks, maxDevices int
+}
+
+// size is how many devices r has on gpus: hooks are a fixed number, for
+// the node rather than for any GPU.
+func (r Resource) size(gpus []gpu.Device, z sizing) int64 {
+	if r.Kind == kindHook {
+		return int64(z.hooks)
+	}
+	var total int64
+	for _, g := range gpus {
+		total += r.perGPU(g, z.slots)
+	}
+	return total
+}
+
 // preferredMaxDevices is the largest device list for which the plugin
 // offers GetPreferredAllocation. The kubelet sends every available device
 // ID with each such call (MBs per container for MiB tokens), and tokens
@@ -79,35 +115,42 @@ func (r Resource) perGPU(g gpu.Device, slots int) int64 {
 const preferredMaxDevices = 4096
 
 // count returns how many devices r has on gpus, or an error when there
-// would be more than maxDevices.
-func (r Resource) count(gpus []gpu.Device, slots, maxDevices int) (int64, error) {
-	var total int64
-	for _, g := range gpus {
-		total += r.perGPU(g, slots)
-	}
-	if total > int64(maxDevices) {
-		return total, fmt.Errorf("%s would need %d devices, over the %d that fit the kubelet's 4 MiB message limit; "+
-			"count it in GiB on this node (resourceModel unit) or ask gpushare.io/gpu-mem with gpu-count", r.Name, total, maxDevices)
+// would be more than z.maxDevices.
+func (r Resource) count(gpus []gpu.Device, z sizing) (int64, error) {
+	total := r.size(gpus, z)
+	if total > int64(z.maxDevices) {
+		return total, fmt.Errorf("%s would need %d devices, over the %d that fit the kubelet's 4 MiB message limit: "+
+			"it is not a device plugin resource on this node, so the kubelet admits pods without counting it "+
+			"and their containers get their GPUs through %s (deploy/gpu-hook-policy.yaml adds it to pods)",
+			r.Name, total, z.maxDevices, gpusharev1.HookResource)
 	}
 	return total, nil
 }
 
 // deviceList returns r's devices on gpus: "<gpu index>-<n>", healthy as
-// their GPU. They carry no NUMA node: they are tokens, and the GPU comes
-// from the record. It fails when there would be more than maxDevices.
-func (r Resource) deviceList(gpus []gpu.Device, slots, maxDevices int) ([]*pluginapi.Device, error) {
-	total, err := r.count(gpus, slots, maxDevices)
+// their GPU; "hook-<n>" for the hook resource. They carry no NUMA node: they are tokens, and the GPU comes
+// from the record. It fails when there would be more than z.maxDevices.
+func (r Resource) deviceList(gpus []gpu.Device, z sizing) ([]*pluginapi.Device, error) {
+	total, err := r.count(gpus, z)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*pluginapi.Device, 0, total)
+	if r.Kind == kindHook {
+		// Healthy whatever the GPUs: a container whose recorded GPU is
+		// unhealthy is refused when it starts.
+		for n := range total {
+			out = append(out, &pluginapi.Device{ID: "hook-" + strconv.FormatInt(n, 10), Health: pluginapi.Healthy})
+		}
+		return out, nil
+	}
 	for _, g := range gpus {
 		health := pluginapi.Healthy
 		if !g.Healthy {
 			health = pluginapi.Unhealthy
 		}
 		prefix := strconv.Itoa(g.Index) + "-"
-		for n := range r.perGPU(g, slots) {
+		for n := range r.perGPU(g, z.slots) {
 			out = append(out, &pluginapi.Device{ID: prefix + strconv.FormatInt(n, 10), Health: health})
 		}
 	}

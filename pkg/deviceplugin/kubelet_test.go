@@ -64,6 +64,9 @@ func startNodeWith(t testing.TB, edit func(*Config)) *node {
 		MPS: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}}
 	if edit != nil {
 		edit(&cfg)
+		if b, ok := cfg.Backend.(*sim.Backend); ok {
+			n.gpus = b
+		}
 	}
 	m, err := New(klog.FromContext(ctx), cfg)
 	if err != nil {
@@ -77,7 +80,9 @@ func startNodeWith(t testing.TB, edit func(*Config)) *node {
 			t.Errorf("device plugin manager: %v", err)
 		}
 	})
-	k.WaitAllocatable("gpushare.io/gpu-mem", 2*16384)
+	for _, p := range m.plugins {
+		k.WaitAllocatable(string(p.res.Name), p.devices())
+	}
 	return n
 }
 
@@ -89,8 +94,10 @@ func (n *node) gpuUUID(index int) string {
 
 type share struct {
 	// resource is asked for amount; gpushare.io/gpu-mem for mib if empty.
-	resource  string
-	amount    int64
+	resource string
+	amount   int64
+	// hook adds one gpusharev1.HookResource, as the hook policy does.
+	hook      bool
 	container string
 	kind      gpusharev1.ContainerKind
 	gpu       int
@@ -110,6 +117,11 @@ func (n *node) pod(name string, shares ...share) *corev1.Pod {
 		}
 		c := corev1.Container{Name: s.container, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 			name: *k8sresource.NewQuantity(amount, k8sresource.DecimalSI)}}}
+		if s.hook {
+			c.Resources.Limits[gpusharev1.HookResource] = *k8sresource.NewQuantity(1, k8sresource.DecimalSI)
+		}
+		// Requests default to limits, as the API server sets them.
+		c.Resources.Requests = c.Resources.Limits.DeepCopy()
 		if s.kind == gpusharev1.ContainerInit {
 			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
 		} else {

@@ -47,9 +47,17 @@ type Config struct {
 	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
 	// DefaultMaxDevices if 0.
 	SlotsPerGPU, MaxDevices int
+	// HookDevices is how many devices the hook resource
+	// (gpusharev1.HookResource) has, served besides Resources:
+	// DefaultHookDevices if 0, none if negative.
+	HookDevices int
 	// Observe, if set, is told how long each Allocate and
 	// PreStartContainer call took ("Allocate", "PreStartContainer").
 	Observe func(method string, took time.Duration)
+}
+
+func (c *Config) sizing() sizing {
+	return sizing{slots: c.SlotsPerGPU, hooks: c.HookDevices, maxDevices: c.MaxDevices}
 }
 
 // Manager runs a plugin for each resource and keeps them registered.
@@ -86,6 +94,13 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	if cfg.MaxDevices == 0 {
 		cfg.MaxDevices = DefaultMaxDevices
 	}
+	switch {
+	case cfg.HookDevices == 0:
+		cfg.HookDevices = DefaultHookDevices
+	case cfg.HookDevices > 0:
+	default:
+		cfg.HookDevices = 0
+	}
 	if err := os.MkdirAll(cfg.CDIDir, 0o755); err != nil { //nolint:gosec // the runtime reads CDI specs
 		return nil, err
 	}
@@ -95,11 +110,15 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
 	}
 	m.setGPUs(devs)
-	for _, r := range cfg.Resources {
-		n, err := r.count(devs, cfg.SlotsPerGPU, cfg.MaxDevices)
+	resources := cfg.Resources
+	if cfg.HookDevices > 0 {
+		resources = append(slices.Clip(resources), hook())
+	}
+	for _, r := range resources {
+		n, err := r.count(devs, cfg.sizing())
 		if err != nil {
 			m.skipped[string(r.Name)] = err
-			logger.Error(err, "Not serving resource", "resource", r.Name)
+			logger.Info("Not serving resource", "resource", r.Name, "reason", err)
 			continue
 		}
 		socket := filepath.Join(cfg.Dir, "gpushare-"+strings.NewReplacer("/", "-", ".", "-").Replace(string(r.Name))+".sock")
@@ -240,7 +259,7 @@ func (m *Manager) refresh() {
 	}
 	m.setGPUs(devs)
 	for _, p := range m.plugins {
-		n, err := p.res.count(devs, m.cfg.SlotsPerGPU, m.cfg.MaxDevices)
+		n, err := p.res.count(devs, m.cfg.sizing())
 		if err != nil {
 			m.logger.Error(err, "Updating devices", "resource", p.res.Name)
 			continue

@@ -85,7 +85,7 @@ func (p *plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	for {
 		gpus, changed := p.snapshot()
-		devs, err := p.res.deviceList(gpus, p.m.cfg.SlotsPerGPU, p.m.cfg.MaxDevices)
+		devs, err := p.res.deviceList(gpus, p.m.cfg.sizing())
 		if err != nil {
 			return err
 		}

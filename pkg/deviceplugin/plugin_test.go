@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpu/sim"
 )
 
 // 100 identical pods start on one node at once: each container gets the
@@ -237,11 +239,11 @@ func TestListAndWatchFitsMessageLimit(t *testing.T) {
 		big[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryMiB: 144384, Healthy: true}
 	}
 	mib := Resource{Name: "gpushare.io/gpu-mem", Kind: "Memory", UnitMiB: 1}
-	if _, err := mib.deviceList(big, DefaultSlotsPerGPU, DefaultMaxDevices); err == nil || !strings.Contains(err.Error(), "4 MiB message limit") {
+	if _, err := mib.deviceList(big, defaultSizing); err == nil || !strings.Contains(err.Error(), "4 MiB message limit") {
 		t.Fatalf("8 x 141 GiB in MiB devices: %v; want the message-limit error", err)
 	}
 	gib := Resource{Name: "aliyun.com/gpu-mem", Kind: "Memory", UnitMiB: 1024}
-	if devs, err := gib.deviceList(big, DefaultSlotsPerGPU, DefaultMaxDevices); err != nil || len(devs) != 8*141 {
+	if devs, err := gib.deviceList(big, defaultSizing); err != nil || len(devs) != 8*141 {
 		t.Fatalf("8 x 141 GiB in GiB devices: %d devices, %v", len(devs), err)
 	}
 	// The largest MiB node that is served: DefaultMaxDevices MiB over 8
@@ -250,7 +252,7 @@ func TestListAndWatchFitsMessageLimit(t *testing.T) {
 	for i := range edge {
 		edge[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryMiB: DefaultMaxDevices / 8, Healthy: true}
 	}
-	devs, err := mib.deviceList(edge, DefaultSlotsPerGPU, DefaultMaxDevices)
+	devs, err := mib.deviceList(edge, defaultSizing)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +262,9 @@ func TestListAndWatchFitsMessageLimit(t *testing.T) {
 		t.Errorf("ListAndWatch with %d devices is %d bytes, over the kubelet's 4 MiB limit", len(devs), size)
 	}
 }
+
+// defaultSizing is a Config's sizing with every count defaulted.
+var defaultSizing = sizing{slots: DefaultSlotsPerGPU, hooks: DefaultHookDevices, maxDevices: DefaultMaxDevices}
 
 // TestPreferredAllocationOnlyForShortLists: GetPreferredAllocation is
 // offered for short device lists (compute tokens), not for MiB tokens,
@@ -273,8 +278,9 @@ func TestPreferredAllocationOnlyForShortLists(t *testing.T) {
 		{Resource{Name: "gpushare.io/gpu-mem", Kind: "Memory", UnitMiB: 1}, false},
 		{Resource{Name: "aliyun.com/gpu-mem", Kind: "Memory", UnitMiB: 1024}, true},
 		{Resource{Name: "gpushare.io/gpu-core", Kind: "Compute"}, true},
+		{hook(), true},
 	} {
-		n, err := c.res.count(gpus, DefaultSlotsPerGPU, DefaultMaxDevices)
+		n, err := c.res.count(gpus, defaultSizing)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,5 +292,96 @@ func TestPreferredAllocationOnlyForShortLists(t *testing.T) {
 		if opts.GetGetPreferredAllocationAvailable() != c.want || !opts.GetPreStartRequired() {
 			t.Errorf("%s (%d devices): options %+v, want preferred allocation %v and pre-start", c.res.Name, n, opts, c.want)
 		}
+	}
+}
+
+// bigNode is a node of 8 x 141 GiB GPUs (H200) with the default resource
+// model: its MiB resources need 1.15 million devices, too many for the
+// kubelet's message limit, and are not served.
+func bigNode(t *testing.T) *node {
+	t.Helper()
+	big, err := sim.New(&sim.Config{GPUs: []sim.Group{{Model: "NVIDIA H200", MemoryMiB: 144384, Count: 8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startNodeWith(t, func(c *Config) { c.Backend = big })
+}
+
+// TestBigGPUs: on a node of 8 x 141 GiB GPUs, containers that ask GPU
+// memory in MiB start with the GPU and MiB share of their records,
+// through the hook resource: 100 pods at once, with the kubelet's own
+// admission (which does not count the MiB resource no plugin serves) and
+// device manager. A container that asks GPU memory in GiB devices and
+// holds a hook too gets the same GPU through both. Without a hook the
+// kubelet calls no device plugin for the container (why the hook policy
+// adds one to every GPU container).
+func TestBigGPUs(t *testing.T) {
+	n := bigNode(t)
+	skipped := slices.Sorted(maps.Keys(n.m.Skipped()))
+	if want := []string{"elasticgpu.io/gpu-memory", "gpushare.io/gpu-mem"}; !slices.Equal(skipped, want) {
+		t.Fatalf("resources not served: %v, want %v", skipped, want)
+	}
+	if got := n.Allocatable(gpusharev1.HookResource); got != DefaultHookDevices {
+		t.Fatalf("%s allocatable %d, want %d", gpusharev1.HookResource, got, DefaultHookDevices)
+	}
+	if got := n.Allocatable("gpushare.io/gpu-mem"); got != 0 {
+		t.Fatalf("gpushare.io/gpu-mem allocatable %d, want none", got)
+	}
+
+	// 100 pods, 100,000 MiB each in all 12.5 times what 150,000 MiB
+	// devices would allow; pod i on GPU i%8.
+	const pods, mib = 100, 10_000
+	all := make([]*corev1Pod, pods)
+	for i := range all {
+		all[i] = n.pod(fmt.Sprintf("big-%03d", i), share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 8, mib: mib + int64(i), hook: true})
+		if err := n.admit(all[i]); err != nil {
+			t.Fatalf("admitting %s: %v", all[i].Name, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, p := range all {
+		wg.Go(func() {
+			env, err := n.start(p, "main")
+			if err != nil {
+				t.Errorf("starting %s: %v", p.Name, err)
+				return
+			}
+			own := fmt.Sprint(mib + i)
+			if want := n.gpuUUID(i % 8); env["NVIDIA_VISIBLE_DEVICES"] != want || env["GPUSHARE_GPU_MEMORY_MIB"] != own ||
+				env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0="+own+"M" {
+				t.Errorf("pod %s was recorded on GPU %d (%s) with %s MiB; its container sees %v", p.Name, i%8, want, own, env)
+			}
+		})
+	}
+	wg.Wait()
+
+	// GiB devices and a hook: two CDI devices that say the same.
+	both := n.pod("both", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 3, resource: "aliyun.com/gpu-mem", amount: 4, mib: 4096, hook: true})
+	if err := n.admit(both); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := n.StartContainer(both, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range opts.CDIDevices {
+		names = append(names, d.Name)
+	}
+	c, err := n.runtime.Create(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 2 || c.Env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(3) || c.Env["GPUSHARE_GPU_MEMORY_MIB"] != "4096" {
+		t.Errorf("GiB devices and a hook: CDI devices %v give %v; want two, for GPU 3 with 4096 MiB", names, c.Env)
+	}
+
+	// No hook: admitted, but no plugin hears of the container.
+	bare := n.pod("no-hook", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 1024})
+	if err := n.admit(bare); err != nil {
+		t.Fatal(err)
+	}
+	if opts, err := n.StartContainer(bare, "main"); err != nil || opts != nil {
+		t.Errorf("a container without a hook: options %+v, %v; want none", opts, err)
 	}
 }

@@ -22,6 +22,12 @@ const (
 	UsageAnnotation = "gpushare.io/gpu-usage"
 	// NodeLabel, set to "true", opts a node in to gpushare.
 	NodeLabel = "gpushare"
+	// HookResource is the node daemon's device plugin resource of which
+	// each GPU container holds one (deploy/gpu-hook-policy.yaml adds it
+	// to pods). Through it the daemon hands a container its GPUs on
+	// nodes where the container's own GPU resources are not device
+	// plugin resources: MiB of GPUs too big to count in devices.
+	HookResource = "gpushare.io/gpu-hook"
 )
 
 // Kinds of the stored types.

@@ -20,6 +20,8 @@ import (
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -29,6 +31,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 )
 
 // The kubelet's device manager, in process. Its exported constructor
@@ -230,9 +233,14 @@ func (k *Kubelet) PodResourcesSocket() string {
 	return filepath.Join(k.dir, "pod-resources", "kubelet.sock")
 }
 
-// Admit runs the device manager's Allocate for every container of pod, in
-// the kubelet's order (init containers first), after adding it to the
-// active pods, as the kubelet's admission does.
+// Admit admits pod as the kubelet does, after adding it to the active
+// pods: its admit handlers in the kubelet's order, the device manager's
+// Allocate for every container (init containers first), then the
+// kubelet's resource fit (lifecycle's predicate admit handler) against a
+// node whose allocatable is ample CPU, memory and pods plus the device
+// manager's allocatable devices, as the kubelet's node status says.
+// Extended resources that no device plugin serves are not counted there:
+// the kubelet leaves out those the node does not advertise.
 func (k *Kubelet) Admit(pod *corev1.Pod) error {
 	k.Add(pod)
 	dm := k.Manager()
@@ -243,7 +251,34 @@ func (k *Kubelet) Admit(pod *corev1.Pod) error {
 			}
 		}
 	}
+	var others []*corev1.Pod
+	for _, p := range k.GetActivePods() {
+		if p.UID != pod.UID {
+			others = append(others, p)
+		}
+	}
+	fit := lifecycle.NewPredicateAdmitHandler(func(context.Context, bool) (*corev1.Node, error) { return k.node(pod.Spec.NodeName), nil },
+		lifecycle.NewAdmissionFailureHandlerStub(), dm.UpdatePluginResources)
+	if r := fit.Admit(&lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: others, Operation: lifecycle.AddOperation}); !r.Admit {
+		return fmt.Errorf("pod %s/%s not admitted: %s: %s", pod.Namespace, pod.Name, r.Reason, r.Message)
+	}
 	return nil
+}
+
+// node is the kubelet's Node, named name ("node" if empty).
+func (k *Kubelet) node(name string) *corev1.Node {
+	if name == "" {
+		name = "node"
+	}
+	allocatable := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("256"),
+		corev1.ResourceMemory: resource.MustParse("2Ti"),
+		corev1.ResourcePods:   resource.MustParse("1000"),
+	}
+	_, devices, _ := k.Manager().GetCapacity()
+	maps.Copy(allocatable, devices)
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{Capacity: allocatable, Allocatable: allocatable}}
 }
 
 // StartContainer returns what the device manager gives the named
