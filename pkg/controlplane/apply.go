@@ -21,8 +21,8 @@ import (
 
 // Apply creates the objects of a multi-document YAML manifest: namespaces,
 // pods, deployments, statefulsets, jobs, service accounts, cluster roles
-// and their bindings, and validating admission policies and their
-// bindings. A namespaced object without a namespace goes to "default".
+// and their bindings, and validating and mutating admission policies and
+// their bindings. A namespaced object without a namespace goes to "default".
 func Apply(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
 	r := utilyaml.NewYAMLReader(bufioReader(manifest))
 	for {
@@ -77,6 +77,10 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 		_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, t, o)
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 		_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, t, o)
+	case *admissionregistrationv1.MutatingAdmissionPolicy:
+		_, err = client.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, t, o)
+	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+		_, err = client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create(ctx, t, o)
 	default:
 		return fmt.Errorf("apply: unsupported object %T", obj)
 	}

@@ -46,7 +46,8 @@ func startExtender(t *testing.T, c *controlplane.Cluster, extra ...string) strin
 
 // TestSeedsExtender: the seed examples schedule as their seeds say through
 // stock kube-scheduler and gpushare-extender, with nodeCacheCapable true
-// and false.
+// and false; with false, deploy/gpu-hook-policy.yaml is in force too (its
+// hooks are left to the extender).
 func TestSeedsExtender(t *testing.T) {
 	for _, cacheCapable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("nodeCacheCapable=%v", cacheCapable), func(t *testing.T) {
@@ -54,6 +55,9 @@ func TestSeedsExtender(t *testing.T) {
 			client, err := c.Client()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !cacheCapable {
+				applyHookPolicy(t, client)
 			}
 			base := startExtender(t, c)
 			config := readFile(t, "deploy/extender-scheduler-config.yaml")

@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+// applyHookPolicy applies deploy/gpu-hook-policy.yaml and waits until the
+// API server enforces it: a GPU pod, created in a dry run, comes back
+// with its hook.
+func applyHookPolicy(t testing.TB, client kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	if err := controlplane.Apply(ctx, client, readFile(t, "deploy/gpu-hook-policy.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	err := waitFor(time.Minute, func() (bool, error) {
+		p, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("probe", 1024, 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err
+		}
+		_, hooked := p.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource]
+		return hooked, nil
+	})
+	if err != nil {
+		t.Fatalf("the hook policy is not in force: %v", err)
+	}
+}
+
+// hooks returns each container's hook in limits and requests, "-" where
+// it has none, by container name.
+func hooks(p *corev1.Pod) map[string][2]string {
+	out := map[string][2]string{}
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range list {
+			got := [2]string{"-", "-"}
+			for i, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+				if q, ok := l[gpusharev1.HookResource]; ok {
+					got[i] = q.String()
+				}
+			}
+			out[c.Name] = got
+		}
+	}
+	return out
+}
+
+// TestHookPolicy: with deploy/gpu-hook-policy.yaml in force, every seed
+// example schedules as before, each container that asks for GPUs holds
+// one hook (limits and requests) and no other container does; a pod that
+// sets a hook of its own other than that is refused with the reason.
+func TestHookPolicy(t *testing.T) {
+	_, client, _ := startPlugin(t, nil)
+	applyHookPolicy(t, client)
+	booked, _ := checkSeeds(t, client)
+
+	ctx := context.Background()
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		asks := map[string]bool{}
+		for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+			for _, c := range list {
+				for name := range c.Resources.Limits {
+					if strings.Contains(string(name), "gpu") && name != gpusharev1.HookResource {
+						asks[c.Name] = true
+					}
+				}
+			}
+		}
+		for name, got := range hooks(p) {
+			want := [2]string{"-", "-"}
+			if asks[name] {
+				want = [2]string{"1", "1"}
+				hooked++
+			}
+			if got != want {
+				t.Errorf("pod %s/%s container %s: hook (limits, requests) %v; want %v", p.Namespace, p.Name, name, got, want)
+			}
+		}
+	}
+	if hooked < booked {
+		t.Errorf("%d containers hold hooks; %d pods hold GPUs", hooked, booked)
+	}
+	t.Logf("%d GPU containers in %d pods got their hook", hooked, booked)
+
+	// A container that asks no GPU but writes a hook, or a GPU container
+	// with two: refused.
+	one := *k8sresource.NewQuantity(1, k8sresource.DecimalSI)
+	two := *k8sresource.NewQuantity(2, k8sresource.DecimalSI)
+	noGPU := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "no-gpu", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpusharev1.HookResource: one}}}}}}
+	twoHooks := gpuPod("two-hooks", 1024, 0)
+	twoHooks.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource] = two
+	for _, p := range []*corev1.Pod{noGPU, twoHooks} {
+		_, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "container main: a container holds one gpushare.io/gpu-hook if it asks for GPUs") {
+			t.Errorf("pod %s: %v; want it refused with the reason", p.Name, err)
+		}
+	}
+}
