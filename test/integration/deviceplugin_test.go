@@ -40,7 +40,7 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 	if !mps {
 		t.Log("Not root: the node runs without MPS")
 	}
-	n := startGPUNode(t, mps)
+	n := startGPUNode(t, gpuNodeOptions{mps: mps})
 	const pods = 100
 	bound, _ := n.burst(t, "same", pods)
 	gpus := map[string]bool{}
@@ -76,6 +76,38 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 	}
 }
 
+// TestBigGPUsEndToEnd: a node of 8 x 141 GiB GPUs whose pods ask
+// gpushare.io/gpu-mem in MiB, 1.15 million MiB in all, beyond what the
+// kubelet takes in device plugin devices. With deploy/gpu-hook-policy.yaml
+// in force, 100 pods of 10,000 MiB (a million MiB) are scheduled, admitted
+// by the kubelet's own admission and device manager and started at once;
+// each container's environment names the GPU and MiB of its record,
+// handed over through its hook.
+func TestBigGPUsEndToEnd(t *testing.T) {
+	n := startGPUNode(t, gpuNodeOptions{big: true})
+	const pods = 100
+	bound, _ := n.burst(t, "big", pods)
+	var booked int64
+	perGPU := map[int]int{}
+	for i := range bound {
+		g := record(t, &bound[i]).Containers[0].GPUs[0]
+		booked += g.MemoryMiB
+		perGPU[g.Index]++
+		if got := hooks(&bound[i])["main"]; got != [2]string{"1", "1"} {
+			t.Errorf("pod %s holds hooks (limits, requests) %v; want 1 and 1", bound[i].Name, got)
+		}
+	}
+	if booked <= deviceplugin.DefaultMaxDevices {
+		t.Errorf("the pods book %d MiB; the test needs more than the %d a device plugin could count", booked, deviceplugin.DefaultMaxDevices)
+	}
+	calls := n.calls(t)
+	if calls["Allocate"].count != pods || calls["PreStartContainer"].count != pods {
+		t.Errorf("gpushare-node counted %d Allocate and %d PreStartContainer calls; want %d each (hooks)",
+			calls["Allocate"].count, calls["PreStartContainer"].count, pods)
+	}
+	t.Logf("%d containers started with %d MiB booked in all, GPUs by index: %v", pods, booked, perGPU)
+}
+
 // BenchmarkDevicePluginStart100 is the node daemon's latency target as
 // deployed: gpushare-node in a process of its own, the kubelet's device
 // manager in this one. Each op schedules 100 identical 1 GiB pods,
@@ -88,7 +120,7 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 //
 //	make bench-deviceplugin
 func BenchmarkDevicePluginStart100(b *testing.B) {
-	n := startGPUNode(b, false)
+	n := startGPUNode(b, gpuNodeOptions{})
 	before := n.calls(b)
 	var starts []time.Duration
 	round := 0
@@ -120,7 +152,7 @@ func BenchmarkDevicePluginStart100(b *testing.B) {
 	b.ReportMetric(ms(starts[len(starts)*99/100]), "kubelet-start-p99-ms")
 }
 
-// gpuNode is a node of 8 simulated 16 GiB GPUs served by gpushare-node,
+// gpuNode is a node of 8 simulated GPUs served by gpushare-node,
 // with the kubelet's device manager in this process.
 type gpuNode struct {
 	client     kubernetes.Interface
@@ -133,6 +165,8 @@ type gpuNode struct {
 	// mps holds the MPS directories when the node shares its GPUs under
 	// MPS.
 	mps *deviceplugin.MPS
+	// podMiB is what burst's pods ask.
+	podMiB int64
 }
 
 // fakeMPSControl stands in for nvidia-cuda-mps-control: "-f" marks its
@@ -150,9 +184,19 @@ read cmd
 exit 0
 `
 
-// startGPUNode starts gpushare-node for a node of 8 simulated GPUs, under
-// MPS if mps.
-func startGPUNode(t testing.TB, mps bool) *gpuNode {
+// gpuNodeOptions say what startGPUNode's node is like.
+type gpuNodeOptions struct {
+	// mps shares the GPUs under MPS.
+	mps bool
+	// big makes the GPUs 141 GiB, too big to count their MiB in device
+	// plugin devices, with deploy/gpu-hook-policy.yaml in force.
+	big bool
+}
+
+// startGPUNode starts gpushare-node for a node of 8 simulated GPUs (16 GiB
+// unless big).
+func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
+	t.Helper()
 	c, client, _ := startPlugin(t, nil)
 	bareNode(t, client, "gpu-0")
 	// Unix socket paths are short: keep the directory near the root.
@@ -162,8 +206,13 @@ func startGPUNode(t testing.TB, mps bool) *gpuNode {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	kubelet := kubelettest.Start(t, dir)
+	gpus := "gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 8, numaNodes: 2, nvlink: pairs}\n"
+	if o.big {
+		applyHookPolicy(t, client)
+		gpus = "gpus:\n- {model: NVIDIA H200, memoryMiB: 144384, count: 8, numaNodes: 2, nvlink: all}\n"
+	}
 	files := map[string]string{
-		"gpus.yaml": "gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 8, numaNodes: 2, nvlink: pairs}\n",
+		"gpus.yaml": gpus,
 		"args.yaml": "apiVersion: config.gpushare.io/v1alpha1\nkind: GPUShareArgs\nresourceModel:\n  resources:\n" +
 			"  - {name: gpushare.io/gpu-mem, kind: Memory}\n  - {name: gpushare.io/gpu-core, kind: Compute}\n",
 	}
@@ -176,7 +225,7 @@ func startGPUNode(t testing.TB, mps bool) *gpuNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &gpuNode{client: client, kubelet: kubelet, cdiDir: filepath.Join(dir, "cdi"),
+	n := &gpuNode{client: client, kubelet: kubelet, cdiDir: filepath.Join(dir, "cdi"), podMiB: 1024,
 		metricsURL: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}
 	if n.runtime, err = runtimetest.New(n.cdiDir); err != nil {
 		t.Fatal(err)
@@ -185,7 +234,7 @@ func startGPUNode(t testing.TB, mps bool) *gpuNode {
 		"--simulated-gpus=" + filepath.Join(dir, "gpus.yaml"), "--config=" + filepath.Join(dir, "args.yaml"),
 		"--device-plugin-dir=" + dir, "--pod-resources-socket=" + kubelet.PodResourcesSocket(), "--cdi-dir=" + n.cdiDir,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port), "--usage-interval=0", "-v=2"}
-	if mps {
+	if o.mps {
 		n.mps = &deviceplugin.MPS{PipeDir: filepath.Join(dir, "mps-pipe"), LogDir: filepath.Join(dir, "mps-log"), ShmDir: filepath.Join(dir, "mps-shm")}
 		control := filepath.Join(dir, "nvidia-cuda-mps-control")
 		if err := os.WriteFile(control, []byte(fakeMPSControl), 0o755); err != nil { //nolint:gosec // an executable test script
@@ -198,11 +247,18 @@ func startGPUNode(t testing.TB, mps bool) *gpuNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.big {
+		// The pods' MiB are left to the scheduler; each container holds
+		// a hook.
+		n.podMiB = 10_000
+		kubelet.WaitAllocatable(gpusharev1.HookResource, deviceplugin.DefaultHookDevices)
+		return n
+	}
 	kubelet.WaitAllocatable("gpushare.io/gpu-mem", 8*16384)
 	return n
 }
 
-// burst creates count pods of 1 GiB named prefix-NNN, waits until the
+// burst creates count pods of n.podMiB named prefix-NNN, waits until the
 // scheduler has bound them to gpu-0 with their records, admits them one
 // by one (as the kubelet does) and starts their containers at once,
 // checking that each container's environment names its recorded GPU and
@@ -212,7 +268,7 @@ func (n *gpuNode) burst(t testing.TB, prefix string, count int) ([]corev1.Pod, [
 	t.Helper()
 	ctx := context.Background()
 	for i := range count {
-		if _, err := n.client.CoreV1().Pods("default").Create(ctx, gpuPod(fmt.Sprintf("%s-%03d", prefix, i), 1024, 0), metav1.CreateOptions{}); err != nil {
+		if _, err := n.client.CoreV1().Pods("default").Create(ctx, gpuPod(fmt.Sprintf("%s-%03d", prefix, i), n.podMiB, 0), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
