@@ -23,6 +23,7 @@ func main() {
 	config := fs.String("config", "deploy/scheduler-config.yaml", "the scheduler's KubeSchedulerConfiguration")
 	examples := fs.String("examples", "examples", "directory of manifests to apply")
 	nodeRBAC := fs.String("node-rbac", "deploy/node-rbac.yaml", "what each gpushare-node may do: its service account, role and admission policy")
+	hookPolicy := fs.String("hook-policy", "deploy/gpu-hook-policy.yaml", "the admission policies that give each GPU container its gpushare.io/gpu-hook; empty to leave them out")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n")
 		fs.PrintDefaults()
@@ -33,7 +34,7 @@ func main() {
 	var err error
 	switch cmd := fs.Arg(0); cmd {
 	case "", "up":
-		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, nodeRBAC: *nodeRBAC})
+		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy})
 	case "down":
 		err = down(*dir)
 	default:

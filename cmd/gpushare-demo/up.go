@@ -22,7 +22,7 @@ import (
 )
 
 type options struct {
-	dir, scheduler, nodeDaemon, config, examples, nodeRBAC string
+	dir, scheduler, nodeDaemon, config, examples, nodeRBAC, hookPolicy string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -75,6 +75,16 @@ func up(ctx context.Context, o options) (err error) {
 	step("applying " + o.nodeRBAC + ": each gpushare-node may change its own node's GPU inventory and nothing else")
 	if err := controlplane.Apply(ctx, client, rbac); err != nil {
 		return fmt.Errorf("%s: %w", o.nodeRBAC, err)
+	}
+	if o.hookPolicy != "" {
+		policy, err := os.ReadFile(o.hookPolicy)
+		if err != nil {
+			return err
+		}
+		step("applying " + o.hookPolicy + ": each GPU container gets a " + gpusharev1.HookResource + " device, through which gpushare-node hands it its GPUs")
+		if err := controlplane.ApplyHookPolicy(ctx, client, policy); err != nil {
+			return fmt.Errorf("%s: %w", o.hookPolicy, err)
+		}
 	}
 	step("creating simulated GPU nodes, each with a gpushare-node daemon on simulated GPUs")
 	for _, n := range nodes {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -53,6 +54,7 @@ type options struct {
 	mpsShmDir    string
 	mpsControl   string
 	noPlugin     bool
+	hookDevices  int
 	resync       time.Duration
 	metricsAddr  string
 	profiling    bool
@@ -76,6 +78,8 @@ func main() {
 	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory")
 	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
+	fs.IntVar(&o.hookDevices, "hook-devices", deviceplugin.DefaultHookDevices, "devices of "+gpusharev1.HookResource+
+		", the device each GPU container holds one of where deploy/gpu-hook-policy.yaml is in force (at least the GPU containers this node may run at once); 0 serves none")
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
@@ -96,6 +100,9 @@ func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	if o.node == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if o.hookDevices < 0 || o.hookDevices > deviceplugin.DefaultMaxDevices {
+		return fmt.Errorf("--hook-devices=%d: want 0 to %d", o.hookDevices, deviceplugin.DefaultMaxDevices)
 	}
 	backend, err := openBackend(o.simConfig, o.node)
 	if err != nil {
@@ -191,8 +198,9 @@ func run(ctx context.Context, o options) error {
 		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
 			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
-			Observe:  func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
-			NodePods: nodePods,
+			HookDevices: cmp.Or(o.hookDevices, -1),
+			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
+			NodePods:    nodePods,
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.

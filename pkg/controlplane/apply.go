@@ -7,16 +7,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
 // Apply creates the objects of a multi-document YAML manifest: namespaces,
@@ -88,3 +93,33 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 }
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// ApplyHookPolicy applies manifest (deploy/gpu-hook-policy.yaml) and waits
+// up to a minute until the API server enforces it: a pod that asks for
+// GPU memory, created in a dry run, comes back holding its hook. The API
+// server takes up each admission policy on its own, so until then the
+// validating policy may refuse GPU pods that the mutating one has not
+// given their hook yet.
+func ApplyHookPolicy(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
+	if err := Apply(ctx, client, manifest); err != nil {
+		return err
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpushare-hook-probe", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"gpushare.io/gpu-mem": k8sresource.MustParse("1024")}}}}},
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if last = err; err != nil {
+			return false, nil //nolint:nilerr // not yet: the validating policy came first
+		}
+		_, hooked := p.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource]
+		return hooked, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the GPU hook policy is not in force after a minute (last answer: %v): %w", last, err)
+	}
+	return nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
@@ -16,27 +15,11 @@ import (
 )
 
 // applyHookPolicy applies deploy/gpu-hook-policy.yaml and waits until the
-// API server enforces it: a GPU pod, created in a dry run, comes back
-// with its hook. The API server takes up each policy on its own: the
-// validating one may refuse the pod before the mutating one gives it its
-// hook.
+// API server enforces it.
 func applyHookPolicy(t testing.TB, client kubernetes.Interface) {
 	t.Helper()
-	ctx := context.Background()
-	if err := controlplane.Apply(ctx, client, readFile(t, "deploy/gpu-hook-policy.yaml")); err != nil {
+	if err := controlplane.ApplyHookPolicy(context.Background(), client, readFile(t, "deploy/gpu-hook-policy.yaml")); err != nil {
 		t.Fatal(err)
-	}
-	var last error
-	err := waitFor(time.Minute, func() (bool, error) {
-		p, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("probe", 1024, 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if last = err; err != nil {
-			return false, nil //nolint:nilerr // not yet: the validating policy first
-		}
-		_, hooked := p.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource]
-		return hooked, nil
-	})
-	if err != nil {
-		t.Fatalf("the hook policy is not in force: %v (last: %v)", err, last)
 	}
 }
 

@@ -16,6 +16,7 @@ var seedNodes = []controlplane.NodeSpec{
 	{Name: "a100-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Count: 4},
 	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 2},
 	{Name: "h100-whole-0", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 2, WholeCard: true},
+	{Name: "h200-0", Model: "NVIDIA H200", MemoryMiB: 143771, Count: 8},
 }
 
 // The other seeds' manifests; 001 is applied first, alone.
@@ -23,6 +24,7 @@ var seedManifests = []string{
 	"examples/000-keti-nbody.yaml",
 	"examples/003-aliyun-mib.yaml",
 	"examples/004-elastic.yaml",
+	"examples/h200-mib.yaml",
 	"examples/multi-container.yaml",
 }
 
@@ -119,6 +121,19 @@ func checkSeeds(t *testing.T, client kubernetes.Interface) (booked int, bookedMi
 		if !ok || c.Kind != w.kind || len(c.GPUs) != 1 || c.GPUs[0].MemoryMiB != w.mib {
 			t.Errorf("multi-container container %s (%s): %s; want %+v", c.Name, c.Kind, describeAllocation(a), w)
 		}
+	}
+	// 47,000 MiB on H200s (its model annotation): three to a GPU.
+	perGPU := map[int]int{}
+	for _, p := range boundPods(t, client, "default", "app=llm-inference", 6) {
+		a := record(t, &p)
+		if g := a.Containers[0].GPUs; a.Node != "h200-0" || len(g) != 1 || g[0].MemoryMiB != 47000 {
+			t.Errorf("llm-inference pod %s: %s on %s; want 47000 MiB of an H200", p.Name, describeAllocation(a), a.Node)
+		} else {
+			perGPU[g[0].Index]++
+		}
+	}
+	if len(perGPU) != 2 {
+		t.Errorf("llm-inference: replicas by GPU %v; want three on each of two", perGPU)
 	}
 	// Nothing lands on the whole-card node but whole GPUs.
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=h100-whole-0"})
