@@ -51,8 +51,9 @@ type podResources struct {
 	last *listing
 	used time.Time
 	drop *time.Timer
-	// pre prefetches after (prefetchAfter) the latest Allocate.
+	// pre prefetches after (prefetchAfter) an Allocate, at preAt.
 	pre   *time.Timer
+	preAt time.Time
 	after time.Duration
 	// closed is set by close: no more prefetches.
 	closed bool
@@ -71,10 +72,11 @@ type podGet struct {
 	err error
 }
 
-// prefetchAfter is how long after the latest Allocate the daemon asks the
+// prefetchAfter is how long after an Allocate the daemon asks the
 // kubelet, ahead of the containers' start: the kubelet records an
-// allocation when Allocate returns, and containers start after a burst of
-// admissions.
+// allocation when Allocate returns. During a burst of admissions it asks
+// every prefetchAfter, not only after the burst: where admissions are
+// quick (few devices, such as hooks), containers start right after.
 const prefetchAfter = 5 * time.Millisecond
 
 // dialPodResources connects to the kubelet's PodResources socket.
@@ -281,10 +283,11 @@ func (r *podResources) fromGets(resource string, ids []string, since time.Time) 
 	return holder{}, false
 }
 
-// prefetch calls fetch in the background prefetchAfter from now, later
-// if called again meanwhile, so that containers starting after a burst of
-// allocations find what they need ready. Its retry (0 for the first try)
-// doubles the delay with each retry.
+// prefetch calls fetch in the background prefetchAfter from now, or
+// sooner if it is due sooner already: during a burst of allocations the
+// prefetch runs every prefetchAfter, so that containers starting right
+// after the burst find what they need ready. Its retry (0 for the first
+// try) doubles the delay with each retry.
 func (r *podResources) prefetch(fetch func(), retry int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -292,11 +295,17 @@ func (r *podResources) prefetch(fetch func(), retry int) {
 		return
 	}
 	after := r.after << retry
-	if r.pre == nil {
+	now := time.Now()
+	at := now.Add(after)
+	switch {
+	case r.pre == nil:
 		r.pre = time.AfterFunc(after, fetch)
-		return
+	case r.preAt.After(now) && !r.preAt.After(at):
+		return // due sooner
+	default:
+		r.pre.Reset(after)
 	}
-	r.pre.Reset(after)
+	r.preAt = at
 }
 
 // forget drops the latest listing and the Gets once the kubelet has

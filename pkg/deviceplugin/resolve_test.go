@@ -386,3 +386,23 @@ func TestStartAfterReallocation(t *testing.T) {
 		t.Errorf("a's spec was written after its devices were allocated again (%v)", err)
 	}
 }
+
+// TestPrefetchDuringBurst: allocations that come faster than the prefetch
+// delay do not put the prefetch off until the burst ends; it runs every
+// delay meanwhile.
+func TestPrefetchDuringBurst(t *testing.T) {
+	r := &podResources{after: 20 * time.Millisecond}
+	var fired atomic.Int32
+	fetch := func() { fired.Add(1) }
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+		r.prefetch(fetch, 0)
+		time.Sleep(2 * time.Millisecond)
+	}
+	r.mu.Lock()
+	r.closed = true
+	r.pre.Stop()
+	r.mu.Unlock()
+	if n := fired.Load(); n < 2 {
+		t.Errorf("a 200 ms burst of allocations, one every 2 ms, prefetched %d times; want about 10 (one every 20 ms)", n)
+	}
+}

@@ -119,8 +119,15 @@ func TestBigGPUsEndToEnd(t *testing.T) {
 // resolved ahead of their start.
 //
 //	make bench-deviceplugin
-func BenchmarkDevicePluginStart100(b *testing.B) {
-	n := startGPUNode(b, gpuNodeOptions{})
+func BenchmarkDevicePluginStart100(b *testing.B) { benchStart100(b, gpuNodeOptions{}) }
+
+// BenchmarkDevicePluginStart100BigGPUs is BenchmarkDevicePluginStart100 on
+// 8 x 141 GiB GPUs, pods of 10,000 MiB: each container reaches the
+// device plugin through its hook (deploy/gpu-hook-policy.yaml).
+func BenchmarkDevicePluginStart100BigGPUs(b *testing.B) { benchStart100(b, gpuNodeOptions{big: true}) }
+
+func benchStart100(b *testing.B, o gpuNodeOptions) {
+	n := startGPUNode(b, o)
 	before := n.calls(b)
 	var starts []time.Duration
 	round := 0
