@@ -79,7 +79,7 @@ func main() {
 	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
 	fs.IntVar(&o.hookDevices, "hook-devices", deviceplugin.DefaultHookDevices, "devices of "+gpusharev1.HookResource+
-		", the device each GPU container holds one of where deploy/gpu-hook-policy.yaml is in force (at least the GPU containers this node may run at once); 0 serves none")
+		", the devices through which GPU containers get their GPUs where deploy/gpu-hook-policy.yaml is in force (the n-th GPU container of a pod holds n: one in most pods); 0 serves none")
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")

@@ -123,18 +123,32 @@ func Env(c *gpusharev1.ContainerAllocation, mps *MPS) []string {
 	return env
 }
 
-// stageSpec writes the CDI spec of claim into a file of its own in dir,
-// which runtimes do not read, and returns its path: renamed to
-// SpecPath, it takes effect at once.
-func stageSpec(dir, claim string, c *gpusharev1.ContainerAllocation, mps *MPS) (string, error) {
-	d := cdiDevice{Name: claim, ContainerEdits: edits{Env: Env(c, mps)}}
+// gpuEdits gives a container with allocation c its GPUs: the environment
+// (Env) and under MPS the daemon's directories.
+func gpuEdits(c *gpusharev1.ContainerAllocation, mps *MPS) edits {
+	e := edits{Env: Env(c, mps)}
 	if mps != nil {
-		d.ContainerEdits.Mounts = []cdiMount{{HostPath: mps.PipeDir, ContainerPath: mps.PipeDir, Options: []string{"rbind", "rw"}}}
+		e.Mounts = []cdiMount{{HostPath: mps.PipeDir, ContainerPath: mps.PipeDir, Options: []string{"rbind", "rw"}}}
 		if mps.ShmDir != "" {
-			d.ContainerEdits.Mounts = append(d.ContainerEdits.Mounts,
+			e.Mounts = append(e.Mounts,
 				cdiMount{HostPath: mps.ShmDir, ContainerPath: "/dev/shm", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 		}
 	}
+	return e
+}
+
+// hookedEdits are those of the claims of a container that holds hooks,
+// other than the hooks' own: the hooks' claim gives the container its
+// GPUs, and one CDI device's edits must neither repeat another's nor
+// contradict them. A CDI device must change something: it says how the
+// container gets its GPUs.
+var hookedEdits = edits{Env: []string{"GPUSHARE_GPUS_VIA=" + gpusharev1.HookResource}}
+
+// stageSpec writes the CDI spec of claim, edits e, into a file of its own in dir,
+// which runtimes do not read, and returns its path: renamed to
+// SpecPath, it takes effect at once.
+func stageSpec(dir, claim string, e edits) (string, error) {
+	d := cdiDevice{Name: claim, ContainerEdits: e}
 	b, err := json.MarshalIndent(spec{CDIVersion: "0.6.0", Kind: CDIKind, Devices: []cdiDevice{d}}, "", "  ")
 	if err != nil {
 		return "", err

@@ -32,6 +32,17 @@ type pending struct {
 type resolved struct {
 	holder
 	alloc *gpusharev1.ContainerAllocation
+	// hooked is set for a claim of a resource other than the hook, of a
+	// container that holds hooks too: its CDI device carries hookedEdits.
+	hooked bool
+}
+
+// edits are what the claim's CDI device gives the container.
+func (r *resolved) edits(mps *MPS) edits {
+	if r.hooked {
+		return hookedEdits
+	}
+	return gpuEdits(r.alloc, mps)
 }
 
 // forgetClaimsAfter is how long a claim whose container never starts is
@@ -92,26 +103,26 @@ func (m *Manager) containerOf(ctx context.Context, resource, claim string, ids [
 	if r := m.takeReady(claim); r != nil {
 		return r.holder, r.alloc, "ahead", m.checkGPUs(r.holder, r.alloc)
 	}
-	h, a, err := m.resolve(ctx, resource, claim, ids)
+	r, err := m.resolve(ctx, resource, claim, ids)
 	if err != nil {
-		return h, nil, "", err
+		return r.holder, nil, "", err
 	}
 	// resolve dropped the claim: one there now was named by a newer
 	// Allocate, for another container (this one's pod gone), and may be
 	// resolved ahead already. Its spec must not be overwritten.
-	if err := m.writeSpec(claim, a, nil); err != nil {
-		return h, nil, "", errWriting(h, err)
+	if err := m.writeSpec(claim, r, nil); err != nil {
+		return r.holder, nil, "", errWriting(r.holder, err)
 	}
-	return h, a, "now", nil
+	return r.holder, r.alloc, "now", nil
 }
 
-// writeSpec writes the CDI spec of claim for a: it stages the spec, and
+// writeSpec writes the CDI spec of claim for r: it stages the spec, and
 // renames it into place under m.mu, where the sweep removes specs, only
 // while the claim's pending entry is still want (nil: none). Else a newer
 // Allocate named the claim, for another container, and errReplaced says
 // so.
-func (m *Manager) writeSpec(claim string, a *gpusharev1.ContainerAllocation, want *pending) error {
-	tmp, err := stageSpec(m.cfg.CDIDir, claim, a, m.cfg.MPS)
+func (m *Manager) writeSpec(claim string, r *resolved, want *pending) error {
+	tmp, err := stageSpec(m.cfg.CDIDir, claim, r.edits(m.cfg.MPS))
 	if err != nil {
 		return err
 	}
@@ -206,13 +217,14 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 	if err := m.checkGPUs(h, a); err != nil {
 		return err
 	}
+	r := &resolved{holder: h, alloc: a, hooked: m.hooked(pod, h.Container, resource)}
 	// Only while p is still the claim's: a spec for a container that has
 	// been replaced must not land after the new container's own.
-	if err := m.writeSpec(claim, a, p); err != nil {
+	if err := m.writeSpec(claim, r, p); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	p.ready = &resolved{holder: h, alloc: a}
+	p.ready = r
 	m.mu.Unlock()
 	return nil
 }

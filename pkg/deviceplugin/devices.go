@@ -21,14 +21,14 @@ const DefaultSlotsPerGPU = 100
 // 20 bytes per device; see TestListAndWatchFitsMessageLimit).
 const DefaultMaxDevices = 150_000
 
-// DefaultHookDevices is how many containers may hold the hook resource
-// at once: more than a node runs pods (the kubelet's maxPods is 110 by
-// default, 250 at most as commonly set) with room for several GPU
-// containers in some.
+// DefaultHookDevices is how many devices the hook resource has: more than
+// a node runs pods (the kubelet's maxPods is 110 by default, 250 at most
+// as commonly set), with room for pods of several GPU containers (the
+// n-th holds n).
 const DefaultHookDevices = 512
 
 // kindHook is the kind of the hook resource (gpusharev1.HookResource):
-// devices that stand for no share of a GPU, one per container.
+// devices that stand for no share of a GPU; most GPU containers hold one.
 const kindHook v1alpha1.ResourceKind = "Hook"
 
 // hook returns the hook resource.

@@ -3,8 +3,10 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,8 +98,8 @@ type share struct {
 	// resource is asked for amount; gpushare.io/gpu-mem for mib if empty.
 	resource string
 	amount   int64
-	// hook adds one gpusharev1.HookResource, as the hook policy does.
-	hook      bool
+	// hooks of gpusharev1.HookResource, as the hook policy adds them.
+	hooks     int64
 	container string
 	kind      gpusharev1.ContainerKind
 	gpu       int
@@ -117,8 +119,8 @@ func (n *node) pod(name string, shares ...share) *corev1.Pod {
 		}
 		c := corev1.Container{Name: s.container, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 			name: *k8sresource.NewQuantity(amount, k8sresource.DecimalSI)}}}
-		if s.hook {
-			c.Resources.Limits[gpusharev1.HookResource] = *k8sresource.NewQuantity(1, k8sresource.DecimalSI)
+		if s.hooks > 0 {
+			c.Resources.Limits[gpusharev1.HookResource] = *k8sresource.NewQuantity(s.hooks, k8sresource.DecimalSI)
 		}
 		// Requests default to limits, as the API server sets them.
 		c.Resources.Requests = c.Resources.Limits.DeepCopy()
@@ -193,4 +195,10 @@ func setRecord(t testing.TB, p *corev1.Pod, edit func(*gpusharev1.Allocation)) {
 		t.Fatal(err)
 	}
 	p.Annotations[gpusharev1.AllocationAnnotation] = value
+}
+
+// deviceIDs returns the IDs of resource that the kubelet gave the named
+// container of pod, sorted.
+func (n *node) deviceIDs(pod *corev1.Pod, container, resource string) []string {
+	return slices.Sorted(maps.Keys(n.Manager().GetDevices(string(pod.UID), container)[resource]))
 }

@@ -499,25 +499,44 @@ func containerAsks(c *corev1.Container, resource string) bool {
 
 // resolve finds the container holding ids of resource and returns its
 // allocation from its pod's record, checked against this node's GPUs.
-func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []string) (holder, *gpusharev1.ContainerAllocation, error) {
+func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []string) (*resolved, error) {
 	h, err := m.holderOf(ctx, resource, claim, ids)
 	if err != nil {
-		return h, nil, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
+		return &resolved{holder: h}, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
 	}
 	m.forget(claim)
 	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
 	if err != nil {
-		return h, nil, fmt.Errorf("reading pod %s/%s: %w", h.Namespace, h.Pod, err)
+		return &resolved{holder: h}, fmt.Errorf("reading pod %s/%s: %w", h.Namespace, h.Pod, err)
 	}
 	h.Container = whichContainer(pod, h, resource, len(ids))
 	if h.Container == "" {
-		return h, nil, fmt.Errorf("pod %s/%s: no container asks %d %s devices", h.Namespace, h.Pod, len(ids), resource)
+		return &resolved{holder: h}, fmt.Errorf("pod %s/%s: no container asks %d %s devices", h.Namespace, h.Pod, len(ids), resource)
 	}
 	c, err := m.allocation(pod, h.Container)
 	if err != nil {
-		return h, nil, err
+		return &resolved{holder: h}, err
 	}
-	return h, c, m.checkGPUs(h, c)
+	return &resolved{holder: h, alloc: c, hooked: m.hooked(pod, h.Container, resource)}, m.checkGPUs(h, c)
+}
+
+// hooked reports whether container of pod holds hooks, served here, and
+// resource is another: the hooks' claim gives the container its GPUs. A
+// hook tells init containers from app containers by its number (see
+// deploy/gpu-hook-policy.yaml), where other resources may ask the same
+// amount for both.
+func (m *Manager) hooked(pod *corev1.Pod, container, resource string) bool {
+	if resource == gpusharev1.HookResource || m.cfg.HookDevices <= 0 {
+		return false
+	}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == container {
+				return containerAsks(&list[i], gpusharev1.HookResource)
+			}
+		}
+	}
+	return false
 }
 
 // allocation returns container's allocation from pod's record, which

@@ -312,9 +312,9 @@ func bigNode(t *testing.T) *node {
 // through the hook resource: 100 pods at once, with the kubelet's own
 // admission (which does not count the MiB resource no plugin serves) and
 // device manager. A container that asks GPU memory in GiB devices and
-// holds a hook too gets the same GPU through both. Without a hook the
-// kubelet calls no device plugin for the container (why the hook policy
-// adds one to every GPU container).
+// holds a hook too gets its GPU through the hook, and only a note through
+// the other. Without a hook the kubelet calls no device plugin for the
+// container (why the hook policy adds hooks to every GPU container).
 func TestBigGPUs(t *testing.T) {
 	n := bigNode(t)
 	skipped := slices.Sorted(maps.Keys(n.m.Skipped()))
@@ -333,7 +333,7 @@ func TestBigGPUs(t *testing.T) {
 	const pods, mib = 100, 10_000
 	all := make([]*corev1Pod, pods)
 	for i := range all {
-		all[i] = n.pod(fmt.Sprintf("big-%03d", i), share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 8, mib: mib + int64(i), hook: true})
+		all[i] = n.pod(fmt.Sprintf("big-%03d", i), share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 8, mib: mib + int64(i), hooks: 1})
 		if err := n.admit(all[i]); err != nil {
 			t.Fatalf("admitting %s: %v", all[i].Name, err)
 		}
@@ -355,8 +355,8 @@ func TestBigGPUs(t *testing.T) {
 	}
 	wg.Wait()
 
-	// GiB devices and a hook: two CDI devices that say the same.
-	both := n.pod("both", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 3, resource: "aliyun.com/gpu-mem", amount: 4, mib: 4096, hook: true})
+	// GiB devices and a hook: two CDI devices, the hook's with the GPU.
+	both := n.pod("both", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 3, resource: "aliyun.com/gpu-mem", amount: 4, mib: 4096, hooks: 1})
 	if err := n.admit(both); err != nil {
 		t.Fatal(err)
 	}
@@ -375,6 +375,10 @@ func TestBigGPUs(t *testing.T) {
 	if len(names) != 2 || c.Env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(3) || c.Env["GPUSHARE_GPU_MEMORY_MIB"] != "4096" {
 		t.Errorf("GiB devices and a hook: CDI devices %v give %v; want two, for GPU 3 with 4096 MiB", names, c.Env)
 	}
+	gib := CDIKind + "=" + claimOf("aliyun.com/gpu-mem", n.deviceIDs(both, "main", "aliyun.com/gpu-mem"))
+	if c, err := n.runtime.Create([]string{gib}); err != nil || c.Env["NVIDIA_VISIBLE_DEVICES"] != "" || c.Env["GPUSHARE_GPUS_VIA"] != gpusharev1.HookResource {
+		t.Errorf("the GiB devices' CDI device gives %+v (%v); want only a note that the hook gives the GPUs", c, err)
+	}
 
 	// No hook: admitted, but no plugin hears of the container.
 	bare := n.pod("no-hook", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 1024})
@@ -383,5 +387,44 @@ func TestBigGPUs(t *testing.T) {
 	}
 	if opts, err := n.StartContainer(bare, "main"); err != nil || opts != nil {
 		t.Errorf("a container without a hook: options %+v, %v; want none", opts, err)
+	}
+}
+
+// TestHookedInitContainer: an init container and the app container after
+// it ask the same GPU memory, on different GPUs. The app container reuses
+// the init container's memory devices, so those do not tell the two
+// apart, and the pod's status may not show the init container finished
+// yet when the app container starts. Their hooks do: one for the init
+// container, two for the app container (deploy/gpu-hook-policy.yaml),
+// and the memory devices' CDI device carries no GPU of its own. Each
+// container gets its own GPU, the status notwithstanding.
+func TestHookedInitContainer(t *testing.T) {
+	n := startNode(t)
+	p := n.pod("init-app",
+		share{container: "warm", kind: gpusharev1.ContainerInit, gpu: 0, mib: 1024, hooks: 1},
+		share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024, hooks: 2})
+	if err := n.admit(p); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(n.deviceIDs(p, "warm", "gpushare.io/gpu-mem"), n.deviceIDs(p, "main", "gpushare.io/gpu-mem")) {
+		t.Fatal("the app container does not reuse the init container's memory devices")
+	}
+	// Neither start finds the init container finished in the status.
+	for container, gpu := range map[string]int{"warm": 0, "main": 1} {
+		opts, err := n.StartContainer(p, container)
+		if err != nil {
+			t.Fatalf("%s: %v", container, err)
+		}
+		var names []string
+		for _, d := range opts.CDIDevices {
+			names = append(names, d.Name)
+		}
+		c, err := n.runtime.Create(names)
+		if err != nil {
+			t.Fatalf("%s: %v", container, err)
+		}
+		if c.Env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(gpu) {
+			t.Errorf("container %s (CDI devices %v) sees %q; its record gives it GPU %d", container, names, c.Env["NVIDIA_VISIBLE_DEVICES"], gpu)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -58,34 +59,34 @@ func TestHookPolicy(t *testing.T) {
 	hooked := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		asks := map[string]bool{}
+		got := hooks(p)
+		// The n-th container that asks for GPUs, init containers first,
+		// holds n.
+		n := 0
 		for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 			for _, c := range list {
+				want := [2]string{"-", "-"}
 				for name := range c.Resources.Limits {
 					if strings.Contains(string(name), "gpu") && name != gpusharev1.HookResource {
-						asks[c.Name] = true
+						n++
+						want = [2]string{strconv.Itoa(n), strconv.Itoa(n)}
+						hooked++
+						break
 					}
 				}
-			}
-		}
-		for name, got := range hooks(p) {
-			want := [2]string{"-", "-"}
-			if asks[name] {
-				want = [2]string{"1", "1"}
-				hooked++
-			}
-			if got != want {
-				t.Errorf("pod %s/%s container %s: hook (limits, requests) %v; want %v", p.Namespace, p.Name, name, got, want)
+				if got[c.Name] != want {
+					t.Errorf("pod %s/%s container %s: hooks (limits, requests) %v; want %v", p.Namespace, p.Name, c.Name, got[c.Name], want)
+				}
 			}
 		}
 	}
 	if hooked < booked {
 		t.Errorf("%d containers hold hooks; %d pods hold GPUs", hooked, booked)
 	}
-	t.Logf("%d GPU containers in %d pods got their hook", hooked, booked)
+	t.Logf("%d GPU containers in %d pods got their hooks", hooked, booked)
 
 	// A container that asks no GPU but writes a hook, or a GPU container
-	// with two: refused.
+	// with two where it should hold one: refused with the reason.
 	one := *k8sresource.NewQuantity(1, k8sresource.DecimalSI)
 	two := *k8sresource.NewQuantity(2, k8sresource.DecimalSI)
 	noGPU := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "no-gpu", Namespace: "default"},
@@ -93,10 +94,10 @@ func TestHookPolicy(t *testing.T) {
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpusharev1.HookResource: one}}}}}}
 	twoHooks := gpuPod("two-hooks", 1024, 0)
 	twoHooks.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource] = two
-	for _, p := range []*corev1.Pod{noGPU, twoHooks} {
+	for p, want := range map[*corev1.Pod]string{noGPU: "container main holds 1, wants none", twoHooks: "container main holds 2, wants 1"} {
 		_, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
-		if err == nil || !strings.Contains(err.Error(), "container main: a container holds one gpushare.io/gpu-hook if it asks for GPUs") {
-			t.Errorf("pod %s: %v; want it refused with the reason", p.Name, err)
+		if err == nil || !strings.Contains(err.Error(), "gpushare.io/gpu-hook: "+want+": the n-th container") {
+			t.Errorf("pod %s: %v; want it refused: %s", p.Name, err, want)
 		}
 	}
 }

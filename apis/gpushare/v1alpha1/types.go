@@ -22,11 +22,12 @@ const (
 	UsageAnnotation = "gpushare.io/gpu-usage"
 	// NodeLabel, set to "true", opts a node in to gpushare.
 	NodeLabel = "gpushare"
-	// HookResource is the node daemon's device plugin resource of which
-	// each GPU container holds one (deploy/gpu-hook-policy.yaml adds it
-	// to pods). Through it the daemon hands a container its GPUs on
-	// nodes where the container's own GPU resources are not device
-	// plugin resources: MiB of GPUs too big to count in devices.
+	// HookResource is the node daemon's device plugin resource through
+	// which it hands containers their GPUs: deploy/gpu-hook-policy.yaml
+	// gives the n-th GPU container of a pod n of its devices. It works
+	// where a container's own GPU resources are not device plugin
+	// resources (MiB of GPUs too big to count in devices), and tells init
+	// containers from app containers by their number.
 	HookResource = "gpushare.io/gpu-hook"
 )
 
