@@ -119,7 +119,10 @@ func ApplyHookPolicy(ctx context.Context, client kubernetes.Interface, manifest 
 		return hooked, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the GPU hook policy is not in force after a minute (last answer: %v): %w", last, err)
+		if last != nil {
+			err = fmt.Errorf("%w (the last answer: %w)", err, last)
+		}
+		return fmt.Errorf("the GPU hook policy is not in force after a minute: %w", err)
 	}
 	return nil
 }

@@ -128,8 +128,9 @@ func (r Resource) count(gpus []gpu.Device, z sizing) (int64, error) {
 }
 
 // deviceList returns r's devices on gpus: "<gpu index>-<n>", healthy as
-// their GPU; "hook-<n>" for the hook resource. They carry no NUMA node: they are tokens, and the GPU comes
-// from the record. It fails when there would be more than z.maxDevices.
+// their GPU ("hook-<n>" for the hook resource). They carry no NUMA node:
+// they are tokens, and the GPU comes from the record. It fails when there
+// would be more than z.maxDevices.
 func (r Resource) deviceList(gpus []gpu.Device, z sizing) ([]*pluginapi.Device, error) {
 	total, err := r.count(gpus, z)
 	if err != nil {
