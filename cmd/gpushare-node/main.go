@@ -143,9 +143,11 @@ func run(ctx context.Context, o options) error {
 		}
 		return err == nil
 	}
-	if publish() {
-		logger.Info("Published the GPU inventory", "mode", mode)
-	}
+	// The GPUs are published once the device plugins have registered
+	// with the kubelet (at once without them): a pod admitted before
+	// would hold none of the devices through which its containers get
+	// their GPUs.
+	ready := make(chan struct{})
 
 	// The pods of this node, for the device plugin and the metrics.
 	informer := cache.NewSharedIndexInformer(
@@ -213,6 +215,15 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		go func() { errc <- m.Run(ctx) }()
+		go func(ready chan<- struct{}) {
+			select {
+			case <-m.Registered():
+				close(ready)
+			case <-ctx.Done():
+			}
+		}(ready)
+	} else {
+		close(ready)
 	}
 	events := make(chan gpu.Event, 16)
 	go func() { errc <- backend.Watch(ctx, events) }()
@@ -249,11 +260,20 @@ func run(ctx context.Context, o options) error {
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
+		case <-ready:
+			ready = nil
+			if publish() {
+				logger.Info("Published the GPU inventory", "mode", mode)
+			}
 		case ev := <-events:
 			logger.Info("GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
-			publish()
+			if ready == nil {
+				publish()
+			}
 		case <-tick.C:
-			publish()
+			if ready == nil {
+				publish()
+			}
 		case <-usageTick:
 			publishUsage()
 		}

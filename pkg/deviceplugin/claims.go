@@ -33,7 +33,12 @@ type resolved struct {
 	holder
 	alloc *gpusharev1.ContainerAllocation
 	// hooked is set for a claim of a resource other than the hook, of a
-	// container that holds hooks too: its CDI device carries hookedEdits.
+	// container that the kubelet gave hooks too (not only one whose spec
+	// asks for them: the kubelet allocates none while the hook resource
+	// is not registered): its CDI device carries hookedEdits. A hook
+	// tells init containers from app containers by its number (see
+	// deploy/gpu-hook-policy.yaml), where other resources may ask the
+	// same amount for both.
 	hooked bool
 }
 
@@ -165,7 +170,7 @@ func (m *Manager) prepare(ctx context.Context, l *listing) {
 			if !todo {
 				continue
 			}
-			h := holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}
+			h := holder{Namespace: c.namespace, Pod: c.pod, Container: c.name, Hooked: c.hooked()}
 			if err := m.prepareOne(ctx, p, claim, h, held.resource); err != nil {
 				m.mu.Lock()
 				p.tried = true
@@ -217,7 +222,7 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 	if err := m.checkGPUs(h, a); err != nil {
 		return err
 	}
-	r := &resolved{holder: h, alloc: a, hooked: m.hooked(pod, h.Container, resource)}
+	r := &resolved{holder: h, alloc: a, hooked: h.Hooked && resource != gpusharev1.HookResource}
 	// Only while p is still the claim's: a spec for a container that has
 	// been replaced must not land after the new container's own.
 	if err := m.writeSpec(claim, r, p); err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
@@ -84,6 +85,11 @@ func startNodeWith(t testing.TB, edit func(*Config)) *node {
 	})
 	for _, p := range m.plugins {
 		k.WaitAllocatable(string(p.res.Name), p.devices())
+	}
+	select {
+	case <-m.Registered():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the kubelet has every plugin's devices, but Registered is not closed")
 	}
 	return n
 }

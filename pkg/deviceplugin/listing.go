@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
 // A listing is what the kubelet's PodResources API said of the node's
@@ -98,6 +100,9 @@ func (c *listedContainer) of(resource string) idList {
 	return idList{}
 }
 
+// hooked reports whether the kubelet gave c hooks.
+func (c *listedContainer) hooked() bool { return c.of(gpusharev1.HookResource).len() > 0 }
+
 // find returns the container that holds exactly ids of resource. App
 // containers reuse the devices of init containers, and the listing leaves
 // out init containers that are not sidecars, so devices a listed
@@ -118,7 +123,7 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 		c := &l.containers[i]
 		if held := c.of(resource); held.contains(want[0]) {
 			if subset(want, held.sorted()) {
-				within = &holder{Namespace: c.namespace, Pod: c.pod, Init: true}
+				within = &holder{Namespace: c.namespace, Pod: c.pod, Init: true, Hooked: c.hooked()}
 			}
 		}
 	}
@@ -133,7 +138,7 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 func (l *listing) exact(resource string, want []string) (holder, bool) {
 	for _, i := range l.byFirst[resource+"\x00"+want[0]] {
 		if c := &l.containers[i]; same(c.of(resource), want) {
-			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name}, true
+			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name, Hooked: c.hooked()}, true
 		}
 	}
 	return holder{}, false

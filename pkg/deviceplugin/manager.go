@@ -75,6 +75,10 @@ type Manager struct {
 	// restart; registering waits for them.
 	cancelRegister context.CancelFunc
 	registering    sync.WaitGroup
+	// registered is closed once every plugin has registered with the
+	// kubelet; unregistered counts those that have not yet.
+	registered   chan struct{}
+	unregistered int
 	// claims are the claims Allocate named whose containers have not
 	// started, so that PreStartContainer may use a PodResources answer
 	// asked for since, and the prefetch may resolve them ahead.
@@ -104,7 +108,7 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.CDIDir, 0o755); err != nil { //nolint:gosec // the runtime reads CDI specs
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}, claims: map[string]*pending{}}
+	m := &Manager{cfg: cfg, logger: logger, skipped: map[string]error{}, claims: map[string]*pending{}, registered: make(chan struct{})}
 	devs, err := cfg.Backend.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
@@ -112,7 +116,8 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 	m.setGPUs(devs)
 	resources := cfg.Resources
 	if cfg.HookDevices > 0 {
-		resources = append(slices.Clip(resources), hook())
+		// First: pods that ask for hooks need them registered.
+		resources = append([]Resource{hook()}, resources...)
 	}
 	for _, r := range resources {
 		n, err := r.count(devs, cfg.sizing())
@@ -125,6 +130,10 @@ func New(logger klog.Logger, cfg Config) (*Manager, error) {
 		p := &plugin{res: r, socket: socket, m: m, logger: logger.WithValues("resource", r.Name),
 			gpus: devs, count: n, updates: make(chan struct{})}
 		m.plugins = append(m.plugins, p)
+	}
+	m.unregistered = len(m.plugins)
+	if m.unregistered == 0 {
+		close(m.registered)
 	}
 	if m.pr, err = dialPodResources(logger, cfg.PodResourcesSocket); err != nil {
 		return nil, err
@@ -230,6 +239,7 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 		if err == nil {
 			if err = p.register(ctx, kubelet); err == nil {
 				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", p.devices())
+				m.noteRegistered(p)
 				return
 			}
 		}
@@ -241,6 +251,26 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 			return
 		case <-time.After(min(time.Duration(try+1)*200*time.Millisecond, 5*time.Second)):
 		}
+	}
+}
+
+// Registered is closed once every plugin has registered with the kubelet
+// (the first time). Until then the kubelet admits pods without counting
+// or allocating the resources not registered yet (it leaves out those the
+// node does not advertise), so the node should not take GPU pods: the
+// daemon publishes the node's GPUs only then.
+func (m *Manager) Registered() <-chan struct{} { return m.registered }
+
+// noteRegistered counts p's first registration.
+func (m *Manager) noteRegistered(p *plugin) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p.registeredOnce {
+		return
+	}
+	p.registeredOnce = true
+	if m.unregistered--; m.unregistered == 0 {
+		close(m.registered)
 	}
 }
 
@@ -517,26 +547,7 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 	if err != nil {
 		return &resolved{holder: h}, err
 	}
-	return &resolved{holder: h, alloc: c, hooked: m.hooked(pod, h.Container, resource)}, m.checkGPUs(h, c)
-}
-
-// hooked reports whether container of pod holds hooks, served here, and
-// resource is another: the hooks' claim gives the container its GPUs. A
-// hook tells init containers from app containers by its number (see
-// deploy/gpu-hook-policy.yaml), where other resources may ask the same
-// amount for both.
-func (m *Manager) hooked(pod *corev1.Pod, container, resource string) bool {
-	if resource == gpusharev1.HookResource || m.cfg.HookDevices <= 0 {
-		return false
-	}
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == container {
-				return containerAsks(&list[i], gpusharev1.HookResource)
-			}
-		}
-	}
-	return false
+	return &resolved{holder: h, alloc: c, hooked: h.Hooked && resource != gpusharev1.HookResource}, m.checkGPUs(h, c)
 }
 
 // allocation returns container's allocation from pod's record, which
@@ -591,7 +602,9 @@ func whichContainer(pod *corev1.Pod, h holder, resource string, count int) strin
 		if q, ok := c.Resources.Limits[corev1.ResourceName(resource)]; !ok || q.Value() != int64(count) {
 			continue
 		}
-		if !finished(pod, c.Name) {
+		// Hooks are numbered apart (deploy/gpu-hook-policy.yaml): the
+		// count alone says, where the pod's status may lag.
+		if !finished(pod, c.Name) || resource == gpusharev1.HookResource {
 			return c.Name
 		}
 	}

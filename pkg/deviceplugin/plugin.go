@@ -42,6 +42,9 @@ type plugin struct {
 	// kept: for MiB tokens it is tens of MiB.
 	gpus  []gpu.Device
 	count int64
+	// registeredOnce is set, under Manager.mu, once the plugin has
+	// registered with the kubelet.
+	registeredOnce bool
 	// updates wakes ListAndWatch streams when devices change.
 	updates chan struct{}
 	server  *grpc.Server

@@ -428,3 +428,25 @@ func TestHookedInitContainer(t *testing.T) {
 		}
 	}
 }
+
+// TestHooksNotAllocated: a container whose spec asks for hooks but to
+// which the kubelet gave none (the hook resource was not registered when
+// it admitted the pod, and it leaves out requests of resources the node
+// does not advertise) gets its GPU through its memory devices.
+func TestHooksNotAllocated(t *testing.T) {
+	n := startNodeWith(t, func(c *Config) { c.HookDevices = -1 })
+	p := n.pod("no-hooks-given", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 2048, hooks: 1})
+	if err := n.admit(p); err != nil {
+		t.Fatal(err)
+	}
+	if ids := n.deviceIDs(p, "main", gpusharev1.HookResource); len(ids) != 0 {
+		t.Fatalf("the kubelet gave the container hooks %v", ids)
+	}
+	env, err := n.start(p, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) || env["GPUSHARE_GPU_MEMORY_MIB"] != "2048" {
+		t.Errorf("the container sees %v; its record gives it GPU 1 with 2048 MiB", env)
+	}
+}

@@ -31,6 +31,10 @@ type holder struct {
 	// Init is set when the devices belong to an init container of the
 	// pod, not yet known which (see initContainer).
 	Init bool
+	// Hooked is set when the kubelet gave the listed container hooks
+	// (gpusharev1.HookResource); an init container it found the devices
+	// within holds them then too, allocated at the same admission.
+	Hooked bool
 }
 
 // podResources asks the kubelet's PodResources API who holds devices.

@@ -463,3 +463,49 @@ func statusMiB(pid int, field string) (float64, error) {
 	}
 	return 0, fmt.Errorf("no %s for process %d", field, pid)
 }
+
+// TestInventoryAfterRegistration: gpushare-node publishes its node's GPUs
+// only once its device plugins have registered with the kubelet. A pod
+// admitted before would hold none of the devices through which its
+// containers get their GPUs (the kubelet leaves out resources the node
+// does not advertise).
+func TestInventoryAfterRegistration(t *testing.T) {
+	c, client, _ := startPlugin(t, nil)
+	bareNode(t, client, "gpu-0")
+	dir, err := os.MkdirTemp("", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	gpus := filepath.Join(dir, "gpus.yaml")
+	if err := os.WriteFile(gpus, []byte("gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run("gpushare-node", nodeBin(t), "--kubeconfig="+c.Kubeconfig, "--node-name=gpu-0", "--simulated-gpus="+gpus,
+		"--device-plugin-dir="+dir, "--pod-resources-socket="+filepath.Join(dir, "pod-resources", "kubelet.sock"),
+		"--cdi-dir="+filepath.Join(dir, "cdi"), "--metrics-bind-address=", "--usage-interval=0"); err != nil {
+		t.Fatal(err)
+	}
+	published := func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(context.Background(), "gpu-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, ok := n.Annotations[gpusharev1.InventoryAnnotation]
+		return ok, nil
+	}
+	// No kubelet yet: nothing is published.
+	time.Sleep(3 * time.Second)
+	if ok, err := published(); err != nil || ok {
+		t.Fatalf("the inventory was published before any plugin registered (%v)", err)
+	}
+	kubelet := kubelettest.Start(t, dir)
+	if err := waitFor(time.Minute, published); err != nil {
+		t.Fatalf("the inventory was not published after the plugins registered: %v", err)
+	}
+	for _, r := range []string{gpusharev1.HookResource, "gpushare.io/gpu-mem"} {
+		if kubelet.Allocatable(r) == 0 {
+			t.Errorf("published with %s not registered", r)
+		}
+	}
+}
