@@ -85,8 +85,9 @@ func TestHookPolicy(t *testing.T) {
 	}
 	t.Logf("%d GPU containers in %d pods got their hooks", hooked, booked)
 
-	// A container that asks no GPU but writes a hook, or a GPU container
-	// with two where it should hold one: refused with the reason.
+	// A container that asks no GPU but writes a hook: refused with the
+	// reason. A GPU container that writes two where it should hold one:
+	// set right.
 	one := *k8sresource.NewQuantity(1, k8sresource.DecimalSI)
 	two := *k8sresource.NewQuantity(2, k8sresource.DecimalSI)
 	noGPU := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "no-gpu", Namespace: "default"},
@@ -94,10 +95,15 @@ func TestHookPolicy(t *testing.T) {
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpusharev1.HookResource: one}}}}}}
 	twoHooks := gpuPod("two-hooks", 1024, 0)
 	twoHooks.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource] = two
-	for p, want := range map[*corev1.Pod]string{noGPU: "container main holds 1, wants none", twoHooks: "container main holds 2, wants 1"} {
-		_, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
-		if err == nil || !strings.Contains(err.Error(), "gpushare.io/gpu-hook: "+want+": the n-th container") {
-			t.Errorf("pod %s: %v; want it refused: %s", p.Name, err, want)
-		}
+	_, err = client.CoreV1().Pods("default").Create(ctx, noGPU, metav1.CreateOptions{})
+	if want := "gpushare.io/gpu-hook: container main holds 1, wants none: the n-th container"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("pod %s: %v; want it refused: %s", noGPU.Name, err, want)
+	}
+	p, err := client.CoreV1().Pods("default").Create(ctx, twoHooks, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("pod %s: %v", twoHooks.Name, err)
+	}
+	if got := hooks(p)["main"]; got != [2]string{"1", "1"} {
+		t.Errorf("pod %s written with 2 hooks holds (limits, requests) %v; want 1 and 1", p.Name, got)
 	}
 }
