@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -214,6 +215,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
+		client.OnNode = warnStale(logger, m.Skipped())
 		go func() { errc <- m.Run(ctx) }()
 		go func(ready chan<- struct{}) {
 			select {
@@ -276,6 +278,34 @@ func run(ctx context.Context, o options) error {
 			}
 		case <-usageTick:
 			publishUsage()
+		}
+	}
+}
+
+// warnStale returns a check of this node as a patch left it: a resource
+// the device plugin does not serve here (too many devices) that the node
+// still advertises makes the kubelet refuse every pod that asks for it.
+// The kubelet keeps a resource that was a device plugin resource here
+// before, at capacity 0; only the resources a node does not advertise at
+// all are left to gpushare's scheduler. It logs each such resource once,
+// with the command that removes it.
+func warnStale(logger klog.Logger, skipped map[string]error) func(*corev1.Node) {
+	warned := map[string]bool{}
+	return func(n *corev1.Node) {
+		for name := range skipped {
+			q, ok := n.Status.Capacity[corev1.ResourceName(name)]
+			if !ok {
+				delete(warned, name)
+				continue
+			}
+			if warned[name] {
+				continue
+			}
+			warned[name] = true
+			path := "/status/capacity/" + strings.ReplaceAll(name, "/", "~1")
+			logger.Error(nil, "The node still advertises a resource this daemon does not serve: the kubelet refuses pods that ask for it until it is removed from the node's status",
+				"resource", name, "capacity", q.String(),
+				"remove", fmt.Sprintf(`kubectl patch node %s --subresource=status --type=json -p '[{"op":"remove","path":"%s"}]'`, n.Name, path))
 		}
 	}
 }

@@ -20,7 +20,11 @@ import (
 )
 
 // Client reads and patches the core objects the node daemon uses.
-type Client struct{ rest rest.Interface }
+type Client struct {
+	rest rest.Interface
+	// OnNode, if set, is given the node as each patch of it left it.
+	OnNode func(*corev1.Node)
+}
 
 // New returns a Client for the API server in config.
 func New(config *rest.Config) (*Client, error) {
@@ -44,7 +48,14 @@ func New(config *rest.Config) (*Client, error) {
 
 // PatchNode applies a JSON merge patch to the named node.
 func (c *Client) PatchNode(ctx context.Context, name string, patch []byte) error {
-	return c.rest.Patch(types.MergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Error()
+	node := &corev1.Node{}
+	if err := c.rest.Patch(types.MergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Into(node); err != nil {
+		return err
+	}
+	if c.OnNode != nil {
+		c.OnNode(node)
+	}
+	return nil
 }
 
 // GetPod reads one pod.
