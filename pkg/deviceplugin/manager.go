@@ -85,6 +85,9 @@ type Manager struct {
 	claims map[string]*pending
 	// retries counts the prefetches since the latest Allocate.
 	retries int
+	// fetching is set while a prefetch runs; fetchAgain when another
+	// was due meanwhile, and it runs once that one is done.
+	fetching, fetchAgain bool
 }
 
 // New checks cfg, discovers the GPUs and builds the plugins.
@@ -355,17 +358,37 @@ const maxGets = 16
 // kubelet records an allocation after Allocate returns, and makes the pod
 // active after admitting it, so a prefetch can come too early: it tries
 // again, later each time, while a claim named before it has no container.
+// Prefetches run one at a time: one due while another runs (a burst of
+// Allocates) runs right after it.
 func (m *Manager) prefetch() {
-	now := time.Now()
 	m.mu.Lock()
-	retry := m.retries
+	if m.fetching {
+		// One at a time: the one under way runs again when done.
+		m.fetchAgain = true
+		m.mu.Unlock()
+		return
+	}
+	m.fetching = true
 	m.mu.Unlock()
-	m.fetchAhead(now, retry)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.retries < maxPrefetchRetries && m.waitingLocked(now) {
-		m.retries++
-		m.pr.prefetch(m.prefetch, m.retries)
+	for {
+		now := time.Now()
+		m.mu.Lock()
+		retry := m.retries
+		m.mu.Unlock()
+		m.fetchAhead(now, retry)
+		m.mu.Lock()
+		if m.fetchAgain {
+			m.fetchAgain = false
+			m.mu.Unlock()
+			continue
+		}
+		m.fetching = false
+		if m.retries < maxPrefetchRetries && m.waitingLocked(now) {
+			m.retries++
+			m.pr.prefetch(m.prefetch, m.retries)
+		}
+		m.mu.Unlock()
+		return
 	}
 }
 
