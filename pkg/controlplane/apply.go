@@ -95,28 +95,40 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
 
 // ApplyHookPolicy applies manifest (deploy/gpu-hook-policy.yaml) and waits
-// up to a minute until the API server enforces it: a pod that asks for
-// GPU memory, created in a dry run, comes back holding its hook. The API
-// server takes up each admission policy on its own, so until then the
-// validating policy may refuse GPU pods that the mutating one has not
-// given their hook yet.
+// up to a minute until the API server enforces both of its policies: a
+// pod that asks for GPU memory, created in a dry run, comes back holding
+// its hook, and one whose container asks for no GPU but holds a hook is
+// refused. The API server takes up each admission policy on its own, so
+// until then the validating policy may refuse GPU pods that the mutating
+// one has not given their hooks yet, or let through what it would
+// refuse.
 func ApplyHookPolicy(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
 	if err := Apply(ctx, client, manifest); err != nil {
 		return err
 	}
-	probe := &corev1.Pod{
+	gpu := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpushare-hook-probe", Namespace: metav1.NamespaceDefault},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"gpushare.io/gpu-mem": k8sresource.MustParse("1024")}}}}},
 	}
+	bad := gpu.DeepCopy()
+	bad.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpusharev1.HookResource: k8sresource.MustParse("1")}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		p, err := client.CoreV1().Pods(gpu.Namespace).Create(ctx, gpu, dryRun)
 		if last = err; err != nil {
 			return false, nil //nolint:nilerr // not yet: the validating policy came first
 		}
-		_, hooked := p.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource]
-		return hooked, nil
+		if _, hooked := p.Spec.Containers[0].Resources.Limits[gpusharev1.HookResource]; !hooked {
+			last = errors.New("a GPU pod got no hook")
+			return false, nil
+		}
+		if _, err := client.CoreV1().Pods(bad.Namespace).Create(ctx, bad, dryRun); err == nil {
+			last = errors.New("a pod with a hook and no GPU was let through")
+			return false, nil
+		}
+		return true, nil
 	})
 	if err != nil {
 		if last != nil {

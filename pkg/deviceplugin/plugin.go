@@ -163,8 +163,13 @@ func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 		p.logger.Error(err, "Refusing to start a container", "resource", p.res.Name, "devices", len(ids), "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container)
 		return nil, err
 	}
-	p.logger.V(2).Info("Container gets its GPUs", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container,
-		"resource", p.res.Name, "gpus", uuids(a), "resolved", via, "took", time.Since(start))
+	if len(a.GPUs) == 0 {
+		p.logger.V(2).Info("Container gets its GPUs through its hooks", "pod", klog.KRef(h.Namespace, h.Pod),
+			"resource", p.res.Name, "took", time.Since(start))
+	} else {
+		p.logger.V(2).Info("Container gets its GPUs", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container,
+			"resource", p.res.Name, "gpus", uuids(a), "resolved", via, "took", time.Since(start))
+	}
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
