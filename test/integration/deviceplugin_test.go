@@ -191,6 +191,18 @@ read cmd
 exit 0
 `
 
+// socketDir returns a new directory for a node's sockets, removed when
+// the test ends. Unix socket paths are short: it is near the root.
+func socketDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
 // gpuNodeOptions say what startGPUNode's node is like.
 type gpuNodeOptions struct {
 	// mps shares the GPUs under MPS.
@@ -206,12 +218,7 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 	t.Helper()
 	c, client, _ := startPlugin(t, nil)
 	bareNode(t, client, "gpu-0")
-	// Unix socket paths are short: keep the directory near the root.
-	dir, err := os.MkdirTemp("", "e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := socketDir(t)
 	kubelet := kubelettest.Start(t, dir)
 	gpus := "gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 8, numaNodes: 2, nvlink: pairs}\n"
 	if o.big {
@@ -472,11 +479,7 @@ func statusMiB(pid int, field string) (float64, error) {
 func TestInventoryAfterRegistration(t *testing.T) {
 	c, client, _ := startPlugin(t, nil)
 	bareNode(t, client, "gpu-0")
-	dir, err := os.MkdirTemp("", "e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := socketDir(t)
 	gpus := filepath.Join(dir, "gpus.yaml")
 	if err := os.WriteFile(gpus, []byte("gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 2}\n"), 0o600); err != nil {
 		t.Fatal(err)
