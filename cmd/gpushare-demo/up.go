@@ -81,7 +81,7 @@ func up(ctx context.Context, o options) (err error) {
 		if err != nil {
 			return err
 		}
-		step("applying " + o.hookPolicy + ": each GPU container gets a " + gpusharev1.HookResource + " device, through which gpushare-node hands it its GPUs")
+		step("applying " + o.hookPolicy + ": each GPU container gets " + gpusharev1.HookResource + " devices, through which gpushare-node hands it its GPUs")
 		if err := controlplane.ApplyHookPolicy(ctx, client, policy); err != nil {
 			return fmt.Errorf("%s: %w", o.hookPolicy, err)
 		}
