@@ -32,14 +32,18 @@ type pending struct {
 type resolved struct {
 	holder
 	alloc *gpusharev1.ContainerAllocation
-	// hooked is set for a claim of a resource other than the hook, of a
-	// container that the kubelet gave hooks too (not only one whose spec
-	// asks for them: the kubelet allocates none while the hook resource
-	// is not registered): its CDI device carries hookedEdits. A hook
-	// tells init containers from app containers by its number (see
-	// deploy/gpu-hook-policy.yaml), where other resources may ask the
-	// same amount for both.
+	// hooked is set for devices that defer to their container's hooks
+	// (hookedOnly): their CDI device carries hookedEdits.
 	hooked bool
+}
+
+// hookedOnly is the resolution of devices that defer to the hooks of
+// their container h (holder.defers): their CDI device carries
+// hookedEdits, whichever of the pod's containers they are (they may not
+// tell an init container from the app container that reuses its
+// devices). The hooks' own claim checks the record and the GPUs.
+func hookedOnly(h holder) *resolved {
+	return &resolved{holder: h, alloc: &gpusharev1.ContainerAllocation{}, hooked: true}
 }
 
 // edits are what the claim's CDI device gives the container.
@@ -203,26 +207,10 @@ func (m *Manager) waitingLocked(t time.Time) bool {
 // prepareOne resolves pending claim p to container h ahead of its start
 // and writes its spec.
 func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h holder, resource string) error {
-	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
+	r, err := m.ahead(ctx, h, resource)
 	if err != nil {
 		return err
 	}
-	switch {
-	case pod.DeletionTimestamp != nil:
-		// Perhaps a pod of the same name gone, as the informer has
-		// not seen yet, and not the one the kubelet admitted.
-		return errDeleting
-	case initAsks(pod, resource):
-		return errInitContainers
-	}
-	a, err := m.allocation(pod, h.Container)
-	if err != nil {
-		return err
-	}
-	if err := m.checkGPUs(h, a); err != nil {
-		return err
-	}
-	r := &resolved{holder: h, alloc: a, hooked: h.Hooked && resource != gpusharev1.HookResource}
 	// Only while p is still the claim's: a spec for a container that has
 	// been replaced must not land after the new container's own.
 	if err := m.writeSpec(claim, r, p); err != nil {
@@ -232,6 +220,34 @@ func (m *Manager) prepareOne(ctx context.Context, p *pending, claim string, h ho
 	p.ready = r
 	m.mu.Unlock()
 	return nil
+}
+
+// ahead resolves the devices of resource that container h holds, ahead
+// of its start.
+func (m *Manager) ahead(ctx context.Context, h holder, resource string) (*resolved, error) {
+	if h.defers(resource) {
+		return hookedOnly(h), nil
+	}
+	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case pod.DeletionTimestamp != nil:
+		// Perhaps a pod of the same name gone, as the informer has
+		// not seen yet, and not the one the kubelet admitted.
+		return nil, errDeleting
+	case initAsks(pod, resource):
+		return nil, errInitContainers
+	}
+	a, err := m.allocation(pod, h.Container)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkGPUs(h, a); err != nil {
+		return nil, err
+	}
+	return &resolved{holder: h, alloc: a}, nil
 }
 
 var (

@@ -558,12 +558,8 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 		return &resolved{holder: h}, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
 	}
 	m.forget(claim)
-	if h.Hooked && resource != gpusharev1.HookResource {
-		// The container's hooks give it its GPUs, checked when they are
-		// resolved; these devices only say so, whichever of the pod's
-		// containers they are (they may not tell an init container from
-		// the app container that reuses its devices).
-		return &resolved{holder: h, alloc: &gpusharev1.ContainerAllocation{}, hooked: true}, nil
+	if h.defers(resource) {
+		return hookedOnly(h), nil
 	}
 	pod, err := m.cfg.Pods(ctx, h.Namespace, h.Pod)
 	if err != nil {
@@ -577,7 +573,7 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 	if err != nil {
 		return &resolved{holder: h}, err
 	}
-	return &resolved{holder: h, alloc: c, hooked: h.Hooked && resource != gpusharev1.HookResource}, m.checkGPUs(h, c)
+	return &resolved{holder: h, alloc: c}, m.checkGPUs(h, c)
 }
 
 // allocation returns container's allocation from pod's record, which

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
 // keepListing is how long the latest listing is kept for containers that
@@ -35,6 +37,17 @@ type holder struct {
 	// (gpusharev1.HookResource); an init container it found the devices
 	// within holds them then too, allocated at the same admission.
 	Hooked bool
+}
+
+// defers reports whether the devices of resource that h holds give it no
+// GPUs of their own: the kubelet gave h hooks (not only a spec that asks
+// for them: it gives none while the hook resource is not registered), and
+// resource is another. Hooks tell an init container from the app
+// container that reuses its devices by their number
+// (deploy/gpu-hook-policy.yaml), where other resources may ask the same
+// amount for both.
+func (h holder) defers(resource string) bool {
+	return h.Hooked && resource != gpusharev1.HookResource
 }
 
 // podResources asks the kubelet's PodResources API who holds devices.
