@@ -45,6 +45,7 @@ var (
 	_ fwk.PreFilterPlugin   = (*GPUShare)(nil)
 	_ fwk.FilterPlugin      = (*GPUShare)(nil)
 	_ fwk.PostFilterPlugin  = (*GPUShare)(nil)
+	_ fwk.PreScorePlugin    = (*GPUShare)(nil)
 	_ fwk.ScorePlugin       = (*GPUShare)(nil)
 	_ fwk.ReservePlugin     = (*GPUShare)(nil)
 	_ fwk.BindPlugin        = (*GPUShare)(nil)
@@ -218,6 +219,9 @@ type cycle struct {
 // node, so copies share it.
 func (c *cycle) Clone() fwk.StateData { return c }
 
+// readCycle returns the cycle PreFilter wrote. It wraps fwk.ErrNotFound
+// when PreFilter wrote none: the pod asks for no GPU (or was rejected),
+// and the plugin then has nothing to say about it.
 func readCycle(state fwk.CycleState) (*cycle, error) {
 	d, err := state.Read(stateKey)
 	if err != nil {
@@ -313,6 +317,15 @@ func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev
 	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
 
+// PreScore implements fwk.PreScorePlugin: a pod that asks for no GPU is
+// scored by kube-scheduler's own plugins alone.
+func (pl *GPUShare) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if _, err := readCycle(state); err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
 // Score implements fwk.ScorePlugin. The raw score is the placement's rank
 // key; NormalizeScore turns it into 0-100.
 func (pl *GPUShare) Score(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeInfo) (int64, *fwk.Status) {
@@ -368,6 +381,10 @@ func rankScore(rank, n int) int64 {
 // chosen node in the cache.
 func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	c, err := readCycle(state)
+	if errors.Is(err, fwk.ErrNotFound) {
+		// The pod asks for no GPU: nothing to book.
+		return nil
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
