@@ -17,19 +17,42 @@ import (
 
 // Cache holds gpushare nodes and the GPUs pods hold on them. It is safe for
 // concurrent use.
+//
+// A pod's allocation record books its GPUs only once the pod is bound to
+// the node the record names, and only if the record gives each container
+// what its spec asks (alloc.Conform): a record written by anyone but the
+// scheduler that bound the pod books nothing. A booked record is not
+// changed by later edits of the annotation. Bookings are held by GPU UUID:
+// a GPU that leaves the node's inventory keeps its bookings, unhealthy,
+// until their pods end.
 type Cache struct {
 	logger klog.Logger
+	opts   Options
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
 	// rejected holds why a node seen by the informer takes no part.
 	rejected map[string]error
 	pods     map[types.UID]*podEntry
+	// refused holds, per pod, the record value the cache refused, so that
+	// each is reported once.
+	refused map[types.UID]string
 	// gpuSizes counts the GPUs of each memory size over the nodes, for
 	// LargestGPU.
 	gpuSizes map[int64]int
 	// now is the clock live samples are judged by.
 	now func() time.Time
+}
+
+// Options are the cache's dependencies on the adapter that feeds it.
+type Options struct {
+	// Requests translates a pod's spec into what it asks of GPUs, the
+	// measure its record is checked against. Nil checks a record's
+	// shape against its node only.
+	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
+	// Refused, if set, is told once per record value that the cache does
+	// not book, with why (the adapter emits an event on the pod).
+	Refused func(pod *corev1.Pod, err error)
 }
 
 // LiveStaleAfter is how old a node's live GPU sample may be before
@@ -38,43 +61,56 @@ const LiveStaleAfter = 3 * time.Minute
 
 type nodeEntry struct {
 	// inventory is the node as its inventory says; state.Node is a copy
-	// in which GPUs under a conflicting booking are marked unhealthy.
+	// with a GPU appended, unhealthy, for each UUID that a booked record
+	// holds and the inventory no longer lists, and with GPUs under a
+	// conflicting booking marked unhealthy.
 	inventory *alloc.Node
 	state     *alloc.NodeState
 	// liveAt is when state.Live was sampled.
 	liveAt time.Time
-	// pods holds the pods booked here, so that a new inventory can be
-	// rebuilt with their bookings.
+	// pods holds every entry on this node, booked or not, so that a new
+	// inventory can be rebuilt with their bookings.
 	pods map[types.UID]*podEntry
+	// over is, per GPU of state.Node, what conflicting bookings hold
+	// beyond state.GPUs: the metrics show it, so that an over-commit is
+	// never hidden.
+	over []alloc.Usage
 }
 
 type podEntry struct {
 	key       string
+	node      string
 	placement *alloc.Placement
 	// assumed is true between Assume and the informer's delivery of the
 	// pod with its record.
 	assumed bool
 	// record is the annotation value the entry came from, so that an
-	// unchanged pod update costs nothing, and alloc its parsed form,
-	// checked again against each new inventory of its node.
+	// unchanged pod update costs nothing, alloc its parsed form and req
+	// what the pod asks (nil without Options.Requests): the record is
+	// checked against both on each inventory of its node.
 	record string
 	alloc  *gpusharev1.Allocation
-	// invalid is set while the record does not match its node's
-	// inventory (e.g. names a GPU UUID the node does not have): it books
-	// nothing then, exactly as if the node had been seen first.
+	req    *alloc.PodRequest
+	// pod is kept for reports about the record.
+	pod *corev1.Pod
+	// invalid is set while the record does not fit its node's inventory
+	// or the pod's request: it books nothing then.
 	invalid bool
 	// conflict is set when the booking did not fit the node (its
-	// inventory shrank); the GPUs it names are then held full.
+	// inventory shrank, or a record over-commits); the GPUs it names are
+	// then held full.
 	conflict bool
 }
 
 // New returns an empty cache.
-func New(logger klog.Logger) *Cache {
+func New(logger klog.Logger, o Options) *Cache {
 	return &Cache{
 		logger:   logger,
+		opts:     o,
 		nodes:    make(map[string]*nodeEntry),
 		rejected: make(map[string]error),
 		pods:     make(map[types.UID]*podEntry),
+		refused:  make(map[types.UID]string),
 		gpuSizes: make(map[int64]int),
 		now:      time.Now,
 	}
@@ -89,7 +125,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	old := c.nodes[n.Name]
 	if err != nil {
 		if old != nil {
-			c.logger.Info("Node leaves gpushare", "node", klog.KObj(n), "reason", err)
+			c.logger.Error(err, "Node leaves gpushare; its pods' bookings are kept until it returns", "node", klog.KObj(n))
 		}
 		c.dropNode(n.Name)
 		c.rejected[n.Name] = err
@@ -102,27 +138,17 @@ func (c *Cache) SetNode(n *corev1.Node) {
 		old.setLive(c.live(n, node))
 		return
 	}
-	e := &nodeEntry{inventory: node, state: alloc.NewNodeState(copyNode(node)), pods: make(map[types.UID]*podEntry)}
-	e.setLive(c.live(n, node))
+	e := &nodeEntry{inventory: node, pods: make(map[types.UID]*podEntry)}
 	c.dropNode(n.Name)
 	c.nodes[n.Name] = e
 	c.countGPUs(node, 1)
 	for uid, p := range c.pods {
-		if p.placement.Node != n.Name {
-			continue
+		if p.node == n.Name {
+			e.pods[uid] = p
 		}
-		if p.alloc != nil {
-			// A record is checked against the inventory it will be booked
-			// on, whichever the informers delivered first.
-			placement, err := PlacementFrom(p.alloc, node)
-			if p.invalid = err != nil; p.invalid {
-				c.logger.Error(err, "Ignoring the pod's allocation record", "pod", p.key, "node", n.Name)
-				continue
-			}
-			p.placement = placement
-		}
-		c.book(e, uid, p)
 	}
+	c.rebuild(e)
+	e.setLive(c.live(n, node))
 	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
 }
 
@@ -227,12 +253,106 @@ func (c *Cache) LargestGPU() int64 {
 	return largest
 }
 
-// book applies p to e. A booking that no longer fits (the node's GPUs
-// changed under running pods) is kept as a conflict: its GPUs are marked
-// unhealthy in the cache's copy so nothing more lands on them.
-func (c *Cache) book(e *nodeEntry, uid types.UID, p *podEntry) {
-	e.pods[uid] = p
-	p.conflict = false
+// rebuild books every entry of e again on a fresh state of its inventory,
+// with the GPUs its records hold that the inventory no longer lists.
+func (c *Cache) rebuild(e *nodeEntry) {
+	var live []alloc.Live
+	if e.state != nil {
+		live = e.state.Live
+	}
+	node := withVanished(e.inventory, e.pods)
+	e.state = alloc.NewNodeState(node)
+	if len(live) == len(node.GPUs) {
+		e.state.Live = live
+	}
+	e.over = make([]alloc.Usage, len(node.GPUs))
+	// In a fixed order, so that which of two conflicting bookings comes
+	// first does not depend on map order: the older pod's.
+	for _, p := range sortedEntries(e.pods) {
+		c.book(e, p)
+	}
+}
+
+// Vanished GPUs: the model a GPU gets in the cache when the node's
+// inventory no longer lists a GPU that a record holds.
+const VanishedModel = "vanished"
+
+// withVanished returns a copy of inv with one unhealthy GPU appended for
+// each UUID that a record of pods names and inv does not list, sized to
+// hold every record's share of it.
+func withVanished(inv *alloc.Node, pods map[types.UID]*podEntry) *alloc.Node {
+	n := copyNode(inv)
+	index := uuidIndex(inv)
+	for _, p := range sortedEntries(pods) {
+		if p.alloc == nil {
+			continue
+		}
+		for _, ca := range p.alloc.Containers {
+			for _, g := range ca.GPUs {
+				i, ok := index[g.UUID]
+				if !ok {
+					i = len(n.GPUs)
+					index[g.UUID] = i
+					n.GPUs = append(n.GPUs, alloc.GPU{Index: i, UUID: g.UUID, Model: VanishedModel, NUMANode: -1})
+				}
+				if i >= len(inv.GPUs) {
+					v := &n.GPUs[i]
+					v.MemoryMiB += g.MemoryMiB
+					v.Compute = max(v.Compute, alloc.FullCompute) + g.Compute
+				}
+			}
+		}
+	}
+	return n
+}
+
+func uuidIndex(n *alloc.Node) map[string]int {
+	index := make(map[string]int, len(n.GPUs))
+	for i, g := range n.GPUs {
+		index[g.UUID] = i
+	}
+	return index
+}
+
+// sortedEntries returns the entries oldest record first (then by key).
+func sortedEntries(pods map[types.UID]*podEntry) []*podEntry {
+	out := make([]*podEntry, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.pod != nil && b.pod != nil && !a.pod.CreationTimestamp.Equal(&b.pod.CreationTimestamp) {
+			return a.pod.CreationTimestamp.Before(&b.pod.CreationTimestamp)
+		}
+		return a.key < b.key
+	})
+	return out
+}
+
+// book applies entry p to e. A record is first placed on e's GPUs by UUID
+// and checked against the pod's request; one that fails is kept invalid
+// and books nothing. A booking that no longer fits (the node's GPUs
+// changed under running pods, or records over-commit a GPU) is kept as a
+// conflict: its GPUs are marked unhealthy in the cache's copy so nothing
+// more lands on them, and what it holds is shown in e.over.
+func (c *Cache) book(e *nodeEntry, p *podEntry) {
+	p.invalid, p.conflict = false, false
+	if p.alloc != nil {
+		placement, err := placeRecord(p.alloc, e.state.Node)
+		if err == nil && p.req != nil {
+			err = alloc.Conform(placement, p.req, e.inventory)
+		}
+		if err != nil {
+			p.invalid = true
+			c.report(p.pod, p.key, p.record, err)
+			return
+		}
+		p.placement = placement
+		if p.pod != nil {
+			delete(c.refused, p.pod.UID)
+		}
+	}
 	if err := e.state.Apply(p.placement); err != nil {
 		p.conflict = true
 		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
@@ -241,26 +361,65 @@ func (c *Cache) book(e *nodeEntry, uid types.UID, p *podEntry) {
 		for _, b := range p.placement.Booked {
 			if b.GPU >= 0 && b.GPU < len(n.GPUs) {
 				n.GPUs[b.GPU].Healthy = false
+				o := &e.over[b.GPU]
+				o.MemoryMiB += b.MemoryMiB
+				o.Compute += b.Compute
 			}
 		}
 		e.state.Node = n
 	}
 }
 
-// placementNode is the node p books on; "" for a nil entry.
-func (p *podEntry) placementNode() string {
-	if p == nil {
-		return ""
+// placeRecord turns a record into a placement on node's GPUs, each named
+// by its UUID: the index a record gives is where the GPU was when it was
+// written, and a driver may renumber GPUs.
+func placeRecord(a *gpusharev1.Allocation, node *alloc.Node) (*alloc.Placement, error) {
+	p, err := PlacementFrom(a, nil)
+	if err != nil {
+		return nil, err
 	}
-	return p.placement.Node
+	if a.Node != node.Name {
+		return nil, fmt.Errorf("allocation is for node %s, not %s", a.Node, node.Name)
+	}
+	index := uuidIndex(node)
+	for ci := range p.Containers {
+		gpus := p.Containers[ci].GPUs
+		for k := range gpus {
+			i, ok := index[gpus[k].UUID]
+			if !ok {
+				return nil, fmt.Errorf("container %s: node %s has no GPU with UUID %s", p.Containers[ci].Name, node.Name, gpus[k].UUID)
+			}
+			gpus[k].GPU = i
+		}
+	}
+	p.Booked = alloc.Booking(p.Containers)
+	return p, nil
+}
+
+// report logs, once per record value, why a pod's record books nothing,
+// and tells Options.Refused.
+func (c *Cache) report(pod *corev1.Pod, key, record string, err error) {
+	if pod != nil {
+		if r, ok := c.refused[pod.UID]; ok && r == record {
+			return
+		}
+		c.refused[pod.UID] = record
+	}
+	c.logger.Error(err, "Ignoring the pod's allocation record", "pod", key)
+	if c.opts.Refused != nil && pod != nil {
+		c.opts.Refused(pod, err)
+	}
 }
 
 func (c *Cache) unbook(uid types.UID, p *podEntry) {
-	e := c.nodes[p.placement.Node]
+	e := c.nodes[p.node]
 	if e == nil || e.pods[uid] != p {
 		return
 	}
 	delete(e.pods, uid)
+	if p.invalid {
+		return
+	}
 	if p.conflict {
 		// Rebuild the node from its inventory: the conflict's GPUs may
 		// be usable again.
@@ -269,6 +428,11 @@ func (c *Cache) unbook(uid types.UID, p *podEntry) {
 	}
 	if err := e.state.Release(p.placement); err != nil {
 		c.logger.Error(err, "Releasing a pod's GPUs failed; rebuilding the node", "pod", p.key)
+		c.rebuild(e)
+		return
+	}
+	if len(e.state.Node.GPUs) > len(e.inventory.GPUs) {
+		// The pod may have been the last to hold a vanished GPU.
 		c.rebuild(e)
 	}
 }
@@ -279,25 +443,17 @@ func copyNode(n *alloc.Node) *alloc.Node {
 	return &c
 }
 
-func (c *Cache) rebuild(e *nodeEntry) {
-	pods, live := e.pods, e.state.Live
-	e.state = alloc.NewNodeState(copyNode(e.inventory))
-	e.state.Live = live
-	e.pods = make(map[types.UID]*podEntry, len(pods))
-	for uid, p := range pods {
-		c.book(e, uid, p)
-	}
-}
-
 // Ended reports whether a pod no longer holds its GPUs.
 func Ended(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// SetPod adds or updates a pod from the informer. A pod with a valid
-// allocation record books it (replacing an assumed placement); a pod that
-// ended releases its GPUs; a pod without a record keeps whatever was
-// assumed for it.
+// SetPod adds or updates a pod from the informer. A bound pod with a
+// valid allocation record for its node books it (replacing an assumed
+// placement); a pod that ended releases its GPUs; a pod without a record
+// keeps whatever was assumed for it. A record on a pod that is not bound,
+// or that is not what the pod asks for, books nothing and is reported;
+// once booked, a record is not changed by edits of the annotation.
 func (c *Cache) SetPod(pod *corev1.Pod) {
 	if Ended(pod) {
 		c.RemovePod(pod.UID)
@@ -313,18 +469,59 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if old != nil && !old.assumed && old.record == value {
 		return
 	}
+	key := pod.Namespace + "/" + pod.Name
 	p, err := c.parseRecord(pod, value)
 	if err != nil {
-		c.logger.Error(err, "Ignoring the pod's allocation record", "pod", klog.KObj(pod))
+		c.report(pod, key, value, err)
+		return
+	}
+	if old != nil && !old.assumed && !old.invalid {
+		if equalRecords(old.alloc, p.alloc) {
+			old.record = value
+			return
+		}
+		c.report(pod, key, value, fmt.Errorf("%w; keeping the booking of the record it was bound with", ErrRecordChanged))
 		return
 	}
 	if old != nil {
 		c.unbook(pod.UID, old)
 	}
+	delete(c.refused, pod.UID)
 	c.pods[pod.UID] = p
-	if e := c.nodes[p.placement.Node]; e != nil {
-		c.book(e, pod.UID, p)
+	if e := c.nodes[p.node]; e != nil {
+		e.pods[pod.UID] = p
+		if needsRebuild(e, p.alloc) {
+			c.rebuild(e)
+		} else {
+			c.book(e, p)
+		}
 	}
+}
+
+// Why a record books nothing; check with errors.Is.
+var (
+	ErrNotBound      = errors.New("pod is not bound to a node: a record books GPUs only on a pod the scheduler bound")
+	ErrRecordChanged = errors.New("allocation record changed after the pod was bound")
+)
+
+// needsRebuild reports whether a names a GPU that e's state does not
+// list: the node is then rebuilt with that GPU, vanished.
+func needsRebuild(e *nodeEntry, a *gpusharev1.Allocation) bool {
+	index := uuidIndex(e.state.Node)
+	for _, ca := range a.Containers {
+		for _, g := range ca.GPUs {
+			if _, ok := index[g.UUID]; !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func equalRecords(a, b *gpusharev1.Allocation) bool {
+	x, err1 := gpusharev1.Marshal(a)
+	y, err2 := gpusharev1.Marshal(b)
+	return err1 == nil && err2 == nil && x == y
 }
 
 func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
@@ -332,26 +529,35 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.Node {
+	if pod.Spec.NodeName == "" {
+		return nil, ErrNotBound
+	}
+	if pod.Spec.NodeName != a.Node {
 		return nil, fmt.Errorf("pod is bound to node %s but its allocation is for node %s", pod.Spec.NodeName, a.Node)
 	}
-	// A node not known yet: keep the record and book it when the node
-	// arrives; SetNode checks it against the inventory then.
-	var node *alloc.Node
-	if e := c.nodes[a.Node]; e != nil {
-		node = e.inventory
-	}
-	p, err := PlacementFrom(a, node)
+	p, err := PlacementFrom(a, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &podEntry{key: pod.Namespace + "/" + pod.Name, placement: p, record: value, alloc: a}, nil
+	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a, pod: pod}
+	if c.opts.Requests != nil {
+		req, err := c.opts.Requests(pod)
+		if err != nil {
+			return nil, fmt.Errorf("the pod's own request: %w", err)
+		}
+		if err := alloc.Conform(p, req, nil); err != nil {
+			return nil, err
+		}
+		entry.req = req
+	}
+	return entry, nil
 }
 
 // RemovePod releases whatever a pod held or was assumed to hold.
 func (c *Cache) RemovePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.refused, uid)
 	if p := c.pods[uid]; p != nil {
 		c.unbook(uid, p)
 		delete(c.pods, uid)
@@ -379,11 +585,14 @@ func (c *Cache) assumeLocked(uid types.UID, key string, p *alloc.Placement) erro
 	if old != nil {
 		c.unbook(uid, old)
 	}
-	entry := &podEntry{key: key, placement: p, assumed: true}
+	entry := &podEntry{key: key, node: p.Node, placement: p, assumed: true}
 	if err := e.state.Apply(p); err != nil {
 		// Book the old placement again, on its own node.
-		if oe := c.nodes[old.placementNode()]; oe != nil && !old.invalid {
-			c.book(oe, uid, old)
+		if old != nil {
+			if oe := c.nodes[old.node]; oe != nil {
+				oe.pods[uid] = old
+				c.book(oe, old)
+			}
 		}
 		return err
 	}
@@ -403,7 +612,7 @@ func (c *Cache) PlaceAndAssume(uid types.UID, placer *alloc.Placer, node string,
 		return nil, fmt.Errorf("%w: %s", ErrNodeGone, node)
 	}
 	state := e.state
-	if old := c.pods[uid]; old != nil && old.placement.Node == node {
+	if old := c.pods[uid]; old != nil && old.node == node && !old.invalid && !old.conflict {
 		// Rating the node as if the pod's old booking were gone.
 		state = state.Clone()
 		_ = state.Release(old.placement)
@@ -488,12 +697,32 @@ func (c *Cache) Snapshot() []*alloc.NodeState {
 	return out
 }
 
+// booked returns, per node sorted by name, a copy of its state whose GPU
+// usage includes what conflicting bookings hold, and how many records the
+// cache refuses: what the metrics show.
+func (c *Cache) booked() ([]*alloc.NodeState, int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*alloc.NodeState, 0, len(c.nodes))
+	for _, e := range c.nodes {
+		s := e.state.Clone()
+		s.Node = copyNode(s.Node)
+		for i, o := range e.over {
+			s.GPUs[i].MemoryMiB += o.MemoryMiB
+			s.GPUs[i].Compute += o.Compute
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
+	return out, len(c.refused)
+}
+
 // Holding returns the placement the cache books for a pod, and whether it
 // is only assumed; nil if the pod holds nothing.
 func (c *Cache) Holding(uid types.UID) (p *alloc.Placement, assumed bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if e := c.pods[uid]; e != nil {
+	if e := c.pods[uid]; e != nil && !e.invalid {
 		return e.placement, e.assumed
 	}
 	return nil, false

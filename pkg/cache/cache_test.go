@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -89,15 +90,34 @@ func TestSnapshotSortedByName(t *testing.T) {
 	}
 }
 
-func TestPodUpdateReplacesBooking(t *testing.T) {
-	c, _ := newCache(t)
+// A booked record is not changed by an edit of the annotation: the edit
+// is reported and the pod keeps what it was bound with. The same record
+// written again (other formatting) is no change.
+func TestBookedRecordIsNotChanged(t *testing.T) {
+	c, logs := newCache(t)
 	c.SetNode(gpuNode(t, "n1", 16384, 16384))
 	first := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4096, 10)})
 	second := appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 2048, 40)})
 	c.SetPod(recordedPod(t, "p", first))
 	c.SetPod(recordedPod(t, "p", second))
-	if got, want := usage(t, c, "n1"), appUsage(2, second); !cmp.Equal(got, want) {
-		t.Errorf("after the record changed: %v, want only the new record %v", got, want)
+	c.SetPod(recordedPod(t, "p", second))
+	if got, want := usage(t, c, "n1"), appUsage(2, first); !cmp.Equal(got, want) {
+		t.Errorf("after the record changed: %v, want the first record's booking %v", got, want)
+	}
+	if got := logs.matching("Ignoring the pod's allocation record", "changed after the pod was bound"); len(got) != 1 {
+		t.Errorf("want the change reported once, got log:\n%s", logs)
+	}
+	value, err := gpusharev1.Marshal(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetPod(podWith("p", "n1", " "+value))
+	if got, want := usage(t, c, "n1"), appUsage(2, first); !cmp.Equal(got, want) {
+		t.Errorf("after the same record again: %v, want %v", got, want)
+	}
+	c.RemovePod("p")
+	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 2)) {
+		t.Errorf("after RemovePod: %v, want nothing", got)
 	}
 }
 
@@ -379,14 +399,6 @@ func TestBadRecordBooksNothing(t *testing.T) {
 		}
 		return v
 	}
-	foreign := good()
-	foreign.Containers[0].GPUs[1].UUID = "GPU-elsewhere-1"
-	outOfRange := good()
-	outOfRange.Containers[0].GPUs[1].Index = 2
-	outOfRange.Containers[0].GPUs[1].UUID = uuidOf("n1", 2)
-	swapped := good()
-	swapped.Containers[0].GPUs[0].UUID = uuidOf("n1", 1)
-	swapped.Containers[0].GPUs[1].UUID = uuidOf("n1", 0)
 	invalid := good()
 	invalid.Containers[0].GPUs[0].Compute = 150
 	otherNode := good()
@@ -398,9 +410,7 @@ func TestBadRecordBooksNothing(t *testing.T) {
 		// why is what the logged error must say.
 		why string
 	}{
-		{"UUID of another node", podWith("p", "n1", marshal(foreign)), "GPU-elsewhere-1"},
-		{"GPU index past the node's", podWith("p", "n1", marshal(outOfRange)), "no GPU 2"},
-		{"UUIDs of the wrong indexes", podWith("p", "n1", marshal(swapped)), "no GPU 0 with UUID " + uuidOf("n1", 1)},
+		{"pod not bound", podWith("p", "", marshal(good())), "not bound to a node"},
 		{"malformed JSON", podWith("p", "n1", `{"apiVersion":`), gpusharev1.AllocationAnnotation},
 		{"empty annotation", podWith("p", "n1", ""), gpusharev1.AllocationAnnotation},
 		{"invalid record", podWith("p", "n1", marshal(invalid)), "containers[0].gpus[0].compute"},
@@ -600,9 +610,11 @@ func TestPodBeforeNode(t *testing.T) {
 	}
 }
 
-// A record seen before its node must be checked against the node when it
-// arrives, as it is when the node comes first: the cache's state must not
-// depend on which informer delivered first.
+// A record seen before its node is placed on the node when it arrives
+// as it is when the node comes first: the cache's state must not depend
+// on which informer delivered first. A UUID the node does not list is a
+// GPU that vanished: it keeps the booking, unhealthy, and the node's own
+// GPUs stay free.
 func TestPodBeforeNodeWithForeignUUID(t *testing.T) {
 	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 3000, 20)})
 	a.Containers[0].GPUs[0].UUID = "GPU-replaced-0"
@@ -616,13 +628,106 @@ func TestPodBeforeNodeWithForeignUUID(t *testing.T) {
 	podFirst.SetPod(pod)
 	podFirst.SetNode(gpuNode(t, "n1", 16384))
 
-	want := usage(t, nodeFirst, "n1")
-	if !cmp.Equal(want, make([]alloc.Usage, 1)) {
-		t.Fatalf("node first: a record naming a foreign UUID booked %v", want)
+	want := nodeFirst.Snapshot()
+	if diff := cmp.Diff(want, podFirst.Snapshot(), ignoreMemo); diff != "" {
+		t.Fatalf("pod first differs from node first (-node first +pod first):\n%s", diff)
 	}
-	if got := usage(t, podFirst, "n1"); !cmp.Equal(got, want) {
-		t.Fatalf("pod first: a record naming GPU UUID %s, which node n1 does not have (its GPU 0 is %s), books %v; "+
-			"with the node first it books %v", a.Containers[0].GPUs[0].UUID, uuidOf("n1", 0), got, want)
+	s := want[0]
+	if len(s.Node.GPUs) != 2 || s.GPUs[0] != (alloc.Usage{}) {
+		t.Fatalf("the node's own GPU is booked or no vanished GPU was added: %+v %v", s.Node.GPUs, s.GPUs)
+	}
+	if v := s.Node.GPUs[1]; v.UUID != "GPU-replaced-0" || v.Healthy || v.Model != cache.VanishedModel || s.GPUs[1] != (alloc.Usage{MemoryMiB: 3000, Compute: 20}) {
+		t.Fatalf("vanished GPU %+v books %v, want GPU-replaced-0 unhealthy with 3000 MiB and 20%%", v, s.GPUs[1])
+	}
+	// Once the pod ends the vanished GPU goes.
+	nodeFirst.RemovePod("p")
+	if s := nodeFirst.Snapshot()[0]; len(s.Node.GPUs) != 1 {
+		t.Fatalf("after the pod ended the node still has %d GPUs", len(s.Node.GPUs))
+	}
+}
+
+// Bookings are held by GPU UUID: an inventory that renumbers the GPUs
+// moves the bookings with them, one that loses a GPU keeps its bookings on
+// it, unhealthy, and the other GPUs' bookings stay; an inventory with
+// extra GPUs that a pod was bound to and that are then withdrawn frees
+// none of the pod's real GPUs.
+func TestBookingsHeldByUUID(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384, 16384))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4000, 30), share("n1", 2, 4000, 30)})
+	c.SetPod(recordedPod(t, "p", a))
+
+	// The driver lost GPU 1 and renumbered GPU 2 as 1.
+	lost := inventory("n1", gpusharev1.ModeShared, 16384, 16384)
+	lost.GPUs[1].UUID = uuidOf("n1", 2)
+	c.SetNode(inventoryNode(t, "n1", lost))
+	want := []alloc.Usage{{MemoryMiB: 4000, Compute: 30}, {MemoryMiB: 4000, Compute: 30}}
+	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
+		t.Fatalf("after a renumbering: %v, want %v", got, want)
+	}
+
+	// Now GPU 0 is gone too: its booking stays, on an unhealthy GPU.
+	gone := inventory("n1", gpusharev1.ModeShared, 16384)
+	gone.GPUs[0].UUID = uuidOf("n1", 2)
+	c.SetNode(inventoryNode(t, "n1", gone))
+	s := c.Snapshot()[0]
+	if len(s.Node.GPUs) != 2 || s.Node.GPUs[1].UUID != uuidOf("n1", 0) || s.Node.GPUs[1].Healthy {
+		t.Fatalf("the vanished GPU is not held: %+v", s.Node.GPUs)
+	}
+	if !cmp.Equal(s.GPUs, want) {
+		t.Fatalf("after GPU 0 vanished: %v, want %v", s.GPUs, want)
+	}
+	// A new pod cannot land on the vanished GPU.
+	if _, err := c.PlaceAndAssume("q", mustPlacer(t), "n1", sharedRequest("default/q", "c0", 13000)); err == nil {
+		t.Error("a pod that fits only on the vanished GPU was placed")
+	}
+}
+
+// A record on a pod whose spec asks for less than it books is refused and
+// reported once; what the pod asks is booked when the record says so.
+func TestRecordMustConform(t *testing.T) {
+	asks := func(*corev1.Pod) (*alloc.PodRequest, error) {
+		return sharedRequest("default/p", "c0", 2048), nil
+	}
+	var refused []string
+	r := &logRecorder{}
+	c := cache.New(r.logger(), cache.Options{Requests: asks, Refused: func(p *corev1.Pod, err error) {
+		refused = append(refused, p.Name+": "+err.Error())
+	}})
+	c.SetNode(gpuNode(t, "n1", 16384))
+	greedy := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 16384, 0)})
+	c.SetPod(recordedPod(t, "p", greedy))
+	c.SetPod(recordedPod(t, "p", greedy))
+	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 1)) {
+		t.Fatalf("a record booking more than the pod asks booked %v", got)
+	}
+	if len(refused) != 1 || !strings.Contains(refused[0], "books 16384 MiB and 0% compute, the container asks for 2048 MiB") {
+		t.Fatalf("refusals reported: %q, want one naming the numbers", refused)
+	}
+	if h, _ := c.Holding("p"); h != nil {
+		t.Fatalf("Holding = %+v for a refused record", h)
+	}
+	honest := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 2048, 0)})
+	c.SetPod(recordedPod(t, "p", honest))
+	if got, want := usage(t, c, "n1"), appUsage(1, honest); !cmp.Equal(got, want) {
+		t.Fatalf("a conforming record booked %v, want %v", got, want)
+	}
+}
+
+// Records that over-commit a GPU are all shown in the metrics: the booked
+// memory exceeds the capacity instead of hiding the second record.
+func TestOvercommitShown(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 15360))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 15360, 0)})
+	c.SetPod(recordedPod(t, "a", a))
+	c.SetPod(recordedPod(t, "b", a))
+	want := []metricGPU{{"n1", testModel, 0, 15360, alloc.Usage{MemoryMiB: 30720}}}
+	if err := testutil.CollectAndCompare(cache.NewCollector(c), strings.NewReader(expectedMetrics(0, want))); err != nil {
+		t.Errorf("metrics hide the over-commit:\n%v", err)
+	}
+	if s := c.Snapshot()[0]; s.Node.GPUs[0].Healthy {
+		t.Error("an over-committed GPU is still offered to new pods")
 	}
 }
 

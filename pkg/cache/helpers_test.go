@@ -60,7 +60,7 @@ func (r *logRecorder) String() string {
 func newCache(t *testing.T) (*cache.Cache, *logRecorder) {
 	t.Helper()
 	r := &logRecorder{}
-	return cache.New(r.logger()), r
+	return cache.New(r.logger(), cache.Options{}), r
 }
 
 // uuidOf is the UUID the test inventories give GPU i of a node.
@@ -180,4 +180,19 @@ func placement(node string, gpu int, mib, compute int64) *alloc.Placement {
 		Containers: []alloc.ContainerPlacement{{Name: "c0", Kind: alloc.App, GPUs: []alloc.Assignment{a}}},
 		Booked:     []alloc.Assignment{a},
 	}
+}
+
+// sharedRequest is a pod of one app container asking mib on one GPU.
+func sharedRequest(key, container string, mib int64) *alloc.PodRequest {
+	return &alloc.PodRequest{Key: key, Containers: []alloc.PodContainer{{
+		ContainerRequest: alloc.ContainerRequest{Name: container, MemoryMiB: mib}, Kind: alloc.App}}}
+}
+
+func mustPlacer(t *testing.T) *alloc.Placer {
+	t.Helper()
+	pl, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
 }

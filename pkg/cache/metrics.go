@@ -12,9 +12,11 @@ var (
 	capacityDesc = prometheus.NewDesc("gpushare_gpu_memory_capacity_bytes",
 		"Memory of each GPU of the gpushare nodes.", []string{"node", "gpu", "model"}, nil)
 	bookedDesc = prometheus.NewDesc("gpushare_gpu_memory_booked_bytes",
-		"GPU memory booked by pods (allocation records and assumed placements).", []string{"node", "gpu"}, nil)
+		"GPU memory booked by pods (allocation records and assumed placements), over the capacity where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	computeDesc = prometheus.NewDesc("gpushare_gpu_compute_booked_ratio",
-		"Share of each GPU's compute booked by pods, 0 to 1.", []string{"node", "gpu"}, nil)
+		"Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.", []string{"node", "gpu"}, nil)
+	refusedDesc = prometheus.NewDesc("gpushare_allocation_records_refused",
+		"Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.", nil, nil)
 )
 
 // Collector exports what the cache books against what the GPUs have.
@@ -28,11 +30,14 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- capacityDesc
 	ch <- bookedDesc
 	ch <- computeDesc
+	ch <- refusedDesc
 }
 
 // Collect implements prometheus.Collector.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range x.c.Snapshot() {
+	states, refused := x.c.booked()
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused))
+	for _, s := range states {
 		for i, g := range s.Node.GPUs {
 			idx := strconv.Itoa(i)
 			u := s.GPUs[i]

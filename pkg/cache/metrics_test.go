@@ -22,7 +22,7 @@ const (
 
 // expectedMetrics renders, in the text format, what the collector should
 // export for GPUs: per node and GPU, its model, memory and booking.
-func expectedMetrics(gpus []metricGPU) string {
+func expectedMetrics(refused int, gpus []metricGPU) string {
 	var capacity, booked, compute strings.Builder
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	for _, g := range gpus {
@@ -30,11 +30,13 @@ func expectedMetrics(gpus []metricGPU) string {
 		fmt.Fprintf(&booked, "%s{gpu=%q,node=%q} %s\n", bookedMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.MemoryMiB)*1024*1024))
 		fmt.Fprintf(&compute, "%s{gpu=%q,node=%q} %s\n", computeMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.Compute)/100))
 	}
-	return "# HELP " + capacityMetric + " Memory of each GPU of the gpushare nodes.\n" +
+	return "# HELP gpushare_allocation_records_refused Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.\n" +
+		"# TYPE gpushare_allocation_records_refused gauge\n" + fmt.Sprintf("gpushare_allocation_records_refused %d\n", refused) +
+		"# HELP " + capacityMetric + " Memory of each GPU of the gpushare nodes.\n" +
 		"# TYPE " + capacityMetric + " gauge\n" + capacity.String() +
-		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements).\n" +
+		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements), over the capacity where records over-commit a GPU.\n" +
 		"# TYPE " + bookedMetric + " gauge\n" + booked.String() +
-		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1.\n" +
+		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.\n" +
 		"# TYPE " + computeMetric + " gauge\n" + compute.String()
 }
 
@@ -71,11 +73,11 @@ func TestCollector(t *testing.T) {
 		{"n2", "NVIDIA L4", 0, 23034, alloc.Usage{MemoryMiB: 4321, Compute: 45}},
 	}
 	collector := cache.NewCollector(c)
-	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(want))); err != nil {
+	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics:\n%v", err)
 	}
-	if n := testutil.CollectAndCount(collector); n != 3*len(want) {
-		t.Errorf("collected %d metrics, want %d (three per GPU of the gpushare nodes)", n, 3*len(want))
+	if n := testutil.CollectAndCount(collector); n != 1+3*len(want) {
+		t.Errorf("collected %d metrics, want %d (three per GPU of the gpushare nodes, and the refused records)", n, 1+3*len(want))
 	}
 
 	// The exported bookings follow the cache.
@@ -84,7 +86,7 @@ func TestCollector(t *testing.T) {
 	for i := range want {
 		want[i].used = alloc.Usage{}
 	}
-	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(want))); err != nil {
+	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics after the pods went:\n%v", err)
 	}
 }
@@ -110,7 +112,7 @@ func TestCollectorMatchesSnapshot(t *testing.T) {
 	if err := reg.Register(cache.NewCollector(c)); err != nil {
 		t.Fatal(err)
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(expectedMetrics(want))); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics differ from the snapshot:\n%v", err)
 	}
 }

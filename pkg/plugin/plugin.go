@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -69,7 +70,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	logger := klog.FromContext(ctx).WithName(Name)
-	c, m, err := shared(ctx, logger, h)
+	c, m, err := shared(ctx, logger, h, model)
 	if err != nil {
 		return nil, err
 	}
@@ -104,24 +105,86 @@ func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
 // One cache serves every profile of the scheduler: profiles schedule
 // pods one at a time from one queue, but bind them concurrently, so a
 // booking made under one profile must be seen by the others at once. The
-// metrics, served on the scheduler's /metrics, are shared too.
+// metrics, served on the scheduler's /metrics, are shared too. Each
+// profile registers its resource model and event recorder, with which the
+// cache checks and reports the records of that profile's pods.
 var (
 	sharedOnce    sync.Once
 	sharedCache   *gpucache.Cache
 	sharedMetrics *metrics
 	sharedErr     error
+	sharedProfile = &profiles{byName: map[string]profile{}}
 )
 
-func shared(ctx context.Context, logger klog.Logger, h fwk.Handle) (*gpucache.Cache, *metrics, error) {
+// profiles are the scheduler's profiles that run GPUShare.
+type profiles struct {
+	mu     sync.RWMutex
+	byName map[string]profile
+	first  string
+}
+
+type profile struct {
+	model    *resource.Model
+	recorder events.EventRecorder
+}
+
+func (ps *profiles) add(name string, p profile) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.first == "" {
+		ps.first = name
+	}
+	ps.byName[name] = p
+}
+
+// of returns the profile that schedules pod: its schedulerName's, or the
+// first profile's for a pod of another scheduler (a record of another
+// gpushare scheduler of the cluster still books its GPUs).
+func (ps *profiles) of(pod *corev1.Pod) profile {
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	name := pod.Spec.SchedulerName
+	if name == "" {
+		name = corev1.DefaultSchedulerName
+	}
+	if p, ok := ps.byName[name]; ok {
+		return p
+	}
+	return ps.byName[ps.first]
+}
+
+// ReasonRecordRefused is the reason of the Warning event on a pod whose
+// allocation record books nothing.
+const ReasonRecordRefused = "GPUAllocationRefused"
+
+func shared(ctx context.Context, logger klog.Logger, h fwk.Handle, model *resource.Model) (*gpucache.Cache, *metrics, error) {
+	sharedProfile.add(h.ProfileName(), profile{model: model, recorder: h.EventRecorder()})
 	sharedOnce.Do(func() {
 		defer func() { go ExpireLive(ctx, sharedCache) }()
-		sharedCache = gpucache.New(logger)
+		sharedCache = gpucache.New(logger, gpucache.Options{
+			Requests: func(pod *corev1.Pod) (*alloc.PodRequest, error) {
+				return sharedProfile.of(pod).model.PodRequest(pod)
+			},
+			Refused: func(pod *corev1.Pod, err error) {
+				RecordRefused(sharedProfile.of(pod).recorder, pod, err)
+			},
+		})
 		sharedErr = Watch(sharedCache, h.SharedInformerFactory())
 		sharedMetrics = newMetrics()
 		legacyregistry.RawMustRegister(gpucache.NewCollector(sharedCache))
 		legacyregistry.RawMustRegister(sharedMetrics.collectors()...)
 	})
 	return sharedCache, sharedMetrics, sharedErr
+}
+
+// RecordRefused emits the Warning event that says why a pod's allocation
+// record books no GPU.
+func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
+	if r == nil {
+		return
+	}
+	r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check",
+		"gpushare books no GPU for this pod's %s annotation: %v", gpusharev1.AllocationAnnotation, err)
 }
 
 // ExpireLive drops stale live GPU samples from c every 30 s until ctx
