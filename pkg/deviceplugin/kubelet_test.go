@@ -116,7 +116,8 @@ type share struct {
 // pod returns a pod whose containers ask gpushare.io/gpu-mem and whose
 // record gives each share's container its GPU, as the scheduler writes it.
 func (n *node) pod(name string, shares ...share) *corev1.Pod {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: testNode}}
 	a := &gpusharev1.Allocation{Node: testNode}
 	for _, s := range shares {
 		name, amount := corev1.ResourceName(s.resource), s.amount

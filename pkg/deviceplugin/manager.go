@@ -18,6 +18,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
@@ -42,6 +44,10 @@ type Config struct {
 	// not show, one pod at a time (PodResources Get), before the node is
 	// listed again.
 	NodePods func() []*corev1.Pod
+	// Requests, if set, translates a pod's spec into what it asks of
+	// GPUs: a record that gives a container more (or other) than that is
+	// refused, whoever wrote it.
+	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
 	// MPS, if set, gives containers the MPS client environment.
 	MPS *MPS
 	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
@@ -587,8 +593,11 @@ func (m *Manager) allocation(pod *corev1.Pod, container string) (*gpusharev1.Con
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if a.Node != m.cfg.Node {
-		return nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, this is %s", pod.Namespace, pod.Name, a.Node, m.cfg.Node)
+	if a.Node != m.cfg.Node || pod.Spec.NodeName != m.cfg.Node {
+		return nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, it is bound to %q, this is %s", pod.Namespace, pod.Name, a.Node, pod.Spec.NodeName, m.cfg.Node)
+	}
+	if err := m.conforms(pod, a); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	for i := range a.Containers {
 		if a.Containers[i].Name == container {
@@ -596,6 +605,24 @@ func (m *Manager) allocation(pod *corev1.Pod, container string) (*gpusharev1.Con
 		}
 	}
 	return nil, fmt.Errorf("pod %s/%s: the allocation record has no container %s", pod.Namespace, pod.Name, container)
+}
+
+// conforms checks the record against what the pod's spec asks
+// (alloc.Conform), so that a record written by hand cannot hand a
+// container more than it asked for.
+func (m *Manager) conforms(pod *corev1.Pod, a *gpusharev1.Allocation) error {
+	if m.cfg.Requests == nil {
+		return nil
+	}
+	req, err := m.cfg.Requests(pod)
+	if err != nil {
+		return fmt.Errorf("the pod's own request: %w", err)
+	}
+	p, err := gpucache.PlacementFrom(a, nil)
+	if err != nil {
+		return err
+	}
+	return alloc.Conform(p, req, nil)
 }
 
 // checkGPUs checks that this node has the GPUs of c, healthy.

@@ -16,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // 100 identical pods start on one node at once: each container gets the
@@ -152,7 +153,11 @@ func TestMPSMounts(t *testing.T) {
 // Pods without a valid record for this node get a clear error, and
 // nothing is handed out.
 func TestBadRecords(t *testing.T) {
-	n := startNode(t)
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeWith(t, func(c *Config) { c.Requests = model.PodRequest })
 	good := n.pod("x", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 512})
 	cases := map[string]struct {
 		edit func(p *corev1Pod)
@@ -164,9 +169,21 @@ func TestBadRecords(t *testing.T) {
 		"foreign GPU": {func(p *corev1Pod) {
 			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].GPUs[0].UUID = "GPU-elsewhere" })
 		}, errNoGPU.Error()},
+		// Records written by hand: more than the container asks for, or
+		// on a pod the scheduler did not bind here.
+		"more memory than asked": {func(p *corev1Pod) {
+			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].GPUs[0].MemoryMiB = 16384 })
+		}, "books 16384 MiB and 0% compute, the container asks for 512 MiB"},
+		"another GPU container": {func(p *corev1Pod) {
+			setRecord(t, p, func(a *gpusharev1.Allocation) {
+				a.Containers = append(a.Containers, gpusharev1.ContainerAllocation{Name: "extra", Kind: gpusharev1.ContainerApp,
+					GPUs: []gpusharev1.GPUShare{a.Containers[0].GPUs[0]}})
+			})
+		}, "names 2 GPU containers, the pod has 1"},
+		"not bound here": {func(p *corev1Pod) { p.Spec.NodeName = "node-b" }, `it is bound to "node-b"`},
 		"no such container": {func(p *corev1Pod) {
 			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].Name = "other" })
-		}, "has no container main"},
+		}, `GPU container 0 is app "other", the pod's is app "main"`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
