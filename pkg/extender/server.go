@@ -6,15 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -26,10 +22,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/plugin"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
-
-// DefaultMaxBodyBytes bounds a request body: a filter request with full
-// Node objects (nodeCacheCapable false) for 5000 nodes fits.
-const DefaultMaxBodyBytes = 64 << 20
 
 // Server answers kube-scheduler's extender calls.
 type Server struct {
@@ -44,8 +36,17 @@ type Server struct {
 	Seed uint64
 	// Prefix is the URL prefix of the verbs, e.g. /gpushare-scheduler.
 	Prefix string
-	// MaxBodyBytes bounds request bodies; DefaultMaxBodyBytes if 0.
+	// MaxBodyBytes bounds filter and prioritize bodies;
+	// DefaultMaxBodyBytes if 0. Larger ones get 413.
 	MaxBodyBytes int64
+	// MaxInflight bounds filter and prioritize calls in flight, and
+	// MaxBindsInflight bind calls; DefaultMaxInflight and
+	// DefaultMaxBindsInflight if 0. Calls beyond get 429.
+	MaxInflight, MaxBindsInflight int
+	// SchedulerNames are the schedulers whose pods bind binds: the
+	// profiles of the KubeSchedulerConfiguration that calls this
+	// extender. Bind refuses pods of any other.
+	SchedulerNames []string
 	// Ready reports whether the cache has synced; /healthz fails until it has.
 	Ready func() bool
 	// Metrics counts decisions; may be nil.
@@ -63,6 +64,9 @@ type Server struct {
 	// the same pod reuses instead of rating every node again.
 	mu   sync.Mutex
 	last *filtered
+	// passed is what the latest filter of each pod passed; bind refuses
+	// other nodes.
+	passed passedNodes
 }
 
 // filtered is one filter call's ratings of the nodes that passed.
@@ -102,72 +106,6 @@ func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Score {
 		fit[n] = score
 	}
 	return fit
-}
-
-// Handler returns the HTTP handler: POST {prefix}/filter, /prioritize,
-// /bind and GET /healthz.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	p := strings.TrimSuffix(s.Prefix, "/")
-	mux.HandleFunc("POST "+p+"/filter", s.handle("filter", s.filter))
-	mux.HandleFunc("POST "+p+"/prioritize", s.handle("prioritize", s.prioritize))
-	mux.HandleFunc("POST "+p+"/bind", s.handle("bind", s.bind))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if s.Ready != nil && !s.Ready() {
-			http.Error(w, "cache not synced", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	return mux
-}
-
-// badRequest is an error in the request, answered with 400.
-type badRequest struct{ error }
-
-// handle decodes a size-limited JSON body into the verb's argument type,
-// calls fn and encodes its result. A malformed body gets 400 with the
-// reason; a panic is never the answer to input.
-func (s *Server) handle(verb string, fn func(context.Context, []byte) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		limit := s.MaxBodyBytes
-		if limit <= 0 {
-			limit = DefaultMaxBodyBytes
-		}
-		body, err := readBody(w, r, limit)
-		var out any
-		if err == nil {
-			out, err = fn(r.Context(), body)
-		}
-		result := "ok"
-		switch {
-		case errors.As(err, new(badRequest)):
-			result = "bad_request"
-			http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusBadRequest)
-		case err != nil:
-			result = "error"
-			http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusInternalServerError)
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			if err := json.NewEncoder(w).Encode(out); err != nil {
-				s.Logger.Error(err, "Writing the response", "verb", verb)
-			}
-		}
-		s.Metrics.observe(verb, result, time.Since(start))
-	}
-}
-
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, badRequest{fmt.Errorf("request body larger than %d bytes", limit)}
-		}
-		return nil, badRequest{fmt.Errorf("reading the request: %w", err)}
-	}
-	return body, nil
 }
 
 // decode parses body once: a syntax error is "malformed JSON", JSON of
@@ -291,9 +229,11 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		for _, n := range c.names {
 			res.FailedAndUnresolvableNodes[n] = err.Error()
 		}
+		s.passed.put(c.pod.UID, nil)
 		return c.finish(res, nil), nil
 	}
 	if req == nil {
+		s.passed.put(c.pod.UID, c.names)
 		return c.finish(res, c.names), nil
 	}
 	fit, unfit, outside := s.place(c.names, req)
@@ -337,6 +277,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 			passed = append(passed, n)
 		}
 	}
+	s.passed.put(c.pod.UID, passed)
 	return c.finish(res, passed), nil
 }
 
@@ -438,58 +379,4 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 		out = append(out, extenderv1.HostPriority{Host: n, Score: score[n]})
 	}
 	return out, nil
-}
-
-func (s *Server) bind(ctx context.Context, body []byte) (any, error) {
-	var args extenderv1.ExtenderBindingArgs
-	if err := decode(body, &args); err != nil {
-		return nil, err
-	}
-	if args.PodName == "" || args.PodNamespace == "" || args.Node == "" {
-		return nil, badRequest{errors.New("bind needs podName, podNamespace and node")}
-	}
-	if err := s.bindPod(ctx, &args); err != nil {
-		s.Logger.Error(err, "Bind failed", "pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
-		return &extenderv1.ExtenderBindingResult{Error: err.Error()}, nil
-	}
-	return &extenderv1.ExtenderBindingResult{}, nil
-}
-
-// pod returns the pod to bind: from the informer when it has this one
-// (the scheduler saw the pod there too), else from the apiserver.
-func (s *Server) pod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*corev1.Pod, error) {
-	if s.Pods != nil {
-		pod, err := s.Pods.Pods(args.PodNamespace).Get(args.PodName)
-		if err == nil && (args.PodUID == "" || pod.UID == args.PodUID) {
-			return pod, nil
-		}
-	}
-	return s.Client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
-}
-
-func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
-	pod, err := s.pod(ctx, args)
-	if err != nil {
-		return err
-	}
-	if args.PodUID != "" && pod.UID != args.PodUID {
-		return fmt.Errorf("pod %s/%s has UID %s, not %s: it was replaced", args.PodNamespace, args.PodName, pod.UID, args.PodUID)
-	}
-	req, err := s.request(pod)
-	if err != nil {
-		return err
-	}
-	var p *alloc.Placement
-	if req != nil {
-		if p, err = s.Cache.PlaceAndAssume(pod.UID, s.Placer, args.Node, req); err != nil {
-			return err
-		}
-	}
-	if err := plugin.Bind(ctx, s.Client, pod, args.Node, p); err != nil {
-		// Nothing was recorded: free the GPUs for the next try.
-		s.Cache.Forget(pod.UID)
-		return err
-	}
-	s.Logger.V(2).Info("Bound pod", "pod", klog.KObj(pod), "node", args.Node)
-	return nil
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/plugin"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// check validates the flags and returns the scheduler names and the TLS
+// configuration (nil for plain HTTP).
+func (o *options) check() ([]string, *tls.Config, error) {
+	if o.maxNodes < 0 {
+		return nil, nil, fmt.Errorf("--max-filtered-nodes must not be negative, got %d", o.maxNodes)
+	}
+	if o.maxInflight <= 0 || o.maxBinds <= 0 || o.maxBodyBytes <= 0 {
+		return nil, nil, fmt.Errorf("--max-requests-inflight (%d), --max-binds-inflight (%d) and --max-request-bytes (%d) must be positive",
+			o.maxInflight, o.maxBinds, o.maxBodyBytes)
+	}
+	schedulers := list(o.schedulerNames)
+	if len(schedulers) == 0 {
+		return nil, nil, errors.New("--scheduler-names must name at least one scheduler")
+	}
+	o.serving.AllowedNames = list(o.allowedNames)
+	tlsConfig, err := o.serving.TLSConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	return schedulers, tlsConfig, nil
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	schedulers, tlsConfig, err := o.check()
+	if err != nil {
+		return err
+	}
+	var raw []byte
+	if o.config != "" {
+		if raw, err = os.ReadFile(o.config); err != nil {
+			return fmt.Errorf("reading --config: %w", err)
+		}
+	}
+	args, err := v1alpha1.LoadArgs(raw)
+	if err != nil {
+		return err
+	}
+	model, err := resource.New(args.ResourceModel)
+	if err != nil {
+		return err
+	}
+	placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy,
+		NoTopology: args.DisableTopology, Options: alloc.Options{Seed: args.Seed}})
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig}, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	cache := gpucache.New(logger, gpucache.Options{Requests: model.PodRequest, Refused: func(pod *corev1.Pod, err error) {
+		logger.Info("Not booking the GPU record of a pod", "pod", klog.KObj(pod), "err", err)
+	}})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if err := plugin.Watch(cache, factory); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpucache.NewCollector(cache))
+	synced := make(chan struct{})
+	srv := &extender.Server{Model: model, Placer: placer, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
+		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, MaxInflight: o.maxInflight, MaxBindsInflight: o.maxBinds,
+		SchedulerNames: schedulers, Metrics: extender.NewMetrics(reg), MaxNodes: o.maxNodes, BestOnly: o.bestOnly,
+		Ready: func() bool {
+			select {
+			case <-synced:
+				return true
+			default:
+				return false
+			}
+		}}
+	servers := o.servers(srv, reg, tlsConfig)
+
+	go plugin.ExpireLive(ctx, cache)
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	close(synced)
+	logger.Info("Serving", "address", servers[0].Addr, "tls", tlsConfig != nil, "clientCertificates", o.serving.ClientCAFile != "",
+		"urlPrefix", o.prefix, "schedulers", schedulers, "nodePolicy", args.NodePolicy, "resources", model.Names())
+	return serve(ctx, servers)
+}

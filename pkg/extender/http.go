@@ -1,0 +1,172 @@
+package extender
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Bounds on what requests may hold in memory. Decoded memory is about a
+// small multiple of the body, so the extender holds at most about
+// MaxInflight x MaxBodyBytes for filter and prioritize plus
+// MaxBindsInflight x BindBodyBytes for bind.
+const (
+	// DefaultMaxBodyBytes bounds a filter or prioritize body. With
+	// nodeCacheCapable true (deploy/extender-scheduler-config.yaml) a call
+	// carries the pod and node names: for 5000 nodes about 150 KB besides
+	// the pod. With false it carries whole Node objects, a few KB each:
+	// larger clusters raise --max-request-bytes.
+	DefaultMaxBodyBytes = 16 << 20
+	// DefaultMaxInflight bounds filter and prioritize calls in flight.
+	// kube-scheduler makes them one at a time (its scheduling cycle is
+	// sequential); the rest is room for a second scheduler taking over.
+	DefaultMaxInflight = 4
+	// DefaultMaxBindsInflight bounds bind calls in flight. kube-scheduler
+	// binds in a goroutine per pod, so several come at once.
+	DefaultMaxBindsInflight = 32
+	// BindBodyBytes bounds a bind body: ExtenderBindingArgs is four
+	// strings.
+	BindBodyBytes = 64 << 10
+	// retryAfter is the Retry-After of a 429, in seconds.
+	retryAfter = "1"
+)
+
+// Handler returns the HTTP handler: POST {prefix}/filter, /prioritize,
+// /bind and GET /healthz.
+func (s *Server) Handler() http.Handler {
+	bodies := s.MaxBodyBytes
+	if bodies <= 0 {
+		bodies = DefaultMaxBodyBytes
+	}
+	calls := newLimit(s.MaxInflight, DefaultMaxInflight, bodies)
+	binds := newLimit(s.MaxBindsInflight, DefaultMaxBindsInflight, BindBodyBytes)
+	mux := http.NewServeMux()
+	p := strings.TrimSuffix(s.Prefix, "/")
+	mux.HandleFunc("POST "+p+"/filter", s.handle("filter", calls, s.filter))
+	mux.HandleFunc("POST "+p+"/prioritize", s.handle("prioritize", calls, s.prioritize))
+	mux.HandleFunc("POST "+p+"/bind", s.handle("bind", binds, s.bind))
+	mux.HandleFunc("GET /healthz", s.Healthz)
+	return mux
+}
+
+// Healthz answers 200 once the cache has synced, else 503. It reveals
+// nothing else, so it may be served without authentication.
+func (s *Server) Healthz(w http.ResponseWriter, _ *http.Request) {
+	if s.Ready != nil && !s.Ready() {
+		http.Error(w, "cache not synced", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+// limit is a number of request slots and the body size each may read.
+type limit struct {
+	slots chan struct{}
+	bytes int64
+}
+
+func newLimit(n, def int, bytes int64) *limit {
+	if n <= 0 {
+		n = def
+	}
+	return &limit{slots: make(chan struct{}, n), bytes: bytes}
+}
+
+// acquire takes a slot without waiting; false when all are taken.
+func (l *limit) acquire() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *limit) release() { <-l.slots }
+
+// Errors in the request, each with its status.
+type (
+	// badRequest is answered with 400.
+	badRequest struct{ error }
+	// tooLarge is answered with 413.
+	tooLarge struct{ error }
+)
+
+// handle answers one verb: a body announced larger than the limit gets
+// 413 at once, a call beyond the bound in flight 429 with Retry-After,
+// both before the body is read; a body that turns out larger gets 413, a
+// malformed one 400 with the reason. Otherwise fn's result is encoded. A
+// panic is never the answer to input.
+func (s *Server) handle(verb string, l *limit, fn func(context.Context, []byte) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		result := s.serve(w, r, verb, l, fn)
+		s.Metrics.observe(verb, result, time.Since(start))
+	}
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, verb string, l *limit, fn func(context.Context, []byte) (any, error)) (result string) {
+	if r.ContentLength > l.bytes {
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("%s: request body of %d bytes is larger than %d bytes", verb, r.ContentLength, l.bytes), http.StatusRequestEntityTooLarge)
+		return "too_large"
+	}
+	if !l.acquire() {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfter)
+		http.Error(w, fmt.Sprintf("%s: too many requests in flight (%d)", verb, cap(l.slots)), http.StatusTooManyRequests)
+		return "too_many"
+	}
+	defer l.release()
+	body, err := readBody(w, r, l.bytes)
+	var out any
+	if err == nil {
+		out, err = fn(r.Context(), body)
+	}
+	var refused *refusal
+	switch {
+	case errors.As(err, new(tooLarge)):
+		http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusRequestEntityTooLarge)
+		return "too_large"
+	case errors.As(err, new(badRequest)):
+		http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusBadRequest)
+		return "bad_request"
+	case errors.As(err, &refused):
+		// kube-scheduler reads a refused bind from the body.
+		out, result = refused.answer, refused.result
+	case err != nil:
+		http.Error(w, fmt.Sprintf("%s: %v", verb, err), http.StatusInternalServerError)
+		return "error"
+	default:
+		result = "ok"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(out); err != nil {
+		s.Logger.Error(err, "Writing the response", "verb", verb)
+	}
+	return result
+}
+
+// readBody reads at most limit bytes, into a buffer of the announced size
+// when there is one (no growth by doubling).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		// ReadFrom wants MinRead bytes free before it sees the end.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var big *http.MaxBytesError
+		if errors.As(err, &big) {
+			return nil, tooLarge{fmt.Errorf("request body larger than %d bytes", limit)}
+		}
+		return nil, badRequest{fmt.Errorf("reading the request: %w", err)}
+	}
+	return buf.Bytes(), nil
+}
