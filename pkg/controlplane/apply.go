@@ -138,3 +138,27 @@ func ApplyHookPolicy(ctx context.Context, client kubernetes.Interface, manifest 
 	}
 	return nil
 }
+
+// ApplyAllocationPolicy applies manifest (deploy/allocation-policy.yaml)
+// and waits up to a minute until the API server enforces it: a pod that
+// carries an allocation record, created by client (who must not be one
+// of the policy's writers) in a dry run, is refused.
+func ApplyAllocationPolicy(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
+	if err := Apply(ctx, client, manifest); err != nil {
+		return err
+	}
+	forged := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpushare-allocation-probe", Namespace: metav1.NamespaceDefault,
+			Annotations: map[string]string{gpusharev1.AllocationAnnotation: "{}"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods(forged.Namespace).Create(ctx, forged, dryRun)
+		return err != nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the allocation policy is not in force after a minute: %w", err)
+	}
+	return nil
+}

@@ -42,9 +42,13 @@ type Options struct {
 // Cluster is a running control plane.
 type Cluster struct {
 	Tools Tools
-	// Dir holds the state; Kubeconfig is the admin kubeconfig in it.
-	Dir        string
-	Kubeconfig string
+	// Dir holds the state; Kubeconfig is the admin kubeconfig in it, and
+	// SchedulerKubeconfig the scheduler's: user system:kube-scheduler, as
+	// kubeadm's scheduler.conf, which deploy/allocation-policy.yaml lets
+	// write allocation records (an admin is refused).
+	Dir                 string
+	Kubeconfig          string
+	SchedulerKubeconfig string
 	// Host is the apiserver's URL and Token the admin bearer token.
 	Host  string
 	Token string
@@ -139,7 +143,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		return err
 	}
 	c.Token = hex.EncodeToString(tok)
-	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n", c.Token)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
+	schedulerToken := hex.EncodeToString(tok)
+	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n%s,%s,%[3]s,system:masters\n", c.Token, schedulerToken, SchedulerUser)
 	if err := os.WriteFile(c.path("pki", "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return err
 	}
@@ -165,8 +173,15 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		return err
 	}
 	c.Kubeconfig = c.path("kubeconfig")
+	c.SchedulerKubeconfig = c.path("scheduler.conf")
+	if err := c.writeKubeconfig(c.SchedulerKubeconfig, SchedulerUser, schedulerToken); err != nil {
+		return err
+	}
 	return c.writeKubeconfig(c.Kubeconfig, "admin", c.Token)
 }
+
+// SchedulerUser is the user the cluster's schedulers run as.
+const SchedulerUser = "system:kube-scheduler"
 
 // writeKubeconfig writes a kubeconfig for user with token.
 func (c *Cluster) writeKubeconfig(path, user, token string) error {

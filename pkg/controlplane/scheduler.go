@@ -22,9 +22,9 @@ type Scheduler struct {
 
 // StartScheduler runs a kube-scheduler binary with the given
 // KubeSchedulerConfiguration (DeployKubeconfig in it is replaced by the
-// cluster's kubeconfig) and waits until it is healthy.
+// cluster's scheduler kubeconfig) and waits until it is healthy.
 func (c *Cluster) StartScheduler(ctx context.Context, name, bin string, config []byte, extraArgs ...string) (*Scheduler, error) {
-	config = bytes.ReplaceAll(config, []byte(DeployKubeconfig), []byte(c.Kubeconfig))
+	config = bytes.ReplaceAll(config, []byte(DeployKubeconfig), []byte(c.SchedulerKubeconfig))
 	path := c.path(name + "-config.yaml")
 	if err := os.WriteFile(path, config, 0o600); err != nil {
 		return nil, err

@@ -1,0 +1,210 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/plugin"
+)
+
+// TestForgedRecords: a tenant who may create and edit pods in its own
+// namespace (the "edit" role), but is not gpushare's scheduler, tries to
+// book or take GPUs with hand-written allocation records. With
+// deploy/allocation-policy.yaml every such write is refused; without it
+// the scheduler books none of them (each is reported on the pod), and pods
+// that ask for GPUs through gpushare-scheduler still get them.
+func TestForgedRecords(t *testing.T) {
+	for _, policy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("policy=%v", policy), func(t *testing.T) { forgedRecords(t, policy) })
+	}
+}
+
+func forgedRecords(t *testing.T, policy bool) {
+	c, admin, sched := startPlugin(t, nil)
+	ctx := context.Background()
+	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 15360, Count: 2})
+	if policy {
+		if err := controlplane.ApplyAllocationPolicy(ctx, admin, readFile(t, "deploy/allocation-policy.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := tenantClient(t, c, admin, "tenant")
+	refused := func(err error, what string) {
+		t.Helper()
+		if !policy {
+			if err != nil {
+				t.Fatalf("%s without the policy: %v", what, err)
+			}
+			return
+		}
+		if err == nil || !strings.Contains(err.Error(), "only gpushare's scheduler may set gpushare.io/allocation") {
+			t.Fatalf("%s: %v, want it refused by the allocation policy", what, err)
+		}
+	}
+	full := func(gpu int) string {
+		return fmt.Sprintf(`{"apiVersion":"gpushare.io/v1alpha1","kind":"Allocation","node":"gpu-a","containers":[`+
+			`{"name":"main","kind":"App","gpus":[{"index":%d,"uuid":"GPU-gpu-a-%d","memoryMiB":15360,"compute":0}]}]}`, gpu, gpu)
+	}
+
+	// 1. A pod that is never scheduled and asks for no GPU books both GPUs.
+	squatter := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "squatter", Namespace: "tenant",
+			Annotations: map[string]string{gpusharev1.AllocationAnnotation: full(0)}},
+		Spec: corev1.PodSpec{SchedulerName: "no-such-scheduler", Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	_, err := tenant.CoreV1().Pods("tenant").Create(ctx, squatter, metav1.CreateOptions{})
+	refused(err, "creating an unscheduled pod with a record")
+
+	// 2. A pod pinned with spec.nodeName that asks 1024 MiB and records a
+	// whole GPU.
+	taker := gpuPod("taker", 1024, 0)
+	taker.Namespace = "tenant"
+	taker.Spec.NodeName = "gpu-a"
+	taker.Annotations = map[string]string{gpusharev1.AllocationAnnotation: full(1)}
+	_, err = tenant.CoreV1().Pods("tenant").Create(ctx, taker, metav1.CreateOptions{})
+	refused(err, "creating a pod on a node with a record")
+
+	// Pods through gpushare-scheduler still get every GPU: two of 15360
+	// MiB, one on each GPU, which the forged records claim.
+	for _, name := range []string{"honest-0", "honest-1"} {
+		p := gpuPod(name, 15360, 0)
+		p.Namespace = "tenant"
+		if _, err := tenant.CoreV1().Pods("tenant").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		record(t, boundPod(t, tenant, "tenant", name))
+	}
+	honest := boundPod(t, tenant, "tenant", "honest-0")
+
+	// 3. The tenant moves a running pod's booking to the other GPU.
+	a := record(t, honest)
+	other := 1 - a.Containers[0].GPUs[0].Index
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, gpusharev1.AllocationAnnotation, full(other))
+	_, err = tenant.CoreV1().Pods("tenant").Patch(ctx, "honest-0", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	refused(err, "changing a running pod's record")
+	// ... or removes it.
+	_, err = tenant.CoreV1().Pods("tenant").Patch(ctx, "honest-0", types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/metadata/annotations/gpushare.io~1allocation"}]`), metav1.PatchOptions{})
+	refused(err, "removing a running pod's record")
+
+	if !policy {
+		// Each forged record is reported on its pod, and none is booked:
+		// the scheduler's metrics show each GPU booked once, by the
+		// honest pods.
+		for _, pod := range []struct{ name, why string }{
+			{"squatter", "not bound to a node"},
+			{"taker", "books 15360 MiB and 0% compute, the container asks for 1024 MiB"},
+			{"honest-0", "allocation record changed after the pod was bound"},
+		} {
+			refusedEvent(t, admin, "tenant", pod.name, pod.why)
+		}
+		waitBooked(t, sched, "gpu-a", []float64{15360, 15360})
+		return
+	}
+	// Under the policy the records are the scheduler's own, and never
+	// over-commit.
+	checkNoOvercommit(t, admin)
+}
+
+// tenantClient returns a client for a service account of namespace ns
+// bound to the "edit" role there: it may create and edit pods in ns,
+// nothing cluster-wide.
+func tenantClient(t *testing.T, c *controlplane.Cluster, admin kubernetes.Interface, ns string) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns}}
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-edit", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: ns}},
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expiry := int64(3600)
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "tenant",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: c.Host, BearerToken: tok.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The edit role reaches the tenant once RBAC has seen the binding.
+	err = waitFor(30*time.Second, func() (bool, error) {
+		_, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the tenant cannot list its pods: %v", err)
+	}
+	return client
+}
+
+// refusedEvent waits for the Warning event that says why the pod's
+// record books nothing.
+func refusedEvent(t *testing.T, client kubernetes.Interface, ns, name, want string) {
+	t.Helper()
+	var last string
+	err := waitFor(30*time.Second, func() (bool, error) {
+		evs, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == plugin.ReasonRecordRefused {
+				last = e.Note
+				if strings.Contains(e.Note, want) {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event on %s/%s saying %q (last: %q): %v", plugin.ReasonRecordRefused, ns, name, want, last, err)
+	}
+}
+
+// waitBooked waits until the scheduler's booked-memory metric for each
+// GPU of node is mib[i] MiB.
+func waitBooked(t *testing.T, s *controlplane.Scheduler, node string, mib []float64) {
+	t.Helper()
+	var got []float64
+	err := waitFor(30*time.Second, func() (bool, error) {
+		families := scrape(t, s.URL+"/metrics")
+		got = got[:0]
+		for i := range mib {
+			v, err := metricSum(families, "gpushare_gpu_memory_booked_bytes", map[string]string{"node": node, "gpu": fmt.Sprint(i)})
+			if err != nil {
+				return false, nil //nolint:nilerr // not exported yet
+			}
+			got = append(got, v/(1<<20))
+		}
+		return fmt.Sprint(got) == fmt.Sprint(mib), nil
+	})
+	if err != nil {
+		t.Fatalf("booked MiB on %s's GPUs: %v, want %v", node, got, mib)
+	}
+}
