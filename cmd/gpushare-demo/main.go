@@ -23,6 +23,7 @@ func main() {
 	config := fs.String("config", "deploy/scheduler-config.yaml", "the scheduler's KubeSchedulerConfiguration")
 	examples := fs.String("examples", "examples", "directory of manifests to apply")
 	nodeRBAC := fs.String("node-rbac", "deploy/node-rbac.yaml", "what each gpushare-node may do: its service account, role and admission policy")
+	allocationPolicy := fs.String("allocation-policy", "deploy/allocation-policy.yaml", "the admission policy that lets only gpushare's scheduler write allocation records; empty to leave it out")
 	hookPolicy := fs.String("hook-policy", "deploy/gpu-hook-policy.yaml", "the admission policies that give each GPU container its gpushare.io/gpu-hook; empty to leave them out")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n")
@@ -34,7 +35,7 @@ func main() {
 	var err error
 	switch cmd := fs.Arg(0); cmd {
 	case "", "up":
-		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy})
+		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy})
 	case "down":
 		err = down(*dir)
 	default:

@@ -22,7 +22,7 @@ import (
 )
 
 type options struct {
-	dir, scheduler, nodeDaemon, config, examples, nodeRBAC, hookPolicy string
+	dir, scheduler, nodeDaemon, config, examples, nodeRBAC, hookPolicy, allocationPolicy string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -75,6 +75,16 @@ func up(ctx context.Context, o options) (err error) {
 	step("applying " + o.nodeRBAC + ": each gpushare-node may change its own node's GPU inventory and nothing else")
 	if err := controlplane.Apply(ctx, client, rbac); err != nil {
 		return fmt.Errorf("%s: %w", o.nodeRBAC, err)
+	}
+	if o.allocationPolicy != "" {
+		policy, err := os.ReadFile(o.allocationPolicy)
+		if err != nil {
+			return err
+		}
+		step("applying " + o.allocationPolicy + ": only gpushare's scheduler may write where a pod's GPUs are (" + gpusharev1.AllocationAnnotation + ")")
+		if err := controlplane.ApplyAllocationPolicy(ctx, client, policy); err != nil {
+			return fmt.Errorf("%s: %w", o.allocationPolicy, err)
+		}
 	}
 	if o.hookPolicy != "" {
 		policy, err := os.ReadFile(o.hookPolicy)
