@@ -15,6 +15,11 @@ type Diagnosis struct {
 	// when some node was short of GPU memory.
 	LargestFreeMiB int64
 	NeedMiB        int64
+	// The most GPUs one container needs and the most any node has, when
+	// some node had too few.
+	NeedGPUs, MostGPUs int
+	// Models the pod allows, when some node had no GPU of them.
+	Models []string
 }
 
 // Diagnose aggregates per-node reasons over nodes nodes (some of which may
@@ -28,9 +33,15 @@ func Diagnose(nodes int, unfits []*Unfit) Diagnosis {
 				d.ByReason[r.Reason]++
 				seen[r.Reason] = true
 			}
-			if r.Reason == ReasonGPUMemory || r.Reason == ReasonGPUTooSmall {
+			switch r.Reason {
+			case ReasonGPUMemory, ReasonGPUTooSmall:
 				d.LargestFreeMiB = max(d.LargestFreeMiB, r.Free)
 				d.NeedMiB = max(d.NeedMiB, r.Requested)
+			case ReasonGPUCount:
+				d.NeedGPUs = max(d.NeedGPUs, r.Needed)
+				d.MostGPUs = max(d.MostGPUs, r.Usable)
+			case ReasonModel:
+				d.Models = r.Models
 			}
 		}
 	}
@@ -67,12 +78,20 @@ func (d Diagnosis) String() string {
 	return msg + "."
 }
 
-// Detail is the numbers part of the diagnosis, "largest free share on any
-// GPU is 3000 MiB, pod needs 3500 MiB", or "" when no node was short of
-// GPU memory.
+// Detail is the numbers part of the diagnosis, e.g. "largest free share
+// on any GPU is 3000 MiB, pod needs 3500 MiB", "a container needs 4 GPUs,
+// the most any node has is 2", "pod allows GPU models NVIDIA A100"; ""
+// when no node was short of GPU memory, GPUs or a model.
 func (d Diagnosis) Detail() string {
-	if d.NeedMiB == 0 {
-		return ""
+	var parts []string
+	if d.NeedMiB > 0 {
+		parts = append(parts, fmt.Sprintf("largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB))
 	}
-	return fmt.Sprintf("largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB)
+	if d.NeedGPUs > 0 {
+		parts = append(parts, fmt.Sprintf("a container needs %d GPUs, the most any node has is %d", d.NeedGPUs, d.MostGPUs))
+	}
+	if len(d.Models) > 0 {
+		parts = append(parts, "pod allows GPU models "+strings.Join(d.Models, ", "))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -47,6 +47,8 @@ type Insufficiency struct {
 	Capacity  int64
 	Needed    int
 	Usable    int
+	// Models are the container's allowed GPU models, for ReasonModel.
+	Models []string
 }
 
 // Unfit explains why a pod does not fit a node; it is data, formatted only
@@ -92,7 +94,7 @@ func (r Insufficiency) String() string {
 	case ReasonWholeCard:
 		return who + "node hands out whole GPUs only"
 	case ReasonModel:
-		return who + "no GPU of an allowed model"
+		return fmt.Sprintf("%sno GPU of an allowed model (%s)", who, strings.Join(r.Models, ", "))
 	case ReasonUnhealthy:
 		return fmt.Sprintf("%sneeds %d GPU(s), %d healthy", who, r.Needed, r.Usable)
 	default:
@@ -169,6 +171,9 @@ func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, reje
 			in.Reason = reason
 			break
 		}
+	}
+	if in.Reason == ReasonModel {
+		in.Models = d.Models
 	}
 	for i := range s.Node.GPUs {
 		g := &s.Node.GPUs[i]

@@ -162,7 +162,7 @@ func TestPlaceUnfit(t *testing.T) {
 		"model not allowed": {
 			state: makeNode("n").gpus(1, "T4", 15360).state(),
 			pod:   makePod("p").container(App, ContainerRequest{Name: "c", MemoryMiB: 10, Models: []string{"A100"}}).obj(),
-			want:  Insufficiency{Reason: ReasonModel, Container: "c", Needed: 1},
+			want:  Insufficiency{Reason: ReasonModel, Container: "c", Needed: 1, Models: []string{"A100"}},
 		},
 		"unhealthy GPU is not used": {
 			state: makeNode("n").gpus(1, "A100", 16384).unhealthy(0).state(),
@@ -211,6 +211,32 @@ func TestDiagnose(t *testing.T) {
 	want := "0/5 nodes are available: 2 InsufficientGPUMemory, 1 InsufficientCPU; largest free share on any GPU is 3000 MiB, pod needs 3500 MiB."
 	if got != want {
 		t.Errorf("Diagnose:\n got %q\nwant %q", got, want)
+	}
+}
+
+// The pod event names the numbers for too few GPUs and the allowed models
+// for a model no node has, as it does for memory.
+func TestDiagnoseDetail(t *testing.T) {
+	pl := mustPlacer("binpack")
+	states := []*NodeState{
+		makeNode("a").gpus(2, "T4", 15360).state(),
+		makeNode("b").gpus(1, "T4", 15360).state(),
+	}
+	cases := map[string]struct {
+		pod  *PodRequest
+		want string
+	}{
+		"too few GPUs": {makePod("p").whole("c", 4).obj(),
+			"0/2 nodes are available: 2 TooFewGPUs; a container needs 4 GPUs, the most any node has is 2."},
+		"no allowed model": {makePod("p").container(App, ContainerRequest{Name: "c", MemoryMiB: 10, Models: []string{"A100", "H100"}}).obj(),
+			"0/2 nodes are available: 2 GPUModelNotAllowed; pod allows GPU models A100, H100."},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Diagnose(2, pl.Explain(states, tc.pod)).String(); got != tc.want {
+				t.Errorf("Diagnose:\n got %q\nwant %q", got, tc.want)
+			}
+		})
 	}
 }
 
