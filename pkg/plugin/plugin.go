@@ -538,11 +538,14 @@ func describe(p *alloc.Placement) string {
 }
 
 // EventsToRegister implements fwk.EnqueueExtensions: a pod rejected for
-// want of GPUs is retried when a pod holding GPUs goes away or a node's
-// GPU inventory or opt-in label changes.
+// want of GPUs is retried when a pod holding GPUs goes away or ends, when
+// a node's GPU inventory or opt-in label changes, or when the pod itself
+// changes (its GPU models or MPS annotations). A pod whose request is
+// invalid is retried only when it changes itself.
 func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.podReleased},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: pl.podUpdated},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.inventoryChanged},
 	}, nil
 }
@@ -553,17 +556,43 @@ func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHin
 // be rejected again and wait for the next event. Applying an event twice
 // is harmless.
 
-func (pl *GPUShare) podReleased(_ klog.Logger, _ *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+func (pl *GPUShare) podReleased(_ klog.Logger, pod *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
 		if _, held := p.Annotations[gpusharev1.AllocationAnnotation]; !held {
 			return fwk.QueueSkip, nil
 		}
 		pl.cache.RemovePod(p.UID)
 	}
-	return fwk.Queue, nil
+	return pl.retryable(pod), nil
 }
 
-func (pl *GPUShare) inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (pl *GPUShare) podUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	n, ok := newObj.(*corev1.Pod)
+	if !ok {
+		return fwk.QueueSkip, nil
+	}
+	if n.UID == pod.UID {
+		return fwk.Queue, nil
+	}
+	o, ok := oldObj.(*corev1.Pod)
+	if _, held := n.Annotations[gpusharev1.AllocationAnnotation]; !held || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
+		return fwk.QueueSkip, nil
+	}
+	// A pod holding GPUs ended: they are free.
+	pl.cache.RemovePod(n.UID)
+	return pl.retryable(pod), nil
+}
+
+// retryable is Queue for a pod whose request is valid: an invalid one
+// waits for a change of its own, whatever else frees up.
+func (pl *GPUShare) retryable(pod *corev1.Pod) fwk.QueueingHint {
+	if _, err := pl.model.PodRequest(pod); err != nil {
+		return fwk.QueueSkip
+	}
+	return fwk.Queue
+}
+
+func (pl *GPUShare) inventoryChanged(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	n, ok := newObj.(*corev1.Node)
 	if !ok || n.Labels[gpusharev1.NodeLabel] != "true" {
 		return fwk.QueueSkip, nil
@@ -571,10 +600,10 @@ func (pl *GPUShare) inventoryChanged(_ klog.Logger, _ *corev1.Pod, oldObj, newOb
 	pl.cache.SetNode(n)
 	o, ok := oldObj.(*corev1.Node)
 	if !ok {
-		return fwk.Queue, nil
+		return pl.retryable(pod), nil
 	}
 	if o.Labels[gpusharev1.NodeLabel] != "true" || o.Annotations[gpusharev1.InventoryAnnotation] != n.Annotations[gpusharev1.InventoryAnnotation] {
-		return fwk.Queue, nil
+		return pl.retryable(pod), nil
 	}
 	return fwk.QueueSkip, nil
 }
