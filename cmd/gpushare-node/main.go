@@ -133,7 +133,30 @@ func run(ctx context.Context, o options) error {
 	if o.wholeCard {
 		mode = gpusharev1.ModeWholeCard
 	}
-	pub := &inventory.Publisher{Client: client, Node: o.node}
+	// This node alone, so that the inventory is put back within seconds
+	// when someone else changes it.
+	nodeInformer := cache.NewSharedIndexInformer(client.Node(o.node), &corev1.Node{}, 0, cache.Indexers{})
+	pub := inventory.NewPublisher(client, o.node, func() *corev1.Node {
+		obj, ok, err := nodeInformer.GetStore().GetByKey(o.node)
+		if err != nil || !ok {
+			return nil
+		}
+		n, _ := obj.(*corev1.Node)
+		return n
+	})
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { pub.NodeChanged() },
+		UpdateFunc: func(any, any) { pub.NodeChanged() },
+	}); err != nil {
+		return fmt.Errorf("watching node %s: %w", o.node, err)
+	}
+	if err := nodeInformer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		logger.Error(err, "Watching the node, which puts its GPU inventory back when someone else changes it (the daemon needs list and watch on nodes: deploy/node-rbac.yaml)")
+	}); err != nil {
+		return fmt.Errorf("watching node %s: %w", o.node, err)
+	}
+	go nodeInformer.Run(ctx.Done())
+	go pub.Run(ctx)
 	publish := func() bool {
 		devs, err := backend.Devices()
 		if err == nil {
@@ -157,6 +180,13 @@ func run(ctx context.Context, o options) error {
 	pods := corev1listers.NewPodLister(informer.GetIndexer())
 	go informer.Run(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
+	// Without the node's watch (a role without list and watch on nodes)
+	// the daemon still publishes, comparing with its own last write.
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if !cache.WaitForCacheSync(syncCtx.Done(), nodeInformer.HasSynced) && ctx.Err() == nil {
+		logger.Error(nil, "The node's watch has not synced; publishing without it until it does")
+	}
+	cancel()
 
 	nodePods := func() []*corev1.Pod {
 		list, err := pods.List(labels.Everything())

@@ -1,6 +1,7 @@
 // Package inventory publishes a node's GPUs where the scheduler reads
 // them: the versioned GPUInventory annotation on the node's own Node
-// object, written with a merge patch that touches nothing else.
+// object, written with a merge patch that touches nothing else, and kept
+// there against other writers.
 package inventory
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
@@ -25,44 +27,10 @@ func From(devices []gpu.Device, mode gpusharev1.Mode) *gpusharev1.GPUInventory {
 	return inv
 }
 
-// NodePatcher applies a JSON merge patch to a node.
+// NodePatcher applies a JSON merge patch to a node and returns the node
+// as the patch left it.
 type NodePatcher interface {
-	PatchNode(ctx context.Context, name string, patch []byte) error
-}
-
-// Publisher writes a node's inventory when it changes.
-type Publisher struct {
-	Client NodePatcher
-	Node   string
-	last   string
-}
-
-// Publish validates inv and writes it, with the opt-in label, unless it
-// is what was last written. The patch names only the node's own label and
-// annotation.
-func (p *Publisher) Publish(ctx context.Context, inv *gpusharev1.GPUInventory) error {
-	value, err := gpusharev1.Marshal(inv)
-	if err != nil {
-		return err
-	}
-	if errs := gpusharev1.ValidateInventory(inv); len(errs) > 0 {
-		return fmt.Errorf("GPU inventory of node %s: %w", p.Node, errs.ToAggregate())
-	}
-	if value == p.last {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels":      map[string]string{gpusharev1.NodeLabel: "true"},
-		"annotations": map[string]string{gpusharev1.InventoryAnnotation: value},
-	}})
-	if err != nil {
-		return err
-	}
-	if err := p.Client.PatchNode(ctx, p.Node, patch); err != nil {
-		return fmt.Errorf("publishing the GPU inventory of node %s: %w", p.Node, err)
-	}
-	p.last = value
-	return nil
+	PatchNode(ctx context.Context, name string, patch []byte) (*corev1.Node, error)
 }
 
 // UsageFrom summarises live use for the scheduler.
@@ -95,8 +63,8 @@ func (p *Publisher) PublishUsage(ctx context.Context, u *gpusharev1.GPUUsage) er
 	if err != nil {
 		return err
 	}
-	if err := p.Client.PatchNode(ctx, p.Node, patch); err != nil {
-		return fmt.Errorf("publishing the GPU usage of node %s: %w", p.Node, err)
+	if _, err := p.client.PatchNode(ctx, p.node, patch); err != nil {
+		return fmt.Errorf("publishing the GPU usage of node %s: %w", p.node, err)
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func TestPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{Client: patcher{client}, Node: "n1"}
+	p := NewPublisher(patcher{client}, "n1", nil)
 	publish := func() *gpusharev1.GPUInventory {
 		t.Helper()
 		devs, err := gpus.Devices()
@@ -78,7 +78,6 @@ func countPatches(actions []clienttesting.Action) int {
 // patcher patches nodes of a fake clientset.
 type patcher struct{ client *fake.Clientset }
 
-func (p patcher) PatchNode(ctx context.Context, name string, patch []byte) error {
-	_, err := p.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+func (p patcher) PatchNode(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
+	return p.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }

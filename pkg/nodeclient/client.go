@@ -46,16 +46,24 @@ func New(config *rest.Config) (*Client, error) {
 	return &Client{rest: rc}, nil
 }
 
-// PatchNode applies a JSON merge patch to the named node.
-func (c *Client) PatchNode(ctx context.Context, name string, patch []byte) error {
+// PatchNode applies a JSON merge patch to the named node and returns the
+// node as the patch left it.
+func (c *Client) PatchNode(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
 	node := &corev1.Node{}
 	if err := c.rest.Patch(types.MergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Into(node); err != nil {
-		return err
+		return nil, err
 	}
 	if c.OnNode != nil {
 		c.OnNode(node)
 	}
-	return nil
+	return node, nil
+}
+
+// Node lists and watches the named node alone, for an informer. It needs
+// list and watch on nodes: RBAC cannot narrow them to the node a daemon
+// runs on.
+func (c *Client) Node(name string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c.rest, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", name))
 }
 
 // GetPod reads one pod.
