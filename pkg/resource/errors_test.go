@@ -24,6 +24,14 @@ func TestPodRequestErrors(t *testing.T) {
 		pod     *corev1.Pod
 		want    string
 	}{
+		"GPU init container, no GPU container after it": {
+			pod:  makePod("p").initContainer("setup", limits(mem, "1024")).app("main", corev1.ResourceRequirements{}).obj(),
+			want: `container "setup": init container: asks for GPUs but no app or sidecar container after it does, and gpushare can hand an init container GPUs only alongside a later GPU container; give an app container a GPU request too, or drop the init container's`,
+		},
+		"GPU init container after the last GPU sidecar": {
+			pod:  makePod("p").sidecar("side", limits(mem, "512")).initContainer("setup", limits(mem, "1024")).obj(),
+			want: `container "setup": init container: asks for GPUs but no app or sidecar container after it does, and gpushare can hand an init container GPUs only alongside a later GPU container; give an app container a GPU request too, or drop the init container's`,
+		},
 		"negative": {
 			pod:  makePod("p").app("c", limits(mem, "-1")).obj(),
 			want: `container "c": gpushare.io/gpu-mem: -1 is not positive; ask 1 or more, or leave the resource out`,

@@ -33,6 +33,9 @@ func (m *Model) PodRequest(pod *corev1.Pod) (*alloc.PodRequest, error) {
 			return nil, err
 		}
 	}
+	if err := servable(req); err != nil {
+		return nil, err
+	}
 	if req.GPUs() {
 		models, err := m.models(pod, key)
 		if err != nil {
@@ -46,6 +49,27 @@ func (m *Model) PodRequest(pod *corev1.Pod) (*alloc.PodRequest, error) {
 		return nil, err
 	}
 	return req, nil
+}
+
+// servable refuses a GPU init container that no GPU app or sidecar
+// container follows: the kubelet's PodResources lists no init containers,
+// so the node daemon finds an init container's devices only within a later
+// GPU container's, and could not hand it its GPUs.
+func servable(req *alloc.PodRequest) error {
+	last := -1
+	for i := range req.Containers {
+		if req.Containers[i].Kind != alloc.Init {
+			last = i
+		}
+	}
+	for i := range req.Containers {
+		if c := &req.Containers[i]; c.Kind == alloc.Init && i > last {
+			return &RequestError{Pod: req.Key, Container: c.Name, Resource: "init container",
+				Reason: "asks for GPUs but no app or sidecar container after it does, and gpushare can hand an init container GPUs only " +
+					"alongside a later GPU container; give an app container a GPU request too, or drop the init container's"}
+		}
+	}
+	return nil
 }
 
 // translator carries what the containers of one pod share.

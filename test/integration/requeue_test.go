@@ -74,6 +74,13 @@ func TestRequeue(t *testing.T) {
 	invalid.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(150, k8sresource.DecimalSI)}
 	create(invalid)
 	failedSchedulingMessage(t, client, "default", "invalid", "150 is above 100")
+	// A GPU init container with no GPU container after it could not be
+	// served on the node: refused with the reason.
+	initOnly := gpuPod("init-only", 1024, 0)
+	initOnly.Spec.InitContainers = initOnly.Spec.Containers
+	initOnly.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox"}}
+	create(initOnly)
+	failedSchedulingMessage(t, client, "default", "init-only", "no app or sidecar container after it")
 	before := invalidDecisions(t, sched)
 	// Ten inventory changes, each a node event the plugin registers for.
 	inv := node.Inventory()
