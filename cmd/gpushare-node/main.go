@@ -37,6 +37,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/inventory"
 	"github.com/gpushare/gpushare/pkg/mps"
 	"github.com/gpushare/gpushare/pkg/nodeclient"
+	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/usage"
 )
 
@@ -229,7 +230,12 @@ func run(ctx context.Context, o options) error {
 			d := &mps.Daemon{Control: o.mpsControl, PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir, Logger: logger.WithName("mps")}
 			go func() { errc <- d.Run(ctx) }()
 		}
+		model, err := resource.New(args.ResourceModel)
+		if err != nil {
+			return err
+		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
+			Requests: model.PodRequest,
 			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
 			HookDevices: cmp.Or(o.hookDevices, -1),
 			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
