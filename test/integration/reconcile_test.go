@@ -11,7 +11,6 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -42,7 +41,7 @@ func TestInventoryRestored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grantNodeWatch(t, admin, kubeconfig)
+	mayWatchNodes(t, kubeconfig)
 
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")
 	if err := os.WriteFile(simFile, []byte("gpus:\n- {model: Tesla T4, memoryMiB: 15360, count: 2}\n"), 0o600); err != nil {
@@ -140,13 +139,10 @@ func TestInventoryRestored(t *testing.T) {
 	}
 }
 
-// grantNodeWatch gives the daemon's service account list and watch on
-// nodes, with which it watches its own node, unless the daemon's
-// credentials in kubeconfig already have them.
-//
-// deploy/node-rbac.yaml does not grant them yet: remove this once it
-// does.
-func grantNodeWatch(t *testing.T, admin kubernetes.Interface, kubeconfig string) {
+// mayWatchNodes fails the test unless the daemon's credentials in
+// kubeconfig (deploy/node-rbac.yaml) may list and watch nodes, with which
+// it watches its own node.
+func mayWatchNodes(t *testing.T, kubeconfig string) {
 	t.Helper()
 	ctx := context.Background()
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -157,7 +153,6 @@ func grantNodeWatch(t *testing.T, admin kubernetes.Interface, kubeconfig string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := true
 	for _, verb := range []string{"list", "watch"} {
 		r, err := daemon.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -166,22 +161,9 @@ func grantNodeWatch(t *testing.T, admin kubernetes.Interface, kubeconfig string)
 		if err != nil {
 			t.Fatal(err)
 		}
-		allowed = allowed && r.Status.Allowed
-	}
-	if allowed {
-		return
-	}
-	t.Log("deploy/node-rbac.yaml does not let gpushare-node list and watch nodes; granting both for this test")
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gpushare-node-watch-nodes"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}}
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "gpushare-node", Namespace: "kube-system"}}}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		if !r.Status.Allowed {
+			t.Fatalf("deploy/node-rbac.yaml does not let gpushare-node %s nodes", verb)
+		}
 	}
 }
 
