@@ -1,27 +1,29 @@
 package extender
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
 )
 
-// Bounds on what requests may hold in memory. Decoded memory is about a
-// small multiple of the body, so the extender holds at most about
-// MaxInflight x MaxBodyBytes for filter and prioritize plus
-// MaxBindsInflight x BindBodyBytes for bind.
+// Bounds on what requests may hold in memory. A body is read into a
+// buffer at most twice its size, garbage included, and decoded memory is
+// a small multiple of it, so bodies hold at most about 2 x MaxInflight x
+// MaxBodyBytes for filter and prioritize (64 MiB by default) plus
+// 2 x MaxBindsInflight x BindBodyBytes for bind (4 MiB).
 const (
 	// DefaultMaxBodyBytes bounds a filter or prioritize body. With
 	// nodeCacheCapable true (deploy/extender-scheduler-config.yaml) a call
 	// carries the pod and node names: for 5000 nodes about 150 KB besides
-	// the pod. With false it carries whole Node objects, a few KB each:
-	// larger clusters raise --max-request-bytes.
-	DefaultMaxBodyBytes = 16 << 20
+	// the pod. With false it carries whole Node objects, a few KB each
+	// (more with many images): clusters of more than about a thousand
+	// nodes raise --max-request-bytes, or use true.
+	DefaultMaxBodyBytes = 8 << 20
 	// DefaultMaxInflight bounds filter and prioritize calls in flight.
 	// kube-scheduler makes them one at a time (its scheduling cycle is
 	// sequential); the rest is room for a second scheduler taking over.
@@ -152,21 +154,31 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, verb string, l *l
 	return result
 }
 
-// readBody reads at most limit bytes, into a buffer of the announced size
-// when there is one (no growth by doubling).
+// readBody reads at most limit bytes. The buffer starts at the announced
+// size, if any, and otherwise doubles up to limit+1 bytes, never past:
+// a request holds at most about twice the bound, garbage included.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
+	body := http.MaxBytesReader(w, r.Body, limit)
+	size := int64(4 << 10)
 	if r.ContentLength > 0 {
-		// ReadFrom wants MinRead bytes free before it sees the end.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		// One byte more sees the end without growing.
+		size = r.ContentLength + 1
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var big *http.MaxBytesError
-		if errors.As(err, &big) {
-			return nil, tooLarge{fmt.Errorf("request body larger than %d bytes", limit)}
+	buf := make([]byte, 0, min(size, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(make([]byte, 0, min(2*int64(cap(buf)), limit+1)), buf...)
 		}
-		return nil, badRequest{fmt.Errorf("reading the request: %w", err)}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		var big *http.MaxBytesError
+		switch {
+		case errors.Is(err, io.EOF):
+			return buf, nil
+		case errors.As(err, &big):
+			return nil, tooLarge{fmt.Errorf("request body larger than %d bytes", limit)}
+		case err != nil:
+			return nil, badRequest{fmt.Errorf("reading the request: %w", err)}
+		}
 	}
-	return buf.Bytes(), nil
 }

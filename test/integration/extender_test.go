@@ -20,9 +20,20 @@ import (
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
-// startExtender runs gpushare-extender on a free loopback port with
-// deploy/extender-config.yaml (and extra flags) and returns its base URL.
+// startExtender runs gpushare-extender over plain HTTP on a free loopback
+// port (where it needs no client certificates) with
+// deploy/extender-config.yaml, bodies bounded at 1 MiB and extra flags,
+// and returns its base URL.
 func startExtender(t *testing.T, c *controlplane.Cluster, extra ...string) string {
+	t.Helper()
+	base, _ := runExtender(t, c, append([]string{"--max-request-bytes=1048576"}, extra...)...)
+	return base
+}
+
+// runExtender runs gpushare-extender over plain HTTP on a free loopback
+// port with deploy/extender-config.yaml and flags, and returns its base
+// URL and process.
+func runExtender(t *testing.T, c *controlplane.Cluster, flags ...string) (string, *controlplane.Process) {
 	t.Helper()
 	port, err := controlplane.FreePort()
 	if err != nil {
@@ -31,7 +42,7 @@ func startExtender(t *testing.T, c *controlplane.Cluster, extra ...string) strin
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"--kubeconfig=" + c.Kubeconfig,
 		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port),
-		"--config=" + root + "/deploy/extender-config.yaml", "--max-request-bytes=1048576", "-v=2"}, extra...)
+		"--config=" + root + "/deploy/extender-config.yaml", "-v=2"}, flags...)
 	p, err := c.Run("gpushare-extender", extenderBin, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -41,13 +52,15 @@ func startExtender(t *testing.T, c *controlplane.Cluster, extra ...string) strin
 	if err := controlplane.WaitHTTP(ctx, p, base+"/healthz", ""); err != nil {
 		t.Fatal(err)
 	}
-	return base
+	return base, p
 }
 
 // TestSeedsExtender: the seed examples schedule as their seeds say through
-// stock kube-scheduler and gpushare-extender, with nodeCacheCapable true
-// and false; with false, deploy/gpu-hook-policy.yaml is in force too (its
-// hooks are left to the extender).
+// stock kube-scheduler and gpushare-extender, which talk mutual TLS as
+// deploy/extender-scheduler-config.yaml has them, with nodeCacheCapable
+// true and false; with false, deploy/gpu-hook-policy.yaml is in force too
+// (its hooks are left to the extender). The extender's metrics show that
+// it bound the pods.
 func TestSeedsExtender(t *testing.T) {
 	for _, cacheCapable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("nodeCacheCapable=%v", cacheCapable), func(t *testing.T) {
@@ -59,9 +72,8 @@ func TestSeedsExtender(t *testing.T) {
 			if !cacheCapable {
 				applyHookPolicy(t, client)
 			}
-			base := startExtender(t, c)
-			config := readFile(t, "deploy/extender-scheduler-config.yaml")
-			config = bytes.ReplaceAll(config, []byte("http://127.0.0.1:8888"), []byte(base))
+			e := startSecureExtender(t, c)
+			config := e.schedulerConfig(t)
 			if !cacheCapable {
 				config = bytes.ReplaceAll(config, []byte("nodeCacheCapable: true"), []byte("nodeCacheCapable: false"))
 			}
@@ -69,26 +81,36 @@ func TestSeedsExtender(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkSeeds(t, client)
+			resp, err := e.client.Get(e.base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metrics, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if !strings.Contains(string(metrics), `gpushare_extender_requests_total{result="ok",verb="bind"}`) {
+				t.Errorf("the extender bound no pod; its metrics:\n%s", metrics)
+			}
 		})
 	}
 }
 
-// TestExtenderHostileInput: malformed, oversized and empty requests get a
-// 400 with a reason, and the extender keeps serving.
+// TestExtenderHostileInput: malformed and empty requests get a 400 with a
+// reason, oversized ones 413, and the extender keeps serving.
 func TestExtenderHostileInput(t *testing.T) {
 	c := startCluster(t)
 	base := startExtender(t, c) + "/gpushare-scheduler"
 	cases := []struct {
 		verb, body, want string
+		code             int
 	}{
-		{"filter", `{"pod":`, "malformed JSON"},
-		{"filter", `not json`, "malformed JSON"},
-		{"filter", `{}`, "request has no pod"},
-		{"filter", `{"pod":{"metadata":{"name":"p"}}}`, "neither nodes nor nodeNames"},
-		{"prioritize", `{"pod":{"metadata":{"name":"p"}},"nodenames":"x"}`, "malformed request"},
-		{"bind", `{"podName":"p"}`, "bind needs podName, podNamespace and node"},
-		{"bind", `[1,2,3]`, "malformed request"},
-		{"filter", `{"pod":{},"nodenames":["a"],"padding":"` + strings.Repeat("x", 2<<20) + `"}`, "larger than 1048576 bytes"},
+		{"filter", `{"pod":`, "malformed JSON", http.StatusBadRequest},
+		{"filter", `not json`, "malformed JSON", http.StatusBadRequest},
+		{"filter", `{}`, "request has no pod", http.StatusBadRequest},
+		{"filter", `{"pod":{"metadata":{"name":"p"}}}`, "neither nodes nor nodeNames", http.StatusBadRequest},
+		{"prioritize", `{"pod":{"metadata":{"name":"p"}},"nodenames":"x"}`, "malformed request", http.StatusBadRequest},
+		{"bind", `{"podName":"p"}`, "bind needs podName, podNamespace and node", http.StatusBadRequest},
+		{"bind", `[1,2,3]`, "malformed request", http.StatusBadRequest},
+		{"filter", `{"pod":{},"nodenames":["a"],"padding":"` + strings.Repeat("x", 2<<20) + `"}`, "larger than 1048576 bytes", http.StatusRequestEntityTooLarge},
 	}
 	for _, tc := range cases {
 		resp, err := http.Post(base+"/"+tc.verb, "application/json", strings.NewReader(tc.body))
@@ -97,8 +119,8 @@ func TestExtenderHostileInput(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
-			t.Errorf("%s %.40q: %d %q; want 400 with %q", tc.verb, tc.body, resp.StatusCode, body, tc.want)
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.want) {
+			t.Errorf("%s %.40q: %d %q; want %d with %q", tc.verb, tc.body, resp.StatusCode, body, tc.code, tc.want)
 		}
 	}
 	// A pod asking for an impossible share is answered, not rejected as
