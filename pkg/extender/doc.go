@@ -6,5 +6,12 @@
 //
 // Bind records the allocation on the pod and then binds it. Placing on the
 // node and booking in the cache happen under one lock, so concurrent binds
-// never book the same GPU share twice.
+// never book the same GPU share twice. Bind refuses what kube-scheduler
+// would never ask: pods of other schedulers, and nodes the latest filter
+// call for the pod did not pass.
+//
+// Whoever can call bind can place pods past every filter: Serving refuses
+// a non-loopback address without client certificates, and the handler
+// bounds calls in flight and body sizes (429, 413) so that memory stays
+// bounded.
 package extender

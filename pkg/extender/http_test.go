@@ -13,20 +13,26 @@ import (
 // length is announced or not; bind's bound is its own, smaller one.
 func TestBodyBounds(t *testing.T) {
 	big := `{"pod":{},"nodenames":["a"],"padding":"` + strings.Repeat("x", 2<<20) + `"}`
+	// exact is 1 MiB, the bound, to the byte.
+	head, tail := `{"pod":{},"nodenames":[],"padding":"`, `"}`
+	exact := head + strings.Repeat("x", 1<<20-len(head)-len(tail)) + tail
 	cases := map[string]struct {
 		verb, body string
 		announce   bool
 		want       int
 		wantBody   string
 	}{
-		"filter, announced":        {"filter", big, true, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
-		"filter, chunked":          {"filter", big, false, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
-		"prioritize, announced":    {"prioritize", big, true, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
-		"bind, over 64 KiB":        {"bind", `{"podName":"` + strings.Repeat("x", 65<<10) + `"}`, true, http.StatusRequestEntityTooLarge, "larger than 65536 bytes"},
-		"bind, chunked, 64 KiB":    {"bind", `{"podName":"` + strings.Repeat("x", 65<<10) + `"}`, false, http.StatusRequestEntityTooLarge, "larger than 65536 bytes"},
-		"filter, malformed":        {"filter", `{"pod":`, true, http.StatusBadRequest, "malformed JSON"},
-		"bind, missing the node":   {"bind", `{"podName":"p","podNamespace":"default"}`, true, http.StatusBadRequest, "bind needs"},
-		"filter, within the bound": {"filter", `{"pod":{},"nodenames":[],"padding":"` + strings.Repeat("x", 1<<19) + `"}`, true, http.StatusOK, "{"},
+		"filter, announced":                    {"filter", big, true, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
+		"filter, chunked":                      {"filter", big, false, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
+		"prioritize, announced":                {"prioritize", big, true, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
+		"bind, over 64 KiB":                    {"bind", `{"podName":"` + strings.Repeat("x", 65<<10) + `"}`, true, http.StatusRequestEntityTooLarge, "larger than 65536 bytes"},
+		"bind, chunked, 64 KiB":                {"bind", `{"podName":"` + strings.Repeat("x", 65<<10) + `"}`, false, http.StatusRequestEntityTooLarge, "larger than 65536 bytes"},
+		"filter, malformed":                    {"filter", `{"pod":`, true, http.StatusBadRequest, "malformed JSON"},
+		"bind, missing the node":               {"bind", `{"podName":"p","podNamespace":"default"}`, true, http.StatusBadRequest, "bind needs"},
+		"filter, chunked, the bound exactly":   {"filter", exact, false, http.StatusOK, "{"},
+		"filter, announced, the bound exactly": {"filter", exact, true, http.StatusOK, "{"},
+		"filter, chunked, a byte over":         {"filter", exact + " ", false, http.StatusRequestEntityTooLarge, "larger than"},
+		"filter, within the bound":             {"filter", `{"pod":{},"nodenames":[],"padding":"` + strings.Repeat("x", 1<<19) + `"}`, true, http.StatusOK, "{"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
