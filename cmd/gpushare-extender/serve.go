@@ -27,8 +27,10 @@ func (o *options) servers(srv *extender.Server, reg *prometheus.Registry, tlsCon
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	}
+	// A request must arrive within ReadTimeout: a slow body cannot hold
+	// one of the few slots for long.
 	out := []*http.Server{{Addr: net.JoinHostPort(o.serving.Address, strconv.Itoa(o.port)), Handler: mux,
-		TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}}
+		TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}}
 	if o.healthzPort != 0 {
 		health := http.NewServeMux()
 		health.HandleFunc("GET /healthz", srv.Healthz)
