@@ -10,12 +10,14 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/plugin"
 )
@@ -206,5 +208,71 @@ func waitBooked(t *testing.T, s *controlplane.Scheduler, node string, mib []floa
 	})
 	if err != nil {
 		t.Fatalf("booked MiB on %s's GPUs: %v, want %v", node, got, mib)
+	}
+}
+
+// TestWithdrawnGPUsStayBooked: someone publishes an inventory with more
+// GPUs than the node has, a pod is bound to GPUs real and fake, then the
+// real inventory returns (as when a GPU is lost and the driver renumbers
+// the rest). The pod's bookings are held by GPU UUID: its real GPUs stay
+// booked, and no new pod is placed on them.
+func TestWithdrawnGPUsStayBooked(t *testing.T) {
+	_, client, sched := startPlugin(t, nil)
+	ctx := context.Background()
+	node := controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 15360, Count: 2}
+	createNodes(t, client, node)
+	setInventory := func(count int) {
+		t.Helper()
+		spec := node
+		spec.Count = count
+		value, err := gpusharev1.Marshal(spec.Inventory())
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, gpusharev1.InventoryAnnotation, value)
+		if _, err := client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setInventory(4)
+	// The scheduler has the four GPUs once a pod that needs them fits.
+	greedy := gpuPod("greedy", 0, 0)
+	greedy.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(400, k8sresource.DecimalSI)}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, greedy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(record(t, boundPod(t, client, "default", "greedy")).Containers[0].GPUs); got != 4 {
+		t.Fatalf("greedy got %d GPUs, want 4", got)
+	}
+	setInventory(2)
+	// Wait until the scheduler has seen the real inventory: the GPUs it
+	// lost show as vanished, still booked by greedy.
+	err := waitFor(30*time.Second, func() (bool, error) {
+		v, err := metricSum(scrape(t, sched.URL+"/metrics"), "gpushare_gpu_memory_booked_bytes", map[string]string{"node": "gpu-a"})
+		if err != nil {
+			return false, nil //nolint:nilerr // not exported yet
+		}
+		caps := scrape(t, sched.URL+"/metrics")["gpushare_gpu_memory_capacity_bytes"]
+		vanished := 0
+		for _, m := range caps.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "model" && l.GetValue() == gpucache.VanishedModel {
+					vanished++
+				}
+			}
+		}
+		return vanished == 2 && v == 4*15360*(1<<20), nil
+	})
+	if err != nil {
+		t.Fatalf("the scheduler does not hold greedy's GPUs after the inventory shrank: %v", err)
+	}
+	whole := gpuPod("whole", 0, 0)
+	whole.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(100, k8sresource.DecimalSI)}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, whole, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedSchedulingMessage(t, client, "default", "whole", "GPUNotIdle")
+	if p, err := client.CoreV1().Pods("default").Get(ctx, "whole", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("pod whole was placed on a GPU that greedy holds: %v %v", p.Spec.NodeName, err)
 	}
 }
