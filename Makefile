@@ -64,7 +64,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s), from the seed corpus.
 	@# Inputs saved by earlier runs would be replayed first, and their
 	@# number grows with every run: past FUZZTIME, go test fails.
 	$(GO) clean -fuzzcache
-	@set -e; for pkg in ./pkg/alloc ./pkg/deviceplugin ./pkg/extender; do \
+	@set -e; for pkg in ./apis/config/v1alpha1 ./apis/gpushare/v1alpha1 ./pkg/alloc ./pkg/cache ./pkg/deviceplugin ./pkg/extender; do \
 		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$target"; \
 			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
