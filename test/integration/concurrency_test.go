@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -80,11 +79,7 @@ func TestConcurrentPods(t *testing.T) {
 	})
 	t.Run("extender", func(t *testing.T) {
 		c := startCluster(t)
-		base := startExtender(t, c)
-		config := bytes.ReplaceAll(readFile(t, "deploy/extender-scheduler-config.yaml"), []byte("http://127.0.0.1:8888"), []byte(base))
-		if _, err := c.StartScheduler(context.Background(), "kube-scheduler", tools.Bin("kube-scheduler"), config); err != nil {
-			t.Fatal(err)
-		}
+		startSecureExtender(t, c).startScheduler(t, c)
 		checkConcurrent(t, c)
 	})
 }

@@ -78,7 +78,7 @@ func TestRequeue(t *testing.T) {
 	// served on the node: refused with the reason.
 	initOnly := gpuPod("init-only", 1024, 0)
 	initOnly.Spec.InitContainers = initOnly.Spec.Containers
-	initOnly.Spec.Containers = []corev1.Container{{Name: "main", Image: "busybox"}}
+	initOnly.Spec.Containers = []corev1.Container{{Name: "app", Image: "busybox"}}
 	create(initOnly)
 	failedSchedulingMessage(t, client, "default", "init-only", "no app or sidecar container after it")
 	before := invalidDecisions(t, sched)

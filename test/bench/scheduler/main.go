@@ -334,23 +334,51 @@ leaderElection:
 		if err != nil {
 			return nil, nil, err
 		}
-		base := "http://127.0.0.1:" + strconv.Itoa(port)
+		health, err := controlplane.FreePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		// Mutual TLS, as deployed: a CA for this run issues the
+		// extender's serving certificate and kube-scheduler's client one.
+		tlsDir := filepath.Join(c.Dir, "gpushare-extender")
+		ca, err := controlplane.NewCA("gpushare-bench-ca")
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+			return nil, nil, err
+		}
+		caFile := filepath.Join(tlsDir, "ca.crt")
+		if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+			return nil, nil, err
+		}
+		cert, key, err := ca.IssueFiles(tlsDir, "extender", "gpushare-extender", "127.0.0.1")
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, _, err := ca.IssueFiles(tlsDir, "scheduler", "kube-scheduler"); err != nil {
+			return nil, nil, err
+		}
+		base := "https://127.0.0.1:" + strconv.Itoa(port)
 		args := append([]string{"--kubeconfig=" + c.Kubeconfig,
-			"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--config=deploy/extender-config.yaml",
+			"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
+			"--config=deploy/extender-config.yaml",
+			"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--client-ca-file=" + caFile,
 			"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1", "--profiling=" + strconv.FormatBool(o.profile != "")},
 			o.extenderFlags...)
 		ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), args...)
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := controlplane.WaitHTTP(ctx, ext, base+"/healthz", ""); err != nil {
+		if err := controlplane.WaitHTTP(ctx, ext, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
 			return nil, nil, err
 		}
 		config, err := read("deploy/extender-scheduler-config.yaml")
 		if err != nil {
 			return nil, nil, err
 		}
-		config = bytes.ReplaceAll(config, []byte("http://127.0.0.1:8888"), []byte(base))
+		config = bytes.ReplaceAll(config, []byte("https://127.0.0.1:8888"), []byte(base))
+		config = bytes.ReplaceAll(config, []byte("/etc/kubernetes/gpushare-extender/"), []byte(tlsDir+"/"))
 		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), config, "--v=1")
 		if err != nil {
 			return nil, nil, err
