@@ -151,8 +151,23 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 	if err := os.WriteFile(c.path("pki", "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return err
 	}
+	// A client CA makes the API server publish kube-system's
+	// extension-apiserver-authentication ConfigMap, which kube-scheduler
+	// reads at start and, without it, complains about every half minute.
+	for _, name := range []string{"client-ca", "front-proxy-ca"} {
+		ca, err := NewCA("gpushare-" + name)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.path("pki", name+".crt"), ca.CertPEM, 0o600); err != nil {
+			return err
+		}
+	}
 	c.Host = "https://" + hostPort(port)
 	p, err := start(c.Dir, "kube-apiserver", c.Tools.Bin("kube-apiserver"),
+		"--client-ca-file="+c.path("pki", "client-ca.crt"),
+		"--requestheader-client-ca-file="+c.path("pki", "front-proxy-ca.crt"), "--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
 		"--etcd-servers=http://"+hostPort(etcdPort),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port), "--cert-dir="+c.path("pki"),

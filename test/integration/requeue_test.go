@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,13 @@ func TestRequeue(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if after := invalidDecisions(t, sched); after-before > 1 {
 		t.Errorf("the invalid pod was evaluated %v more times over 10 node events, want at most 1", after-before)
+	}
+	// The API server publishes its client CA, so the scheduler does not
+	// complain that it cannot find it.
+	for _, line := range strings.Split(sched.Tail(1<<20), "\n") {
+		if strings.Contains(line, "extension-apiserver-authentication") && (line[0] == 'E' || line[0] == 'W') {
+			t.Errorf("the scheduler complains about extension-apiserver-authentication: %s", line)
+		}
 	}
 }
 
