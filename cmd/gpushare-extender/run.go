@@ -104,6 +104,7 @@ func run(ctx context.Context, o options) error {
 	servers := o.servers(srv, reg, tlsConfig)
 
 	go plugin.ExpireLive(ctx, cache)
+	go plugin.WatchLeases(ctx, cache, client, nil)
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {

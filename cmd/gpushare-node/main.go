@@ -35,6 +35,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpu/nvml"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
 	"github.com/gpushare/gpushare/pkg/inventory"
+	"github.com/gpushare/gpushare/pkg/lease"
 	"github.com/gpushare/gpushare/pkg/mps"
 	"github.com/gpushare/gpushare/pkg/nodeclient"
 	"github.com/gpushare/gpushare/pkg/resource"
@@ -61,6 +62,7 @@ type options struct {
 	metricsAddr  string
 	profiling    bool
 	usageEvery   time.Duration
+	leaseFor     time.Duration
 }
 
 func main() {
@@ -86,6 +88,7 @@ func main() {
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address")
+	fs.DurationVar(&o.leaseFor, "lease-duration", 40*time.Second, "the daemon's heartbeat: it renews its Lease (kube-system/"+gpusharev1.LeasePrefix+"<node>) every quarter of this, and the scheduler sends no GPU pod to the node once the lease is this old; 0 disables it")
 	fs.DurationVar(&o.usageEvery, "usage-interval", 30*time.Second, "how often live GPU use is published for load-aware scheduling; 0 to disable")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -102,6 +105,9 @@ func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	if o.node == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if o.leaseFor != 0 && (o.leaseFor < 4*time.Second || o.leaseFor%time.Second != 0) {
+		return fmt.Errorf("--lease-duration=%v: want whole seconds, 4s or more (or 0 to disable)", o.leaseFor)
 	}
 	if o.hookDevices < 0 || o.hookDevices > deviceplugin.DefaultMaxDevices {
 		return fmt.Errorf("--hook-devices=%d: want 0 to %d", o.hookDevices, deviceplugin.DefaultMaxDevices)
@@ -262,6 +268,13 @@ func run(ctx context.Context, o options) error {
 		}(ready)
 	} else {
 		close(ready)
+	}
+	if o.leaseFor > 0 {
+		leases, err := nodeclient.NewLeases(rc)
+		if err != nil {
+			return err
+		}
+		go (&lease.Renewer{Client: leases, Node: o.node, Duration: o.leaseFor}).Run(ctx)
 	}
 	events := make(chan gpu.Event, 16)
 	go func() { errc <- backend.Watch(ctx, events) }()

@@ -40,6 +40,8 @@ type Cache struct {
 	// gpuSizes counts the GPUs of each memory size over the nodes, for
 	// LargestGPU.
 	gpuSizes map[int64]int
+	// leases holds, per node, when its daemon's lease expires.
+	leases map[string]time.Time
 	// now is the clock live samples are judged by.
 	now func() time.Time
 }
@@ -112,6 +114,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		pods:     make(map[types.UID]*podEntry),
 		refused:  make(map[types.UID]string),
 		gpuSizes: make(map[int64]int),
+		leases:   make(map[string]time.Time),
 		now:      time.Now,
 	}
 }
@@ -567,6 +570,37 @@ func (c *Cache) RemovePod(uid types.UID) {
 // ErrNodeGone is returned by Assume for a node the cache does not hold.
 var ErrNodeGone = errors.New("node is not a gpushare node")
 
+// ErrDaemonDown is returned by Read and ReadEach for a node whose daemon
+// let its lease expire: it may not serve containers their GPUs.
+var ErrDaemonDown = errors.New("gpushare-node on the node stopped renewing its lease")
+
+// SetLease records until when node's daemon holds its lease, and reports
+// whether that brings back a daemon whose lease had expired. A node
+// without a lease is not judged by one (its daemon may predate leases).
+func (c *Cache) SetLease(node string, expires time.Time) (recovered bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	old, had := c.leases[node]
+	c.leases[node] = expires
+	return had && now.After(old) && !now.After(expires)
+}
+
+// RemoveLease forgets node's lease.
+func (c *Cache) RemoveLease(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, node)
+}
+
+// downLocked says whether node's daemon let its lease expire by now.
+func (c *Cache) downLocked(node string, now time.Time) error {
+	if expires, ok := c.leases[node]; ok && now.After(expires) {
+		return fmt.Errorf("%w (it expired at %s): %s", ErrDaemonDown, expires.UTC().Format(time.RFC3339), node)
+	}
+	return nil
+}
+
 // Assume books a placement for a pod that is about to be recorded and
 // bound, replacing anything the pod held. It fails if the node is gone or
 // the placement no longer fits.
@@ -611,6 +645,9 @@ func (c *Cache) PlaceAndAssume(uid types.UID, placer *alloc.Placer, node string,
 	if e == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNodeGone, node)
 	}
+	if err := c.downLocked(node, c.now()); err != nil {
+		return nil, err
+	}
 	state := e.state
 	if old := c.pods[uid]; old != nil && old.node == node && !old.invalid && !old.conflict {
 		// Rating the node as if the pod's old booking were gone.
@@ -647,6 +684,9 @@ func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
 	if e == nil {
 		return c.nodeErrorLocked(node)
 	}
+	if err := c.downLocked(node, c.now()); err != nil {
+		return err
+	}
 	fn(e.state)
 	return nil
 }
@@ -657,11 +697,19 @@ func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
 func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState, err error)) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	var now time.Time
+	if len(c.leases) > 0 {
+		now = c.now()
+	}
 	for _, name := range names {
-		if e := c.nodes[name]; e != nil {
-			fn(name, e.state, nil)
-		} else {
+		e := c.nodes[name]
+		switch {
+		case e == nil:
 			fn(name, nil, c.nodeErrorLocked(name))
+		case len(c.leases) > 0 && c.downLocked(name, now) != nil:
+			fn(name, nil, c.downLocked(name, now))
+		default:
+			fn(name, e.state, nil)
 		}
 	}
 }

@@ -74,6 +74,10 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 		_, err = client.BatchV1().Jobs(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *corev1.ServiceAccount:
 		_, err = client.CoreV1().ServiceAccounts(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *rbacv1.Role:
+		_, err = client.RbacV1().Roles(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *rbacv1.RoleBinding:
+		_, err = client.RbacV1().RoleBindings(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *rbacv1.ClusterRole:
 		_, err = client.RbacV1().ClusterRoles().Create(ctx, t, o)
 	case *rbacv1.ClusterRoleBinding:

@@ -238,8 +238,12 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	}
 	fit, unfit, outside := s.place(c.names, req)
 	s.remember(c.pod.UID, fit)
-	for n := range outside {
-		res.FailedAndUnresolvableNodes[n] = plugin.ReasonNotGPUShareNode
+	for n, err := range outside {
+		if reason, resolvable := plugin.OutsideReason(err); resolvable {
+			res.FailedNodes[n] = reason
+		} else {
+			res.FailedAndUnresolvableNodes[n] = reason
+		}
 	}
 	// Every node short of GPUs gets the same reason with the cluster-wide
 	// numbers, so kube-scheduler's event reads "3 InsufficientGPUMemory

@@ -7,12 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -170,6 +175,7 @@ func shared(ctx context.Context, logger klog.Logger, h fwk.Handle, model *resour
 			},
 		})
 		sharedErr = Watch(sharedCache, h.SharedInformerFactory())
+		go WatchLeases(ctx, sharedCache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
 		sharedMetrics = newMetrics()
 		legacyregistry.RawMustRegister(gpucache.NewCollector(sharedCache))
 		legacyregistry.RawMustRegister(sharedMetrics.collectors()...)
@@ -230,6 +236,67 @@ func Watch(c *gpucache.Cache, f informers.SharedInformerFactory) error {
 		},
 	})
 	return err
+}
+
+// WatchLeases feeds c the node daemons' leases until ctx ends. It runs an
+// informer of its own on the leases of gpusharev1.LeaseNamespace instead
+// of the scheduler's factory, whose informers must all sync before it
+// schedules: a scheduler not allowed to list leases there (the role
+// kubeadm gives kube-scheduler is not) then schedules as before, judging
+// no node by a lease, and logs why. When the lease of a node whose daemon
+// had stopped is renewed, recovered (if not nil) is told.
+func WatchLeases(ctx context.Context, c *gpucache.Cache, client kubernetes.Interface, recovered func(node string)) {
+	inf := coordinationinformers.NewFilteredLeaseInformer(client, gpusharev1.LeaseNamespace, 0, cache.Indexers{}, nil)
+	set := func(obj any) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || !strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
+			return
+		}
+		node := strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix)
+		var expires time.Time
+		if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
+			expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		}
+		if c.SetLease(node, expires) && recovered != nil {
+			klog.FromContext(ctx).Info("gpushare-node renewed its lease again; retrying pending GPU pods", "node", node)
+			recovered(node)
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if l, ok := unwrap(obj).(*coordinationv1.Lease); ok && strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
+				c.RemoveLease(strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix))
+			}
+		},
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Watching node daemon leases")
+		return
+	}
+	inf.Run(ctx.Done())
+}
+
+// activatePending moves every pending pod that asks for GPUs back to the
+// scheduling queue: pods turned away from node while its daemon was down
+// would otherwise wait for an unrelated event. The queue is shared by all
+// profiles, so one handle's Activate reaches them all.
+func activatePending(ctx context.Context, h fwk.Handle, node string) {
+	pods, err := h.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
+	if err != nil {
+		return
+	}
+	pending := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+			pending[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	if len(pending) > 0 {
+		h.Activate(klog.FromContext(ctx), pending)
+	}
+	klog.FromContext(ctx).V(2).Info("Retried pending pods after a node daemon came back", "node", node, "pods", len(pending))
 }
 
 func unwrap(obj any) any {
@@ -333,7 +400,7 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 	)
 	err = pl.cache.Read(name, func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) })
 	if err != nil {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotGPUShareNode)
+		return outsideStatus(err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -351,8 +418,31 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 // clusters; past 1024 the map grows.
 const maxRated = 1024
 
-// ReasonNotGPUShareNode is the Filter reason for nodes outside gpushare.
-const ReasonNotGPUShareNode = "node is not a gpushare GPU node"
+// Filter reasons for nodes the cache does not offer.
+const (
+	// ReasonNotGPUShareNode is for nodes outside gpushare.
+	ReasonNotGPUShareNode = "node is not a gpushare GPU node"
+	// ReasonDaemonDown is for nodes whose gpushare-node let its lease
+	// expire: nothing there would hand a container its GPUs.
+	ReasonDaemonDown = "gpushare-node is not running on the node (its lease expired)"
+)
+
+// OutsideReason is the Filter reason for a node the cache refused with
+// err, and whether the node may come back without a change to the pod.
+func OutsideReason(err error) (reason string, resolvable bool) {
+	if errors.Is(err, gpucache.ErrDaemonDown) {
+		return ReasonDaemonDown, true
+	}
+	return ReasonNotGPUShareNode, false
+}
+
+func outsideStatus(err error) *fwk.Status {
+	reason, resolvable := OutsideReason(err)
+	if resolvable {
+		return fwk.NewStatus(fwk.Unschedulable, reason)
+	}
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+}
 
 func reasonOf(u *alloc.Unfit) string {
 	if len(u.Reasons) == 0 {

@@ -29,6 +29,11 @@ const (
 	// resources (MiB of GPUs too big to count in devices), and tells init
 	// containers from app containers by their number.
 	HookResource = "gpushare.io/gpu-hook"
+	// LeaseNamespace holds each node daemon's Lease, LeasePrefix+node,
+	// which it renews while it runs: the scheduler sends no GPU pod to a
+	// node whose daemon has let its lease expire.
+	LeaseNamespace = "kube-system"
+	LeasePrefix    = "gpushare-node-"
 )
 
 // Kinds of the stored types.
