@@ -241,8 +241,8 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
-			Requests: model.PodRequest,
 			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
+			Requests:    model.PodRequest,
 			HookDevices: cmp.Or(o.hookDevices, -1),
 			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
 			NodePods:    nodePods,

@@ -276,7 +276,7 @@ func (c *Cache) rebuild(e *nodeEntry) {
 	}
 }
 
-// Vanished GPUs: the model a GPU gets in the cache when the node's
+// VanishedModel is the model a GPU gets in the cache when the node's
 // inventory no longer lists a GPU that a record holds.
 const VanishedModel = "vanished"
 
