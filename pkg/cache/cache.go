@@ -263,15 +263,15 @@ func (c *Cache) rebuild(e *nodeEntry) {
 	if e.state != nil {
 		live = e.state.Live
 	}
-	node := withVanished(e.inventory, e.pods)
-	e.state = alloc.NewNodeState(node)
-	if len(live) == len(node.GPUs) {
-		e.state.Live = live
-	}
-	e.over = make([]alloc.Usage, len(node.GPUs))
 	// In a fixed order, so that which of two conflicting bookings comes
 	// first does not depend on map order: the older pod's.
-	for _, p := range sortedEntries(e.pods) {
+	pods := sortedEntries(e.pods)
+	node := withVanished(e.inventory, pods)
+	e.state = alloc.NewNodeState(node)
+	// Live samples are by inventory index; vanished GPUs have none.
+	e.state.Live = live
+	e.over = make([]alloc.Usage, len(node.GPUs))
+	for _, p := range pods {
 		c.book(e, p)
 	}
 }
@@ -283,10 +283,10 @@ const VanishedModel = "vanished"
 // withVanished returns a copy of inv with one unhealthy GPU appended for
 // each UUID that a record of pods names and inv does not list, sized to
 // hold every record's share of it.
-func withVanished(inv *alloc.Node, pods map[types.UID]*podEntry) *alloc.Node {
+func withVanished(inv *alloc.Node, pods []*podEntry) *alloc.Node {
 	n := copyNode(inv)
 	index := uuidIndex(inv)
-	for _, p := range sortedEntries(pods) {
+	for _, p := range pods {
 		if p.alloc == nil {
 			continue
 		}
@@ -703,14 +703,17 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 	}
 	for _, name := range names {
 		e := c.nodes[name]
-		switch {
-		case e == nil:
+		if e == nil {
 			fn(name, nil, c.nodeErrorLocked(name))
-		case len(c.leases) > 0 && c.downLocked(name, now) != nil:
-			fn(name, nil, c.downLocked(name, now))
-		default:
-			fn(name, e.state, nil)
+			continue
 		}
+		if len(c.leases) > 0 {
+			if err := c.downLocked(name, now); err != nil {
+				fn(name, nil, err)
+				continue
+			}
+		}
+		fn(name, e.state, nil)
 	}
 }
 
