@@ -738,14 +738,7 @@ func (c *Cache) nodeErrorLocked(node string) error {
 func (c *Cache) Snapshot() []*alloc.NodeState {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]*alloc.NodeState, 0, len(c.nodes))
-	for _, e := range c.nodes {
-		s := e.state.Clone()
-		s.Node = copyNode(s.Node)
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
-	return out
+	return c.snapshotLocked(false)
 }
 
 // booked returns, per node sorted by name, a copy of its state whose GPU
@@ -754,18 +747,24 @@ func (c *Cache) Snapshot() []*alloc.NodeState {
 func (c *Cache) booked() ([]*alloc.NodeState, int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	return c.snapshotLocked(true), len(c.refused)
+}
+
+func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {
 	out := make([]*alloc.NodeState, 0, len(c.nodes))
 	for _, e := range c.nodes {
 		s := e.state.Clone()
 		s.Node = copyNode(s.Node)
-		for i, o := range e.over {
-			s.GPUs[i].MemoryMiB += o.MemoryMiB
-			s.GPUs[i].Compute += o.Compute
+		if withConflicts {
+			for i, o := range e.over {
+				s.GPUs[i].MemoryMiB += o.MemoryMiB
+				s.GPUs[i].Compute += o.Compute
+			}
 		}
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
-	return out, len(c.refused)
+	return out
 }
 
 // Holding returns the placement the cache books for a pod, and whether it
