@@ -56,13 +56,19 @@ func TestDaemonLease(t *testing.T) {
 		t.Fatalf("lease %+v, want held by gpu-a for 4 s", l.Spec)
 	}
 
-	// Its token may not write another node's lease.
+	// Its token may not write another node's lease (once the API server
+	// has loaded the policy; dry runs until then, so nothing is created).
 	daemonClient := clientFor(t, kubeconfig)
 	other := l.DeepCopy()
 	other.Name, other.ResourceVersion, other.UID = gpusharev1.LeasePrefix+"gpu-b", "", ""
-	_, err = daemonClient.CoordinationV1().Leases(gpusharev1.LeaseNamespace).Create(ctx, other, metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), "may write only the lease of the node its pod runs on") {
-		t.Fatalf("creating another node's lease with the daemon's token: %v, want it refused", err)
+	var last error
+	err = waitFor(30*time.Second, func() (bool, error) {
+		_, last = daemonClient.CoordinationV1().Leases(gpusharev1.LeaseNamespace).Create(ctx, other,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil, nil
+	})
+	if err != nil || !strings.Contains(last.Error(), "may write only the lease of the node its pod runs on") {
+		t.Fatalf("creating another node's lease with the daemon's token: %v, want it refused", last)
 	}
 
 	daemon.Stop(5 * time.Second)
