@@ -3,11 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,6 +133,7 @@ func preemptsWithoutGPUs(t *testing.T, client kubernetes.Interface) {
 					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("1500m")}}}}},
 		}
 	}
+	holdCPU(t, client, "small", "2")
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pinned("low", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +151,35 @@ func preemptsWithoutGPUs(t *testing.T, client kubernetes.Interface) {
 	})
 	if err != nil {
 		t.Fatalf("the low-priority pod was not preempted: %v", err)
+	}
+}
+
+// holdCPU makes sure node reports cpu allocatable: kwok's first status
+// write for a new node can land after controlplane.CreateNode's and give
+// it kwok's default of 1000 cores.
+func holdCPU(t *testing.T, client kubernetes.Interface, node, cpu string) {
+	t.Helper()
+	ctx := context.Background()
+	want := k8sresource.MustParse(cpu)
+	err := waitFor(30*time.Second, func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		kwok := strings.HasPrefix(n.Status.NodeInfo.KubeletVersion, "kwok")
+		if got := n.Status.Allocatable[corev1.ResourceCPU]; got.Cmp(want) == 0 {
+			return kwok, nil
+		}
+		if kwok {
+			n.Status.Capacity[corev1.ResourceCPU], n.Status.Allocatable[corev1.ResourceCPU] = want, want
+			_, err = client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				err = nil
+			}
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatalf("node %s does not keep %s CPUs: %v", node, cpu, err)
 	}
 }
