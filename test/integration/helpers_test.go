@@ -214,6 +214,13 @@ func gpuPod(name string, mib, core int64) *corev1.Pod {
 // that contains want, and returns it.
 func failedSchedulingMessage(t *testing.T, client kubernetes.Interface, ns, name, want string) string {
 	t.Helper()
+	return eventNote(t, client, ns, name, "FailedScheduling", want)
+}
+
+// eventNote waits for an event of reason on the pod whose note contains
+// want, and returns the note.
+func eventNote(t *testing.T, client kubernetes.Interface, ns, name, reason, want string) string {
+	t.Helper()
 	var last string
 	err := waitFor(30*time.Second, func() (bool, error) {
 		evs, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -221,7 +228,7 @@ func failedSchedulingMessage(t *testing.T, client kubernetes.Interface, ns, name
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Regarding.Name == name && e.Reason == "FailedScheduling" {
+			if e.Regarding.Name == name && e.Reason == reason {
 				last = e.Note
 				if strings.Contains(e.Note, want) {
 					return true, nil
@@ -231,7 +238,7 @@ func failedSchedulingMessage(t *testing.T, client kubernetes.Interface, ns, name
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no FailedScheduling event for %s/%s containing %q (last: %q): %v", ns, name, want, last, err)
+		t.Fatalf("no %s event for %s/%s containing %q (last: %q): %v", reason, ns, name, want, last, err)
 	}
 	return last
 }

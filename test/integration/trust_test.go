@@ -111,7 +111,7 @@ func forgedRecords(t *testing.T, policy bool) {
 			{"taker", "books 15360 MiB and 0% compute, the container asks for 1024 MiB"},
 			{"honest-0", "allocation record changed after the pod was bound"},
 		} {
-			refusedEvent(t, admin, "tenant", pod.name, pod.why)
+			eventNote(t, admin, "tenant", pod.name, plugin.ReasonRecordRefused, pod.why)
 		}
 		waitBooked(t, sched, "gpu-a", []float64{15360, 15360})
 		return
@@ -162,31 +162,6 @@ func tenantClient(t *testing.T, c *controlplane.Cluster, admin kubernetes.Interf
 		t.Fatalf("the tenant cannot list its pods: %v", err)
 	}
 	return client
-}
-
-// refusedEvent waits for the Warning event that says why the pod's
-// record books nothing.
-func refusedEvent(t *testing.T, client kubernetes.Interface, ns, name, want string) {
-	t.Helper()
-	var last string
-	err := waitFor(30*time.Second, func() (bool, error) {
-		evs, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Regarding.Name == name && e.Reason == plugin.ReasonRecordRefused {
-				last = e.Note
-				if strings.Contains(e.Note, want) {
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no %s event on %s/%s saying %q (last: %q): %v", plugin.ReasonRecordRefused, ns, name, want, last, err)
-	}
 }
 
 // waitBooked waits until the scheduler's booked-memory metric for each
