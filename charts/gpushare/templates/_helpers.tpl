@@ -1,0 +1,65 @@
+{{/* Labels every object of the release carries. */}}
+{{- define "gpushare.labels" -}}
+app.kubernetes.io/part-of: gpushare
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Labels that select one component's pods: (dict "root" . "component" "node"). */}}
+{{- define "gpushare.selector" -}}
+app.kubernetes.io/name: gpushare-{{ .component }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
+{{/* The image of a component: (dict "root" . "component" "node"). */}}
+{{- define "gpushare.image" -}}
+{{ .root.Values.image.registry }}/gpushare-{{ .component }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- end -}}
+
+{{/* GPUShareArgs, as a YAML document. */}}
+{{- define "gpushare.args" -}}
+apiVersion: config.gpushare.io/v1alpha1
+kind: GPUShareArgs
+{{ toYaml .Values.gpushare }}
+{{- end -}}
+
+{{/* The user name of a component's service account: (dict "root" . "component" "scheduler"). */}}
+{{- define "gpushare.user" -}}
+system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
+{{- end -}}
+
+{{/* The namespace the node daemons' leases live in (fixed: gpusharev1.LeaseNamespace). */}}
+{{- define "gpushare.leaseNamespace" -}}kube-system{{- end -}}
+
+{{/* Values that cannot work fail the install with a reason. */}}
+{{- define "gpushare.validate" -}}
+{{- if not (has .Values.mode (list "scheduler" "extender")) -}}
+{{- fail (printf "mode: %q is neither scheduler nor extender" .Values.mode) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "extender") (ne (int .Values.extender.replicas) 1) -}}
+{{- fail "extender.replicas: must be 1 (kube-scheduler's filter and bind calls for a pod must reach the same extender)" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "scheduler") (gt (int .Values.scheduler.replicas) 1) (not .Values.scheduler.leaderElection.enabled) -}}
+{{- fail "scheduler.replicas: more than 1 needs scheduler.leaderElection.enabled (two schedulers would book the same GPUs)" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "scheduler") (not .Values.scheduler.replaceDefault) (empty .Values.scheduler.schedulerNames) -}}
+{{- fail "scheduler.schedulerNames: empty, and scheduler.replaceDefault is false: gpushare-scheduler would serve no pod" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The profiles gpushare-scheduler serves. */}}
+{{- define "gpushare.schedulerProfiles" -}}
+{{- $names := .Values.scheduler.schedulerNames -}}
+{{- if .Values.scheduler.replaceDefault -}}{{- $names = prepend (without $names "default-scheduler") "default-scheduler" -}}{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/* The users that may write allocation records, as a CEL list: the
+service account of the mode's component and allocationPolicy.extraWriters. */}}
+{{- define "gpushare.writers" -}}
+{{- $writers := list (include "gpushare.user" (dict "root" . "component" .Values.mode)) -}}
+{{- $writers = concat .Values.allocationPolicy.extraWriters $writers -}}
+{{- toJson $writers -}}
+{{- end -}}
