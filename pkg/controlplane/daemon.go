@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -37,14 +36,5 @@ func (c *Cluster) NodeDaemonKubeconfig(ctx context.Context, node string, ttl tim
 	if err != nil {
 		return "", fmt.Errorf("creating the gpushare-node pod of node %s: %w", node, err)
 	}
-	seconds := int64(ttl.Seconds())
-	tok, err := client.CoreV1().ServiceAccounts(nodeDaemonNamespace).CreateToken(ctx, nodeDaemonAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds, BoundObjectRef: &authenticationv1.BoundObjectReference{
-			Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("a token for the gpushare-node pod of node %s: %w", node, err)
-	}
-	path := c.path("kubeconfig-" + pod.Name)
-	return path, c.writeKubeconfig(path, nodeDaemonAccount, tok.Status.Token)
+	return c.AccountKubeconfig(ctx, nodeDaemonNamespace, nodeDaemonAccount, pod, ttl)
 }
