@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 func main() {
@@ -24,12 +26,17 @@ func main() {
 	examples := fs.String("examples", "examples", "directory of manifests to apply")
 	nodeRBAC := fs.String("node-rbac", "deploy/node-rbac.yaml", "what each gpushare-node may do: its service account, role and admission policy")
 	allocationPolicy := fs.String("allocation-policy", "deploy/allocation-policy.yaml", "the admission policy that lets only gpushare's scheduler write allocation records; empty to leave it out")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	hookPolicy := fs.String("hook-policy", "deploy/gpu-hook-policy.yaml", "the admission policies that give each GPU container its gpushare.io/gpu-hook; empty to leave them out")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.Line("gpushare-demo"))
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error

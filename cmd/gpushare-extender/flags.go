@@ -34,4 +34,5 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.bestOnly, "best-node-only", true, "pass pods without soft scheduling preferences (preferred node or pod affinity, ScheduleAnyway topology spread) on the best node alone, "+
 		"so kube-scheduler skips scoring them; false gives them --max-filtered-nodes like the others")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the serving address")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 type options struct {
@@ -37,6 +39,7 @@ type options struct {
 	profiling      bool
 	maxNodes       int
 	bestOnly       bool
+	version        bool
 }
 
 func main() {
@@ -45,6 +48,10 @@ func main() {
 	o.addFlags(fs)
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	if o.version {
+		fmt.Println(version.Line("gpushare-extender"))
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName("gpushare-extender")

@@ -40,6 +40,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/nodeclient"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/usage"
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 type options struct {
@@ -90,8 +91,13 @@ func main() {
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address")
 	fs.DurationVar(&o.leaseFor, "lease-duration", 40*time.Second, "the daemon's heartbeat: it renews its Lease (kube-system/"+gpusharev1.LeasePrefix+"<node>) every quarter of this, and the scheduler sends no GPU pod to the node once the lease is this old; 0 disables it")
 	fs.DurationVar(&o.usageEvery, "usage-interval", 30*time.Second, "how often live GPU use is published for load-aware scheduling; 0 to disable")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.Line("gpushare-node"))
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName("gpushare-node").WithValues("node", o.node)

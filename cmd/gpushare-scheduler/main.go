@@ -4,6 +4,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"k8s.io/component-base/cli"
@@ -12,9 +13,30 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/gpushare/gpushare/pkg/plugin"
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 func main() {
+	if versionRequested(os.Args[1:]) {
+		fmt.Printf("%s on kube-scheduler %s\n", version.Line("gpushare-scheduler"), version.Dependency("k8s.io/kubernetes"))
+		return
+	}
 	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New))
 	os.Exit(cli.Run(cmd))
+}
+
+// versionRequested reports whether args hold --version. It is answered
+// before kube-scheduler's command, whose own --version prints
+// component-base's version, which gpushare's builds leave unset;
+// --version=raw still reaches it.
+func versionRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--version", "--version=true":
+			return true
+		}
+	}
+	return false
 }

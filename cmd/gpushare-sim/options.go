@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/sim"
 	"github.com/gpushare/gpushare/pkg/trace"
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 // Defaults of the built-in synthetic workload.
@@ -34,6 +35,7 @@ type options struct {
 	synthNodes  int
 	parallel    int
 	cpuProfile  string
+	version     bool
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -49,12 +51,16 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.parallel, "parallel", 0, "seeds replayed at once; 0 means one per CPU (use 1 for clean decision times)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file")
 	fs.IntVar(&o.synthNodes, "synthetic-nodes", defaultNodes, "nodes in the built-in synthetic cluster")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.version {
+		return o, nil
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -138,6 +144,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, version.Line("gpushare-sim"))
+		return nil
 	}
 	w, err := o.workload()
 	if err != nil {

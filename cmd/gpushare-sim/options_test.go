@@ -65,3 +65,14 @@ func TestRunBadFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestRunVersion(t *testing.T) {
+	var out, errs bytes.Buffer
+	// --version wins over arguments that would otherwise be refused.
+	if err := run(context.Background(), []string{"--version", "--seeds", "x", "extra"}, &out, &errs); err != nil {
+		t.Fatalf("run --version: %v (stderr %q)", err, errs.String())
+	}
+	if got := out.String(); !strings.HasPrefix(got, "gpushare-sim ") {
+		t.Errorf("run --version printed %q, want gpushare-sim and its version", got)
+	}
+}
