@@ -45,19 +45,56 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.36.4
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-test: lint unit fuzz integration ## Run every test: lint, unit tests with -race, brief fuzzing, integration tests on a real control plane.
+test: lint unit fuzz integration chart-test ## Run every test: lint, unit tests with -race, brief fuzzing, integration tests on a real control plane.
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
 
 .PHONY: integration
-integration: cluster-tools ## Integration tests on a real control plane (builds it on first use).
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+integration: cluster-tools ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+
+# Helm, built from the Go module proxy into the tools cache.
+HELM_VERSION := v4.3.1
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+export GPUSHARE_HELM := $(HELM)
+
+$(HELM):
+	@mkdir -p $(TOOLS_DIR)
+	GOBIN=$(TOOLS_DIR)/.build GOFLAGS=-mod=mod $(GO) install \
+		-ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_DIR)/.build/helm $@
+
+.PHONY: helm
+helm: $(HELM) ## Build the pinned helm into the tools cache.
+
+.PHONY: chart-test
+chart-test: cluster-tools $(HELM) ## The Helm chart: lint, render every toggle, install on a real control plane and run what it deploys.
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+
+.PHONY: manifests
+manifests: $(HELM) ## Render deploy/'s RBAC and policies from the chart (chart-test fails when they drift).
+	HELM=$(HELM) hack/manifests.sh deploy
 
 .PHONY: cluster-tools
 cluster-tools: ## Build the control plane binaries (cold: several minutes; then seconds).
 	hack/cluster-tools.sh $(CLUSTER_TOOLS)
+
+# Older control planes gpushare-extender is tested against: each minor's
+# kube-apiserver, kube-controller-manager and kube-scheduler are built from
+# its tools module hack/compat/MINOR into ~/.cache/gpushare/cluster-PATCH.
+# The hook policy subtest is left out: MutatingAdmissionPolicy needs 1.36.
+COMPAT_VERSIONS ?= v1.33 v1.34 v1.35
+
+.PHONY: compat
+compat: cluster-tools ## The extender's seed test on older control planes (COMPAT_VERSIONS; cold: minutes per minor).
+	@for v in $(COMPAT_VERSIONS); do \
+		dir=$$(hack/compat-tools.sh $$v); \
+		echo "compat $$v: $$dir"; \
+		GPUSHARE_CLUSTER_TOOLS=$$dir GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 15m \
+			-run 'TestSeedsExtender/nodeCacheCapable=true' ./test/integration/; \
+	done
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s), from the seed corpus.

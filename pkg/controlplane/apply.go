@@ -38,7 +38,7 @@ func Apply(ctx context.Context, client kubernetes.Interface, manifest []byte) er
 		if err != nil {
 			return err
 		}
-		if len(bytes.TrimSpace(doc)) == 0 {
+		if blank(doc) {
 			continue
 		}
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
@@ -49,6 +49,17 @@ func Apply(ctx context.Context, client kubernetes.Interface, manifest []byte) er
 			return err
 		}
 	}
+}
+
+// blank says whether a YAML document holds nothing but comments and
+// white space (kubectl skips such documents too).
+func blank(doc []byte) bool {
+	for line := range bytes.Lines(doc) {
+		if l := bytes.TrimSpace(line); len(l) > 0 && l[0] != '#' {
+			return false
+		}
+	}
+	return true
 }
 
 func ns(m *metav1.ObjectMeta) string {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,21 @@ func recordedPods(t *testing.T, client kubernetes.Interface) []corev1.Pod {
 		}
 	}
 	return out
+}
+
+// asksForGPU says whether a container of the pod asks for a resource of
+// the GPU groups the seeds use.
+func asksForGPU(p *corev1.Pod) bool {
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		for name := range c.Resources.Limits {
+			for _, group := range []string{"gpushare.io/", "aliyun.com/", "elasticgpu.io/", "keti.com/"} {
+				if strings.HasPrefix(string(name), group) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // gpuPod returns a pod asking gpushare.io/gpu-mem MiB (and core percent if

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Renders deploy/'s RBAC and admission policies from charts/gpushare, for
+# clusters installed without Helm (in kube-system, with the names the
+# chart gives). The chart is the source: edit it, then run
+# `make manifests`; chart-test fails when the two differ.
+# Usage: HELM=helm hack/manifests.sh DIR
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: hack/manifests.sh DIR}
+helm=${HELM:-helm}
+mkdir -p "$out"
+
+# render FILE TEMPLATE [--set ...]: one template of the chart, in kube-system.
+render() {
+	local file=$1 template=$2
+	shift 2
+	{
+		echo "# Generated from charts/gpushare/templates/$template by \`make manifests\`:"
+		echo "# edit the chart, not this file."
+		"$helm" template gpushare "$root/charts/gpushare" --namespace kube-system \
+			--show-only "templates/$template" "$@" | sed -e '1{/^---$/d}' -e '/^# Source: /d'
+	} >"$out/$file.tmp"
+	mv "$out/$file.tmp" "$out/$file"
+}
+
+render node-rbac.yaml node-rbac.yaml
+render scheduler-rbac.yaml scheduler-rbac.yaml
+render extender-rbac.yaml extender-rbac.yaml --set mode=extender
+render gpu-hook-policy.yaml gpu-hook-policy.yaml --set hookPolicy.enabled=true
+# Every way in at once: gpushare-scheduler with kubeadm's scheduler.conf
+# (system:kube-scheduler), or either component as its service account.
+render allocation-policy.yaml allocation-policy.yaml \
+	--set 'allocationPolicy.extraWriters={system:kube-scheduler,system:serviceaccount:kube-system:gpushare-extender}'

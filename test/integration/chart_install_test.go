@@ -1,0 +1,413 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+// chartNamespace is where the tests install the chart: not kube-system,
+// so that the chart's own namespace handling is exercised.
+const chartNamespace = "gpushare-system"
+
+// seedValues are the values the seeds need: seed 003's namespace counts
+// aliyun.com/gpu-mem in MiB.
+var seedValues = []string{"--set-json", `gpushare.resourceModel.unitOverrides=[{"name":"aliyun.com/gpu-mem","unit":"MiB","namespaces":["team-mib"]}]`}
+
+// stockSchedulerConfig is the cluster's own kube-scheduler, before
+// gpushare: it schedules the chart's pods.
+const stockSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+leaderElection:
+  leaderElect: false
+`
+
+// chartInstall is a control plane with the seed nodes (bare, labelled
+// gpushare=true as seed 001 says) and the chart installed with values.
+type chartInstall struct {
+	c      *controlplane.Cluster
+	client kubernetes.Interface
+	// stock is the cluster's kube-scheduler.
+	stock *controlplane.Scheduler
+	// procs are the components run as the chart deploys them.
+	procs []*controlplane.Process
+}
+
+func installChart(t *testing.T, values ...string) *chartInstall {
+	t.Helper()
+	ctx := context.Background()
+	in := &chartInstall{c: startCluster(t)}
+	var err error
+	if in.client, err = in.c.Client(); err != nil {
+		t.Fatal(err)
+	}
+	bare := make([]controlplane.NodeSpec, len(seedNodes))
+	for i, s := range seedNodes {
+		s.Bare = true
+		bare[i] = s
+	}
+	createNodes(t, in.client, bare...)
+	for _, s := range seedNodes {
+		patch := []byte(`{"metadata":{"labels":{"gpushare":"true"}}}`)
+		if _, err := in.client.CoreV1().Nodes().Patch(ctx, s.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in.stock, err = in.c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"install", "gpushare", chart, "--kubeconfig", in.c.Kubeconfig,
+		"--namespace", chartNamespace, "--create-namespace", "--wait", "--timeout", "3m"}, seedValues...)
+	helm(t, append(args, values...)...)
+	// The DaemonSet rolled out on every GPU node.
+	ds, err := in.client.AppsV1().DaemonSets(chartNamespace).Get(ctx, "gpushare-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := ds.Status; s.DesiredNumberScheduled != int32(len(seedNodes)) || s.NumberReady != s.DesiredNumberScheduled {
+		t.Fatalf("DaemonSet gpushare-node: %d scheduled, %d ready; want %d", s.DesiredNumberScheduled, s.NumberReady, len(seedNodes))
+	}
+	return in
+}
+
+// pods returns the running pods of a component.
+func (in *chartInstall) pods(t *testing.T, component string) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := waitFor(time.Minute, func() (bool, error) {
+		list, err := in.client.CoreV1().Pods(chartNamespace).List(context.Background(),
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpushare-" + component})
+		if err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) > 0 && len(pods) == len(list.Items), nil
+	})
+	if err != nil {
+		t.Fatalf("pods of gpushare-%s: %v", component, err)
+	}
+	return pods
+}
+
+// startNodeDaemons runs gpushare-node for every pod of the DaemonSet, on
+// its node's simulated GPUs, and waits until every node's GPUs are
+// published.
+func (in *chartInstall) startNodeDaemons(t *testing.T) {
+	t.Helper()
+	specs := map[string]controlplane.NodeSpec{}
+	for _, s := range seedNodes {
+		specs[s.Name] = s
+	}
+	for _, pod := range in.pods(t, "node") {
+		spec, ok := specs[pod.Spec.NodeName]
+		if !ok {
+			t.Fatalf("gpushare-node pod %s runs on %s, not a GPU node", pod.Name, pod.Spec.NodeName)
+		}
+		o := runOutside(t, in.c, in.client, &pod, "gpushare-node")
+		sim := filepath.Join(o.dir, "gpus.yaml")
+		if err := os.WriteFile(sim, []byte(spec.SimulatedGPUs()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		port, err := controlplane.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Simulated GPUs and no kubelet here; the node's name comes from
+		// NODE_NAME (the downward API) in the pod.
+		args := append(o.args(t), "--kubeconfig="+o.kubeconfig, "--node-name="+pod.Spec.NodeName,
+			"--simulated-gpus="+sim, "--no-device-plugin", "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(port))
+		if spec.WholeCard {
+			// One release has one node mode; this node stands for a
+			// second release with node.wholeCard=true.
+			args = append(args, "--whole-card")
+		}
+		p, err := in.c.Run("gpushare-node-"+spec.Name, nodeBin(t), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.procs = append(in.procs, p)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = controlplane.WaitHTTP(ctx, p, "http://127.0.0.1:"+strconv.Itoa(port)+"/healthz", "")
+		cancel()
+		if err != nil {
+			t.Fatalf("gpushare-node on %s: %v", spec.Name, err)
+		}
+	}
+	err := waitFor(time.Minute, func() (bool, error) {
+		for _, s := range seedNodes {
+			n, err := in.client.CoreV1().Nodes().Get(context.Background(), s.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if _, ok := n.Annotations[gpusharev1.InventoryAnnotation]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the node daemons did not publish every node's GPUs: %v", err)
+	}
+}
+
+// startScheduler runs gpushare-scheduler as its Deployment's pod has it,
+// with its service account's token, and returns the process.
+func (in *chartInstall) startScheduler(t *testing.T) *controlplane.Process {
+	t.Helper()
+	pod := in.pods(t, "scheduler")[0]
+	o := runOutside(t, in.c, in.client, &pod, "gpushare-scheduler")
+	// In a pod, kube-scheduler finds its credentials in the cluster; here
+	// they are a kubeconfig with the same token.
+	config := o.local(t, "/etc/gpushare/scheduler-config.yaml")
+	raw, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	conn, _ := cfg["clientConnection"].(map[string]any)
+	if conn == nil {
+		conn = map[string]any{}
+	}
+	conn["kubeconfig"] = o.kubeconfig
+	cfg["clientConnection"] = conn
+	if raw, err = yaml.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append(o.args(t), "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--authentication-kubeconfig="+o.kubeconfig, "--authorization-kubeconfig="+o.kubeconfig)
+	p, err := in.c.Run("gpushare-scheduler", schedulerBin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.procs = append(in.procs, p)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := controlplane.WaitHTTP(ctx, p, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", ""); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// checkNotForbidden fails the test if a component was refused a request
+// by RBAC: a verb missing from its role.
+func (in *chartInstall) checkNotForbidden(t *testing.T) {
+	t.Helper()
+	for _, p := range in.procs {
+		if log := p.Tail(1 << 20); strings.Contains(log, "is forbidden: User") {
+			var lines []string
+			for l := range strings.Lines(log) {
+				if strings.Contains(l, "is forbidden: User") {
+					lines = append(lines, l)
+				}
+			}
+			t.Errorf("%s was refused by RBAC:\n%s", p.Name, strings.Join(lines, ""))
+		}
+	}
+}
+
+// TestChartInstall: the chart installs onto a real control plane, its
+// DaemonSet rolls out on the GPU nodes, and gpushare-scheduler and the node
+// daemons, run as its objects say with its service accounts' tokens,
+// schedule the seed examples; nothing is refused by RBAC. helm upgrade to
+// another node policy takes effect, and helm uninstall leaves nothing.
+func TestChartInstall(t *testing.T) {
+	ctx := context.Background()
+	in := installChart(t, "--set", "scheduler.replaceDefault=true")
+	// The operator removes kube-scheduler's static pod: gpushare-scheduler
+	// serves default-scheduler from now on.
+	in.stock.Stop(10 * time.Second)
+	in.startNodeDaemons(t)
+	sched := in.startScheduler(t)
+	checkSeedPods(t, in.client)
+	in.checkNotForbidden(t)
+
+	// helm upgrade to the spread policy: the scheduler's pod is replaced
+	// (its configuration's checksum changed), and the new one spreads.
+	before := in.pods(t, "scheduler")[0].Name
+	helm(t, "upgrade", "gpushare", chart, "--kubeconfig", in.c.Kubeconfig, "--namespace", chartNamespace,
+		"--reuse-values", "--set", "gpushare.nodePolicy=spread", "--wait", "--timeout", "3m")
+	// Nothing schedules the new pod but gpushare-scheduler itself, which
+	// still runs (the old pod is kept until the new one is ready).
+	var after string
+	err := waitFor(time.Minute, func() (bool, error) {
+		pods := in.pods(t, "scheduler")
+		after = pods[0].Name
+		return len(pods) == 1 && after != before, nil
+	})
+	if err != nil {
+		t.Fatalf("helm upgrade did not replace the scheduler's pod %s: %v", before, err)
+	}
+	sched.Stop(10 * time.Second)
+	in.startScheduler(t)
+	var placed []string
+	for _, name := range []string{"spread-a", "spread-b"} {
+		if _, err := in.client.CoreV1().Pods("default").Create(ctx, gpuPod(name, 1024, 0), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		a := record(t, boundPod(t, in.client, "default", name))
+		placed = append(placed, fmt.Sprintf("%s/%d", a.Node, a.Containers[0].GPUs[0].Index))
+	}
+	if placed[0] == placed[1] {
+		t.Errorf("after helm upgrade to spread, two 1 GiB pods share GPU %s; spread puts them apart", placed[0])
+	}
+	in.checkNotForbidden(t)
+
+	// helm uninstall: the pods' containers stop, and no object of the
+	// release is left.
+	for _, p := range in.procs {
+		p.Stop(10 * time.Second)
+	}
+	helm(t, "uninstall", "gpushare", "--kubeconfig", in.c.Kubeconfig, "--namespace", chartNamespace, "--wait", "--timeout", "2m")
+	in.checkUninstalled(t)
+}
+
+// checkUninstalled fails the test if any object of the release is left:
+// every listable resource of every API group is searched for the chart's
+// labels.
+func (in *chartInstall) checkUninstalled(t *testing.T) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(in.c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists, err := in.client.Discovery().ServerPreferredResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selectors := []string{"app.kubernetes.io/part-of=gpushare", "app.kubernetes.io/instance=gpushare"}
+	err = waitFor(time.Minute, func() (bool, error) {
+		var left []string
+		for _, list := range lists {
+			gv, err := schema.ParseGroupVersion(list.GroupVersion)
+			if err != nil {
+				return false, err
+			}
+			for _, r := range list.APIResources {
+				if strings.Contains(r.Name, "/") || !strings.Contains(strings.Join(r.Verbs, ","), "list") {
+					continue
+				}
+				for _, sel := range selectors {
+					objs, err := dyn.Resource(gv.WithResource(r.Name)).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+					if err != nil {
+						continue
+					}
+					for _, o := range objs.Items {
+						left = append(left, fmt.Sprintf("%s %s/%s", r.Kind, o.GetNamespace(), o.GetName()))
+					}
+				}
+			}
+		}
+		if len(left) > 0 {
+			t.Logf("left after helm uninstall: %v", left)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("helm uninstall left objects behind: %v", err)
+	}
+}
+
+// TestChartExtender: in extender mode the cluster's kube-scheduler, with
+// the KubeSchedulerConfiguration and client certificate the chart renders,
+// calls gpushare-extender run as the chart's Deployment says, with its
+// service account's token; the seed examples schedule and nothing is
+// refused by RBAC.
+func TestChartExtender(t *testing.T) {
+	ctx := context.Background()
+	in := installChart(t, "--set", "mode=extender")
+	in.startNodeDaemons(t)
+
+	pod := in.pods(t, "extender")[0]
+	o := runOutside(t, in.c, in.client, &pod, "gpushare-extender")
+	ports := map[string]int{}
+	var args []string
+	for _, a := range o.args(t) {
+		for _, flag := range []string{"--port=", "--healthz-port="} {
+			if strings.HasPrefix(a, flag) {
+				port, err := controlplane.FreePort()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ports[flag], a = port, flag+strconv.Itoa(port)
+			}
+		}
+		args = append(args, a)
+	}
+	p, err := in.c.Run("gpushare-extender", extenderBin, append(args, "--kubeconfig="+o.kubeconfig)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.procs = append(in.procs, p)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := controlplane.WaitHTTP(wctx, p, "http://127.0.0.1:"+strconv.Itoa(ports["--healthz-port="])+"/healthz", ""); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator's steps: kube-scheduler's client certificate from the
+	// Secret into /etc/kubernetes/gpushare-extender/, and the chart's
+	// KubeSchedulerConfiguration (here the extender's NodePort on
+	// 127.0.0.1 is its local port).
+	cm, err := in.client.CoreV1().ConfigMaps(chartNamespace).Get(ctx, "gpushare-kube-scheduler-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := in.client.CoreV1().Secrets(chartNamespace).Get(ctx, "gpushare-extender-client", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := t.TempDir()
+	for k, v := range secret.Data {
+		if err := os.WriteFile(filepath.Join(tlsDir, k), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := cm.Data["kube-scheduler-config.yaml"]
+	for old, repl := range map[string]string{
+		"https://127.0.0.1:32766/":           "https://127.0.0.1:" + strconv.Itoa(ports["--port="]) + "/",
+		"/etc/kubernetes/gpushare-extender/": tlsDir + "/",
+	} {
+		if !strings.Contains(config, old) {
+			t.Fatalf("the chart's kube-scheduler configuration lacks %q:\n%s", old, config)
+		}
+		config = strings.ReplaceAll(config, old, repl)
+	}
+	in.stock.Stop(10 * time.Second)
+	if _, err := in.c.StartScheduler(ctx, "kube-scheduler-gpushare", tools.Bin("kube-scheduler"), []byte(config)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeedPods(t, in.client)
+	in.checkNotForbidden(t)
+}

@@ -1,0 +1,299 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// chart is the chart's directory in the repository.
+const chart = "charts/gpushare"
+
+// helmBin returns the pinned helm (`make helm`: $GPUSHARE_HELM).
+func helmBin(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("GPUSHARE_HELM")
+	if bin == "" {
+		t.Fatal("GPUSHARE_HELM is not set: run the chart tests with `make chart-test`, which builds helm")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("helm: %v (run `make helm`)", err)
+	}
+	return bin
+}
+
+// helm runs helm in the repository root and returns its standard output;
+// it fails the test with helm's error output unless fail is expected.
+func helm(t testing.TB, args ...string) []byte {
+	t.Helper()
+	out, err := helmErr(t, args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+func helmErr(t testing.TB, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	cmd.Dir = root
+	// Nothing of the user's helm configuration or cache.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, &helmError{err: err, stderr: stderr.String()}
+	}
+	return out, nil
+}
+
+type helmError struct {
+	err    error
+	stderr string
+}
+
+func (e *helmError) Error() string { return e.err.Error() + ": " + e.stderr }
+
+// rendered is what `helm template` made of the chart.
+type rendered []runtime.Object
+
+// render runs helm template in namespace ns with --set flags and decodes
+// every object (a kind the client does not know fails the test, but for
+// the Prometheus Operator's ServiceMonitor, returned as nothing).
+func render(t testing.TB, ns string, set ...string) rendered {
+	t.Helper()
+	args := []string{"template", "gpushare", chart, "--namespace", ns}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out := helm(t, args...)
+	var objs rendered
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := dec.Read()
+		if err != nil {
+			break
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		if bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("helm template %v: %v in\n%s", set, err, doc)
+		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for line := range bytes.Lines(doc) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+// The toggles the chart's values offer, each rendered and installed.
+var chartToggles = map[string][]string{
+	"default":          nil,
+	"extender":         {"mode=extender"},
+	"replace-default":  {"scheduler.replaceDefault=true"},
+	"ha":               {"scheduler.replicas=2", "scheduler.podDisruptionBudget.enabled=true"},
+	"mps":              {"node.mps=true"},
+	"whole-card":       {"node.wholeCard=true"},
+	"hook-policy":      {"hookPolicy.enabled=true"},
+	"service-monitor":  {"serviceMonitor.enabled=true"},
+	"no-alloc-policy":  {"allocationPolicy.enabled=false"},
+	"runtime-class":    {"node.runtimeClassName=nvidia"},
+	"own-extender-tls": {"mode=extender", "extender.tls.secretName=my-tls"},
+}
+
+// TestChartLint: helm lint passes on the chart with every toggle, and
+// values that cannot work fail with a reason.
+func TestChartLint(t *testing.T) {
+	for name, set := range chartToggles {
+		args := []string{"lint", "--strict", chart}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		if _, err := helmErr(t, args...); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for set, want := range map[string]string{
+		"mode=plugin":         `mode: "plugin" is neither scheduler nor extender`,
+		"extender.replicas=2": "extender.replicas: must be 1",
+		"scheduler.leaderElection.enabled=false,scheduler.replicas=2": "needs scheduler.leaderElection.enabled",
+		"scheduler.schedulerNames=null":                               "gpushare-scheduler would serve no pod",
+	} {
+		args := []string{"template", "gpushare", chart, "--set", set}
+		if set == "extender.replicas=2" {
+			args = append(args, "--set", "mode=extender")
+		}
+		_, err := helmErr(t, args...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: got %v; want an error saying %q", set, err, want)
+		}
+	}
+}
+
+// TestChartRender: with every toggle, every component runs as its own
+// service account with rules that name their verbs and resources (no
+// wildcard, no cluster-admin), every container has requests, probes and
+// a security context that grants nothing it does not need, and the node
+// daemon mounts just the host paths its mode uses.
+func TestChartRender(t *testing.T) {
+	for name, set := range chartToggles {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, "gpushare-system", set...)
+			var workloads int
+			for _, obj := range objs {
+				switch o := obj.(type) {
+				case *rbacv1.ClusterRole:
+					checkRules(t, "ClusterRole "+o.Name, o.Rules)
+				case *rbacv1.Role:
+					checkRules(t, "Role "+o.Namespace+"/"+o.Name, o.Rules)
+				case *rbacv1.ClusterRoleBinding:
+					checkBinding(t, o.Name, o.RoleRef, o.Subjects)
+				case *rbacv1.RoleBinding:
+					checkBinding(t, o.Namespace+"/"+o.Name, o.RoleRef, o.Subjects)
+				case *appsv1.Deployment:
+					workloads++
+					checkPodSpec(t, o.Name, &o.Spec.Template.Spec, set)
+				case *appsv1.DaemonSet:
+					workloads++
+					checkPodSpec(t, o.Name, &o.Spec.Template.Spec, set)
+				}
+			}
+			if workloads != 2 {
+				t.Errorf("%d Deployments and DaemonSets; want the node daemon and the scheduler or extender", workloads)
+			}
+		})
+	}
+}
+
+func checkRules(t *testing.T, what string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	for _, r := range rules {
+		for _, list := range [][]string{r.Verbs, r.Resources, r.APIGroups, r.ResourceNames} {
+			if slices.Contains(list, "*") {
+				t.Errorf("%s: a wildcard in %+v", what, r)
+			}
+		}
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("%s: non-resource URLs %v", what, r.NonResourceURLs)
+		}
+	}
+}
+
+func checkBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
+	t.Helper()
+	allowed := []string{"system:kube-scheduler", "system:volume-scheduler", "extension-apiserver-authentication-reader"}
+	if !strings.HasPrefix(ref.Name, "gpushare-") && !slices.Contains(allowed, ref.Name) {
+		t.Errorf("binding %s grants %s %s", what, ref.Kind, ref.Name)
+	}
+	for _, s := range subjects {
+		if s.Kind != rbacv1.ServiceAccountKind || !strings.HasPrefix(s.Name, "gpushare-") {
+			t.Errorf("binding %s grants %s %s", what, s.Kind, s.Name)
+		}
+	}
+}
+
+func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string) {
+	t.Helper()
+	if spec.ServiceAccountName != name {
+		t.Errorf("%s runs as service account %q", name, spec.ServiceAccountName)
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s shares a host namespace", name)
+	}
+	mps := slices.Contains(set, "node.mps=true")
+	for _, c := range spec.Containers {
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("%s: container %s lacks CPU and memory requests or a memory limit", name, c.Name)
+		}
+		if c.LivenessProbe == nil || c.ReadinessProbe == nil {
+			t.Errorf("%s: container %s lacks probes", name, c.Name)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.Privileged != nil && *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("%s: container %s: security context %+v; want unprivileged, no escalation, read-only root, all capabilities dropped", name, c.Name, sc)
+			continue
+		}
+		var wantAdd []corev1.Capability
+		if name == "gpushare-node" && mps {
+			wantAdd = []corev1.Capability{"SYS_ADMIN"}
+		}
+		if !slices.Equal(sc.Capabilities.Add, wantAdd) {
+			t.Errorf("%s: container %s adds capabilities %v; want %v", name, c.Name, sc.Capabilities.Add, wantAdd)
+		}
+		if name != "gpushare-node" && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
+			t.Errorf("%s: container %s may run as root", name, c.Name)
+		}
+	}
+	var hostPaths []string
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths = append(hostPaths, v.HostPath.Path)
+		}
+	}
+	var want []string
+	if name == "gpushare-node" {
+		want = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/run/cdi"}
+		if mps {
+			want = append(want, "/tmp/nvidia-mps", "/var/log/nvidia-mps", "/run/gpushare/mps-shm")
+		}
+	}
+	if !slices.Equal(hostPaths, want) {
+		t.Errorf("%s mounts host paths %v; want %v", name, hostPaths, want)
+	}
+}
+
+// TestChartManifests: deploy/'s RBAC and policies are what the chart
+// renders (hack/manifests.sh), so the two never drift.
+func TestChartManifests(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(root, "hack/manifests.sh"), dir)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "HELM="+helmBin(t))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/manifests.sh: %v\n%s", err, out)
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("hack/manifests.sh wrote nothing")
+	}
+	for _, f := range files {
+		want, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, "deploy/"+f.Name()); !bytes.Equal(got, want) {
+			t.Errorf("deploy/%s differs from what the chart renders: run `make manifests`", f.Name())
+		}
+	}
+}
