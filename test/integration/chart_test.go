@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
 )
 
 // chart is the chart's directory in the repository.
@@ -68,39 +70,16 @@ type helmError struct {
 
 func (e *helmError) Error() string { return e.err.Error() + ": " + e.stderr }
 
-// rendered is what `helm template` made of the chart.
-type rendered []runtime.Object
-
 // render runs helm template in namespace ns with --set flags and decodes
 // every object (a kind the client does not know fails the test, but for
 // the Prometheus Operator's ServiceMonitor, returned as nothing).
-func render(t testing.TB, ns string, set ...string) rendered {
+func render(t *testing.T, ns string, set ...string) []runtime.Object {
 	t.Helper()
 	args := []string{"template", "gpushare", chart, "--namespace", ns}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
-	out := helm(t, args...)
-	var objs rendered
-	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
-	for {
-		doc, err := dec.Read()
-		if err != nil {
-			break
-		}
-		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
-			continue
-		}
-		if bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("helm template %v: %v in\n%s", set, err, doc)
-		}
-		objs = append(objs, obj)
-	}
-	return objs
+	return decodeAll(t, helm(t, args...))
 }
 
 func stripComments(doc []byte) []byte {
@@ -296,4 +275,83 @@ func TestChartManifests(t *testing.T) {
 			t.Errorf("deploy/%s differs from what the chart renders: run `make manifests`", f.Name())
 		}
 	}
+}
+
+// TestChartWorkedConfigs: the worked configurations in deploy/ for
+// installs without Helm say what the chart renders for the same choices:
+// gpushare-scheduler's profiles (deploy/scheduler-config.yaml: both
+// profiles, seed 003's MiB namespace), the extender's GPUShareArgs
+// (deploy/extender-config.yaml) and kube-scheduler's extender entry
+// (deploy/extender-scheduler-config.yaml, but for its address).
+func TestChartWorkedConfigs(t *testing.T) {
+	values := []string{"--set-json", seedValues[1]}
+	renderData := func(mode, configMap, key string, set ...string) map[string]any {
+		t.Helper()
+		args := append([]string{"template", "gpushare", chart, "--namespace", "kube-system", "--set", "mode=" + mode}, values...)
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		for _, obj := range decodeAll(t, helm(t, args...)) {
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == configMap {
+				return yamlMap(t, []byte(cm.Data[key]))
+			}
+		}
+		t.Fatalf("the chart rendered no ConfigMap %s", configMap)
+		return nil
+	}
+
+	chartScheduler := renderData("scheduler", "gpushare-scheduler-config", "scheduler-config.yaml", "scheduler.replaceDefault=true")
+	deployScheduler := yamlMap(t, readFile(t, "deploy/scheduler-config.yaml"))
+	if !reflect.DeepEqual(chartScheduler["profiles"], deployScheduler["profiles"]) {
+		t.Errorf("deploy/scheduler-config.yaml's profiles differ from the chart's:\ndeploy: %v\nchart:  %v", deployScheduler["profiles"], chartScheduler["profiles"])
+	}
+
+	chartArgs := renderData("extender", "gpushare-args", "args.yaml")
+	if deployArgs := yamlMap(t, readFile(t, "deploy/extender-config.yaml")); !reflect.DeepEqual(chartArgs, deployArgs) {
+		t.Errorf("deploy/extender-config.yaml differs from the chart's GPUShareArgs:\ndeploy: %v\nchart:  %v", deployArgs, chartArgs)
+	}
+
+	chartExt := renderData("extender", "gpushare-kube-scheduler-config", "kube-scheduler-config.yaml")
+	deployExt := yamlMap(t, readFile(t, "deploy/extender-scheduler-config.yaml"))
+	for _, m := range []map[string]any{chartExt, deployExt} {
+		exts, _ := m["extenders"].([]any)
+		if len(exts) != 1 {
+			t.Fatalf("want one extender in %v", m)
+		}
+		delete(exts[0].(map[string]any), "urlPrefix")
+	}
+	for _, key := range []string{"profiles", "extenders"} {
+		if !reflect.DeepEqual(chartExt[key], deployExt[key]) {
+			t.Errorf("deploy/extender-scheduler-config.yaml's %s differ from the chart's:\ndeploy: %v\nchart:  %v", key, deployExt[key], chartExt[key])
+		}
+	}
+}
+
+func decodeAll(t *testing.T, out []byte) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := dec.Read()
+		if err != nil {
+			return objs
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 || bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%v in\n%s", err, doc)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+func yamlMap(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

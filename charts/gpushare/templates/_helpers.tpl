@@ -63,3 +63,22 @@ service account of the mode's component and allocationPolicy.extraWriters. */}}
 {{- $writers = concat .Values.allocationPolicy.extraWriters $writers -}}
 {{- toJson $writers -}}
 {{- end -}}
+
+{{/* The GPU resource names: the built-in model's and the resourceModel's
+own resources, as a JSON list. */}}
+{{- define "gpushare.resourceNames" -}}
+{{- $names := list "gpushare.io/gpu-mem" "gpushare.io/gpu-core" "gpushare.io/gpu-count" "aliyun.com/gpu-mem" "aliyun.com/gpu-count" "elasticgpu.io/gpu-memory" "elasticgpu.io/gpu-core" "keti.com/mpsgpu" -}}
+{{- range (.Values.gpushare.resourceModel | default dict).resources -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- toJson ($names | uniq) -}}
+{{- end -}}
+
+{{/* The API groups of the GPU resource names, as a YAML flow list. */}}
+{{- define "gpushare.resourceGroups" -}}
+{{- $groups := list -}}
+{{- range (include "gpushare.resourceNames" . | fromJsonArray) -}}
+{{- $groups = append $groups (splitList "/" . | first) -}}
+{{- end -}}
+[{{ $groups | uniq | join ", " }}]
+{{- end -}}
