@@ -18,13 +18,27 @@ OPENB ?= ../shared/traces/openb
 SEEDS ?= 42-51
 FUZZTIME ?= 10s
 
+# The version stamped into the binaries (--version) and the images' tag:
+# the v* tag at HEAD, or else a pseudo-version of HEAD (hack/image/version.sh).
+VERSION ?= $(shell hack/image/version.sh 2>/dev/null)
+LDFLAGS = -X github.com/gpushare/gpushare/pkg/version.version=$(VERSION) \
+	-X github.com/gpushare/gpushare/pkg/version.commit=$(shell git rev-parse HEAD 2>/dev/null)
+
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build every binary into bin/.
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+.PHONY: images
+images: ## Build the gpushare-scheduler, gpushare-extender and gpushare-node images into bin/images/ (docs/images.md).
+	$(GO) -C hack/image run . --out $(BIN)/images --version=$(VERSION)
+
+.PHONY: image-test
+image-test: ## Build the images twice (same digests?) and run each one's --version inside it (needs root or user namespaces).
+	$(GO) -C hack/image test -count=1 -timeout 20m ./...
 
 .PHONY: demo
 demo: build cluster-tools ## Start the local GPU cluster, schedule the seed examples, print where they landed.
@@ -45,7 +59,7 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.36.4
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-test: lint unit fuzz integration chart-test ## Run every test: lint, unit tests with -race, brief fuzzing, integration tests on a real control plane.
+test: lint unit fuzz integration chart-test image-test ## Run every test: lint, unit tests with -race, brief fuzzing, integration tests on a real control plane, the images.
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
