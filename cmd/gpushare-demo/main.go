@@ -24,6 +24,7 @@ func main() {
 	nodeDaemon := fs.String("node-daemon", "bin/gpushare-node", "the gpushare-node binary, run with simulated GPUs for each node")
 	config := fs.String("config", "deploy/scheduler-config.yaml", "the scheduler's KubeSchedulerConfiguration")
 	examples := fs.String("examples", "examples", "directory of manifests to apply")
+	schedulerRBAC := fs.String("scheduler-rbac", "deploy/scheduler-rbac.yaml", "what gpushare-scheduler may do: its service account and roles")
 	nodeRBAC := fs.String("node-rbac", "deploy/node-rbac.yaml", "what each gpushare-node may do: its service account, role and admission policy")
 	allocationPolicy := fs.String("allocation-policy", "deploy/allocation-policy.yaml", "the admission policy that lets only gpushare's scheduler write allocation records; empty to leave it out")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -42,7 +43,7 @@ func main() {
 	var err error
 	switch cmd := fs.Arg(0); cmd {
 	case "", "up":
-		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy})
+		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, schedulerRBAC: *schedulerRBAC, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy})
 	case "down":
 		err = down(*dir)
 	default:

@@ -22,7 +22,7 @@ import (
 )
 
 type options struct {
-	dir, scheduler, nodeDaemon, config, examples, nodeRBAC, hookPolicy, allocationPolicy string
+	dir, scheduler, nodeDaemon, config, examples, schedulerRBAC, nodeRBAC, hookPolicy, allocationPolicy string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -60,15 +60,27 @@ func up(ctx context.Context, o options) (err error) {
 			c.Stop()
 		}
 	}()
-	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler)")
-	if _, err := c.StartScheduler(ctx, "gpushare-scheduler", o.scheduler, config); err != nil {
-		return err
-	}
 	client, err := c.Client()
 	if err != nil {
 		return err
 	}
-	rbac, err := os.ReadFile(o.nodeRBAC)
+	rbac, err := os.ReadFile(o.schedulerRBAC)
+	if err != nil {
+		return err
+	}
+	step("applying " + o.schedulerRBAC + ": gpushare-scheduler's service account may do what kube-scheduler and its plugin need")
+	if err := controlplane.Apply(ctx, client, rbac); err != nil {
+		return fmt.Errorf("%s: %w", o.schedulerRBAC, err)
+	}
+	kubeconfig, err := c.AccountKubeconfig(ctx, "kube-system", "gpushare-scheduler", nil, daemonTokenTTL)
+	if err != nil {
+		return err
+	}
+	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler) as that service account")
+	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", o.scheduler, kubeconfig, config); err != nil {
+		return err
+	}
+	rbac, err = os.ReadFile(o.nodeRBAC)
 	if err != nil {
 		return err
 	}

@@ -147,7 +147,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		return err
 	}
 	schedulerToken := hex.EncodeToString(tok)
-	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n%s,%s,%[3]s,system:masters\n", c.Token, schedulerToken, SchedulerUser)
+	// The scheduler user has what Kubernetes' own roles give
+	// kube-scheduler (system:kube-scheduler), as kubeadm's scheduler.conf.
+	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n%s,%s,%[3]s\n", c.Token, schedulerToken, SchedulerUser)
 	if err := os.WriteFile(c.path("pki", "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return err
 	}

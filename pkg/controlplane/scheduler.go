@@ -21,10 +21,18 @@ type Scheduler struct {
 }
 
 // StartScheduler runs a kube-scheduler binary with the given
-// KubeSchedulerConfiguration (DeployKubeconfig in it is replaced by the
-// cluster's scheduler kubeconfig) and waits until it is healthy.
+// KubeSchedulerConfiguration as the cluster's scheduler user (see
+// StartSchedulerAs).
 func (c *Cluster) StartScheduler(ctx context.Context, name, bin string, config []byte, extraArgs ...string) (*Scheduler, error) {
-	config = bytes.ReplaceAll(config, []byte(DeployKubeconfig), []byte(c.SchedulerKubeconfig))
+	return c.StartSchedulerAs(ctx, name, bin, c.SchedulerKubeconfig, config, extraArgs...)
+}
+
+// StartSchedulerAs runs a kube-scheduler binary with the given
+// KubeSchedulerConfiguration, in which DeployKubeconfig is replaced by
+// kubeconfig (the scheduler's credentials: also those it checks its own
+// callers with), and waits until it is healthy.
+func (c *Cluster) StartSchedulerAs(ctx context.Context, name, bin, kubeconfig string, config []byte, extraArgs ...string) (*Scheduler, error) {
+	config = bytes.ReplaceAll(config, []byte(DeployKubeconfig), []byte(kubeconfig))
 	path := c.path(name + "-config.yaml")
 	if err := os.WriteFile(path, config, 0o600); err != nil {
 		return nil, err
@@ -35,7 +43,7 @@ func (c *Cluster) StartScheduler(ctx context.Context, name, bin string, config [
 	}
 	args := append([]string{
 		"--config=" + path,
-		"--authentication-kubeconfig=" + c.Kubeconfig, "--authorization-kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
 		"--v=2",

@@ -174,9 +174,8 @@ func (in *chartInstall) startNodeDaemons(t *testing.T) {
 
 // startScheduler runs gpushare-scheduler as its Deployment's pod has it,
 // with its service account's token, and returns the process.
-func (in *chartInstall) startScheduler(t *testing.T) *controlplane.Process {
+func (in *chartInstall) startScheduler(t *testing.T, pod corev1.Pod) *controlplane.Process {
 	t.Helper()
-	pod := in.pods(t, "scheduler")[0]
 	o := runOutside(t, in.c, in.client, &pod, "gpushare-scheduler")
 	// In a pod, kube-scheduler finds its credentials in the cluster; here
 	// they are a kubeconfig with the same token.
@@ -207,7 +206,7 @@ func (in *chartInstall) startScheduler(t *testing.T) *controlplane.Process {
 	}
 	args := append(o.args(t), "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 		"--authentication-kubeconfig="+o.kubeconfig, "--authorization-kubeconfig="+o.kubeconfig)
-	p, err := in.c.Run("gpushare-scheduler", schedulerBin, args...)
+	p, err := in.c.Run("gpushare-scheduler-"+pod.Name, schedulerBin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,19 +219,15 @@ func (in *chartInstall) startScheduler(t *testing.T) *controlplane.Process {
 	return p
 }
 
-// checkNotForbidden fails the test if a component was refused a request
-// by RBAC: a verb missing from its role.
+// checkNotForbidden fails the test if RBAC refused a component a request:
+// a verb missing from its role.
 func (in *chartInstall) checkNotForbidden(t *testing.T) {
 	t.Helper()
 	for _, p := range in.procs {
-		if log := p.Tail(1 << 20); strings.Contains(log, "is forbidden: User") {
-			var lines []string
-			for l := range strings.Lines(log) {
-				if strings.Contains(l, "is forbidden: User") {
-					lines = append(lines, l)
-				}
+		for l := range strings.Lines(p.Tail(1 << 20)) {
+			if strings.Contains(l, "is forbidden: User") {
+				t.Errorf("%s was refused by RBAC: %s", p.Name, l)
 			}
-			t.Errorf("%s was refused by RBAC:\n%s", p.Name, strings.Join(lines, ""))
 		}
 	}
 }
@@ -249,7 +244,7 @@ func TestChartInstall(t *testing.T) {
 	// serves default-scheduler from now on.
 	in.stock.Stop(10 * time.Second)
 	in.startNodeDaemons(t)
-	sched := in.startScheduler(t)
+	sched := in.startScheduler(t, in.pods(t, "scheduler")[0])
 	checkSeedPods(t, in.client)
 	in.checkNotForbidden(t)
 
@@ -270,7 +265,7 @@ func TestChartInstall(t *testing.T) {
 		t.Fatalf("helm upgrade did not replace the scheduler's pod %s: %v", before, err)
 	}
 	sched.Stop(10 * time.Second)
-	in.startScheduler(t)
+	in.startScheduler(t, in.pods(t, "scheduler")[0])
 	var placed []string
 	for _, name := range []string{"spread-a", "spread-b"} {
 		if _, err := in.client.CoreV1().Pods("default").Create(ctx, gpuPod(name, 1024, 0), metav1.CreateOptions{}); err != nil {
@@ -409,5 +404,63 @@ func TestChartExtender(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSeedPods(t, in.client)
+	in.checkNotForbidden(t)
+}
+
+// TestChartSecondScheduler: with the default values gpushare-scheduler is
+// a second scheduler, gpu-scheduler, beside the cluster's; with two
+// replicas one leads (the lease of the release's namespace) and schedules,
+// and when it stops the other takes over. Its PodDisruptionBudget keeps
+// one running.
+func TestChartSecondScheduler(t *testing.T) {
+	ctx := context.Background()
+	in := installChart(t, "--set", "scheduler.replicas=2", "--set", "scheduler.podDisruptionBudget.enabled=true")
+	if _, err := in.client.PolicyV1().PodDisruptionBudgets(chartNamespace).Get(ctx, "gpushare-scheduler", metav1.GetOptions{}); err != nil {
+		t.Errorf("the PodDisruptionBudget: %v", err)
+	}
+	in.startNodeDaemons(t)
+	pods := in.pods(t, "scheduler")
+	if len(pods) != 2 {
+		t.Fatalf("%d gpushare-scheduler pods; want 2", len(pods))
+	}
+	procs := []*controlplane.Process{in.startScheduler(t, pods[0]), in.startScheduler(t, pods[1])}
+	// leader returns the one process that leads.
+	leader := func(among []*controlplane.Process) *controlplane.Process {
+		t.Helper()
+		var lead []*controlplane.Process
+		err := waitFor(time.Minute, func() (bool, error) {
+			lead = lead[:0]
+			for _, p := range among {
+				if strings.Contains(p.Tail(1<<20), `"Successfully acquired lease" lock="`+chartNamespace+`/gpushare-scheduler"`) {
+					lead = append(lead, p)
+				}
+			}
+			return len(lead) > 0, nil
+		})
+		if err != nil || len(lead) != 1 {
+			t.Fatalf("%d of %d gpushare-schedulers lead (%v); want one", len(lead), len(among), err)
+		}
+		return lead[0]
+	}
+	schedule := func(name string) string {
+		t.Helper()
+		pod := gpuPod(name, 1024, 0)
+		pod.Spec.SchedulerName = "gpu-scheduler"
+		if _, err := in.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return record(t, boundPod(t, in.client, "default", name)).Node
+	}
+	first := leader(procs)
+	schedule("first")
+	first.Stop(10 * time.Second)
+	var rest []*controlplane.Process
+	for _, p := range procs {
+		if p != first {
+			rest = append(rest, p)
+		}
+	}
+	leader(rest)
+	schedule("second")
 	in.checkNotForbidden(t)
 }

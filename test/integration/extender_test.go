@@ -40,13 +40,14 @@ func runExtender(t *testing.T, c *controlplane.Cluster, flags ...string) (string
 		t.Fatal(err)
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"--kubeconfig=" + c.Kubeconfig,
+	args := append([]string{"--kubeconfig=" + accountKubeconfig(t, c, "extender"),
 		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port),
 		"--config=" + root + "/deploy/extender-config.yaml", "-v=2"}, flags...)
 	p, err := c.Run("gpushare-extender", extenderBin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	notForbidden(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := controlplane.WaitHTTP(ctx, p, base+"/healthz", ""); err != nil {

@@ -73,7 +73,7 @@ func startSecureExtender(t *testing.T, c *controlplane.Cluster, extra ...string)
 		t.Fatal(err)
 	}
 	e.base = "https://127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"--kubeconfig=" + c.Kubeconfig,
+	args := append([]string{"--kubeconfig=" + accountKubeconfig(t, c, "extender"),
 		"--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
 		"--config=" + root + "/deploy/extender-config.yaml", "-v=2",
 		"--tls-cert-file=" + cert, "--tls-private-key-file=" + key,
@@ -81,6 +81,7 @@ func startSecureExtender(t *testing.T, c *controlplane.Cluster, extra ...string)
 	if e.proc, err = c.Run("gpushare-extender", extenderBin, args...); err != nil {
 		t.Fatal(err)
 	}
+	notForbidden(t, e.proc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := controlplane.WaitHTTP(ctx, e.proc, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {

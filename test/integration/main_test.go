@@ -12,8 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -100,11 +104,51 @@ func startPlugin(t testing.TB, config []byte) (*controlplane.Cluster, kubernetes
 	if config == nil {
 		config = readFile(t, "deploy/scheduler-config.yaml")
 	}
-	s, err := c.StartScheduler(context.Background(), "gpushare-scheduler", schedulerBin, config)
+	s, err := c.StartSchedulerAs(context.Background(), "gpushare-scheduler", schedulerBin, accountKubeconfig(t, c, "scheduler"), config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	notForbidden(t, s.Process)
 	return c, client, s
+}
+
+// accountKubeconfig returns a kubeconfig with a token of the service
+// account kube-system/gpushare-<component> ("scheduler", "extender"),
+// with the roles of deploy/<component>-rbac.yaml (what the chart grants),
+// applied on first use: the tests run gpushare's components with the
+// privileges they have when installed, not an admin's.
+func accountKubeconfig(t testing.TB, c *controlplane.Cluster, component string) string {
+	t.Helper()
+	ctx := context.Background()
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "gpushare-" + component
+	if _, err := client.CoreV1().ServiceAccounts("kube-system").Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if err := controlplane.Apply(ctx, client, readFile(t, "deploy/"+component+"-rbac.yaml")); err != nil {
+			t.Fatalf("deploy/%s-rbac.yaml: %v", component, err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := c.AccountKubeconfig(ctx, "kube-system", name, nil, 2*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
+// notForbidden fails the test, when it ends, if RBAC refused p a request:
+// its roles lack a verb it uses.
+func notForbidden(t testing.TB, p *controlplane.Process) {
+	t.Cleanup(func() {
+		for l := range strings.Lines(p.Tail(1 << 20)) {
+			if strings.Contains(l, "is forbidden: User") {
+				t.Errorf("%s was refused by RBAC: %s", p.Name, l)
+			}
+		}
+	})
 }
 
 func readFile(t testing.TB, rel string) []byte {

@@ -196,7 +196,7 @@ func TestPendingAndRestart(t *testing.T) {
 
 	// Restart: the new scheduler must see the 3500 MiB booked.
 	sched.Stop(10 * time.Second)
-	if _, err := c.StartScheduler(ctx, "gpushare-scheduler-2", schedulerBin, config); err != nil {
+	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler-2", schedulerBin, accountKubeconfig(t, c, "scheduler"), config); err != nil {
 		t.Fatal(err)
 	}
 	create("too-big", 16384-3500+1)

@@ -309,7 +309,11 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := c.StartScheduler(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), config, "--v=1")
+		kubeconfig, err := account(ctx, c, "scheduler")
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), kubeconfig, config, "--v=1")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -360,7 +364,11 @@ leaderElection:
 			return nil, nil, err
 		}
 		base := "https://127.0.0.1:" + strconv.Itoa(port)
-		args := append([]string{"--kubeconfig=" + c.Kubeconfig,
+		kubeconfig, err := account(ctx, c, "extender")
+		if err != nil {
+			return nil, nil, err
+		}
+		args := append([]string{"--kubeconfig=" + kubeconfig,
 			"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
 			"--config=deploy/extender-config.yaml",
 			"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--client-ca-file=" + caFile,
@@ -554,4 +562,22 @@ func memory(pid int) (rss, peak float64, err error) {
 		return 0, 0, errors.New("no VmRSS in /proc status")
 	}
 	return rss, peak, nil
+}
+
+// account applies deploy/<component>-rbac.yaml and returns a kubeconfig of
+// its service account, kube-system/gpushare-<component>: the benchmark
+// runs gpushare with the privileges the chart gives it.
+func account(ctx context.Context, c *controlplane.Cluster, component string) (string, error) {
+	client, err := c.Client()
+	if err != nil {
+		return "", err
+	}
+	rbac, err := os.ReadFile("deploy/" + component + "-rbac.yaml")
+	if err != nil {
+		return "", err
+	}
+	if err := controlplane.Apply(ctx, client, rbac); err != nil {
+		return "", fmt.Errorf("deploy/%s-rbac.yaml: %w", component, err)
+	}
+	return c.AccountKubeconfig(ctx, "kube-system", "gpushare-"+component, nil, 24*time.Hour)
 }
