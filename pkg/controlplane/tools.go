@@ -23,7 +23,10 @@ type Tools struct {
 }
 
 // DefaultToolsDir is where hack/cluster-tools.sh puts the binaries unless
-// GPUSHARE_CLUSTER_TOOLS says otherwise.
+// GPUSHARE_CLUSTER_TOOLS says otherwise. `make compat` points it at an
+// older control plane built by hack/compat-tools.sh: that directory has
+// the older kube-apiserver, kube-controller-manager and kube-scheduler,
+// and links to these etcd, kubectl and kwok.
 func DefaultToolsDir() string {
 	if d := os.Getenv("GPUSHARE_CLUSTER_TOOLS"); d != "" {
 		return d
