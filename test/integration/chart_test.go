@@ -119,19 +119,21 @@ func TestChartLint(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	for set, want := range map[string]string{
-		"mode=plugin":         `mode: "plugin" is neither scheduler nor extender`,
-		"extender.replicas=2": "extender.replicas: must be 1",
-		"scheduler.leaderElection.enabled=false,scheduler.replicas=2": "needs scheduler.leaderElection.enabled",
-		"scheduler.schedulerNames=null":                               "gpushare-scheduler would serve no pod",
+	for name, c := range map[string]struct {
+		set  []string
+		want string
+	}{
+		"unknown mode":         {[]string{"mode=plugin"}, `mode: "plugin" is neither scheduler nor extender`},
+		"two extenders":        {[]string{"mode=extender", "extender.replicas=2"}, "extender.replicas: must be 1"},
+		"two without election": {[]string{"scheduler.leaderElection.enabled=false", "scheduler.replicas=2"}, "needs scheduler.leaderElection.enabled"},
+		"no profile":           {[]string{"scheduler.schedulerNames=null"}, "gpushare-scheduler would serve no pod"},
 	} {
-		args := []string{"template", "gpushare", chart, "--set", set}
-		if set == "extender.replicas=2" {
-			args = append(args, "--set", "mode=extender")
+		args := []string{"template", "gpushare", chart}
+		for _, s := range c.set {
+			args = append(args, "--set", s)
 		}
-		_, err := helmErr(t, args...)
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("--set %s: got %v; want an error saying %q", set, err, want)
+		if _, err := helmErr(t, args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s (--set %v): got %v; want an error saying %q", name, c.set, err, c.want)
 		}
 	}
 }
@@ -166,6 +168,17 @@ func TestChartRender(t *testing.T) {
 			}
 			if workloads != 2 {
 				t.Errorf("%d Deployments and DaemonSets; want the node daemon and the scheduler or extender", workloads)
+			}
+			monitors := 0
+			if slices.Contains(set, "serviceMonitor.enabled=true") {
+				monitors = 2 // the scheduler's and the node daemons'
+			}
+			args := []string{"template", "gpushare", chart}
+			for _, s := range set {
+				args = append(args, "--set", s)
+			}
+			if n := bytes.Count(helm(t, args...), []byte("\nkind: ServiceMonitor\n")); n != monitors {
+				t.Errorf("%d ServiceMonitors; want %d", n, monitors)
 			}
 		})
 	}
