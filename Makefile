@@ -66,7 +66,7 @@ unit: ## Unit and property tests with the race detector.
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
 
 .PHONY: integration
-integration: cluster-tools ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
+integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 # Helm, built from the Go module proxy into the tools cache.
@@ -82,6 +82,33 @@ $(HELM):
 
 .PHONY: helm
 helm: $(HELM) ## Build the pinned helm into the tools cache.
+
+# Prometheus and promtool (3.16.0), built from the Go module proxy into the
+# tools cache, without the web UI's assets and with static targets as the
+# only service discovery: test/integration/monitoring_test.go scrapes the
+# components on loopback and runs every dashboard and alert query.
+PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS := $(TOOLS_DIR)/prometheus-$(PROMETHEUS_VERSION)
+PROMTOOL := $(TOOLS_DIR)/promtool-$(PROMETHEUS_VERSION)
+export GPUSHARE_PROMETHEUS := $(PROMETHEUS)
+export GPUSHARE_PROMTOOL := $(PROMTOOL)
+
+$(PROMETHEUS) $(PROMTOOL) &:
+	@mkdir -p $(TOOLS_DIR)
+	GOBIN=$(TOOLS_DIR)/.build GOFLAGS=-mod=mod $(GO) install -tags remove_all_sd \
+		-ldflags "-X github.com/prometheus/common/version.Version=3.16.0" \
+		github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION) \
+		github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+	mv $(TOOLS_DIR)/.build/prometheus $(PROMETHEUS)
+	mv $(TOOLS_DIR)/.build/promtool $(PROMTOOL)
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS) $(PROMTOOL) ## Build the pinned prometheus and promtool into the tools cache.
+
+.PHONY: rules
+rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit tests.
+	$(PROMTOOL) check rules charts/gpushare/files/alerts.yaml
+	$(PROMTOOL) test rules charts/gpushare/files/alerts_test.yaml
 
 .PHONY: chart-test
 chart-test: cluster-tools $(HELM) ## The Helm chart: lint, render every toggle, install on a real control plane and run what it deploys.

@@ -32,3 +32,10 @@ render gpu-hook-policy.yaml gpu-hook-policy.yaml --set hookPolicy.enabled=true
 # (system:kube-scheduler), or either component as its service account.
 render allocation-policy.yaml allocation-policy.yaml \
 	--set 'allocationPolicy.extraWriters={system:kube-scheduler,system:serviceaccount:kube-system:gpushare-extender}'
+# The dashboard and the alerts: for Grafana's sidecar and the Prometheus
+# Operator, and as plain files to import into Grafana or list in a
+# Prometheus's rule_files.
+render grafana-dashboard.yaml dashboard.yaml --set grafana.dashboard.enabled=true
+render prometheus-rule.yaml prometheusrule.yaml --set prometheusRule.enabled=true
+cp "$root/charts/gpushare/files/dashboard.json" "$out/gpushare-dashboard.json"
+cp "$root/charts/gpushare/files/alerts.yaml" "$out/gpushare-alerts.yaml"
