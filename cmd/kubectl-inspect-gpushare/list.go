@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+)
+
+// pageSize is how many objects one list call asks for.
+const pageSize = 500
+
+type snapshot struct {
+	nodes []corev1.Node
+	pods  []corev1.Pod
+}
+
+// list reads the nodes matching selector and every pod, in pages, the two
+// lists at once.
+func list(ctx context.Context, client kubernetes.Interface, selector string) (*snapshot, error) {
+	s := &snapshot{}
+	podErr := make(chan error, 1)
+	go func() {
+		var err error
+		s.pods, err = pages(ctx, metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Pod, string, error) {
+			l, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+			if err != nil {
+				return nil, "", err
+			}
+			return l.Items, l.Continue, nil
+		})
+		podErr <- err
+	}()
+	nodes, err := pages(ctx, metav1.ListOptions{LabelSelector: selector}, func(ctx context.Context, o metav1.ListOptions) ([]corev1.Node, string, error) {
+		l, err := client.CoreV1().Nodes().List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	})
+	if perr := <-podErr; perr != nil {
+		return nil, fmt.Errorf("listing pods: %w", perr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	s.nodes = nodes
+	return s, nil
+}
+
+// pages calls get until the list is complete.
+func pages[T any](ctx context.Context, o metav1.ListOptions, get func(context.Context, metav1.ListOptions) ([]T, string, error)) ([]T, error) {
+	o.Limit = pageSize
+	var all []T
+	for {
+		items, next, err := get(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		o.Continue = next
+	}
+}
+
+// getPod reads one pod and its events.
+func getPod(ctx context.Context, client kubernetes.Interface, namespace, name string) (*corev1.Pod, []corev1.Event, error) {
+	pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sel := fields.Set{"involvedObject.name": name, "involvedObject.namespace": namespace}.AsSelector().String()
+	events, err := client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the pod's events: %w", err)
+	}
+	return pod, events.Items, nil
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/pkg/inspect"
+	"github.com/gpushare/gpushare/pkg/resource"
+	"github.com/gpushare/gpushare/pkg/version"
+)
+
+// InspectOptions are the plugin's flags and what Complete derives.
+type InspectOptions struct {
+	ConfigFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+	// Clock dates usage samples.
+	Clock clock.PassiveClock
+
+	Output   string
+	Unit     string
+	Details  bool
+	Selector string
+
+	// pod is the pod NAME of `pod NAME`, empty for the cluster views.
+	pod       string
+	namespace string
+	unit      inspect.Unit
+	client    kubernetes.Interface
+}
+
+// NewInspectOptions returns the defaults: the GiB table.
+func NewInspectOptions(streams genericiooptions.IOStreams) *InspectOptions {
+	return &InspectOptions{ConfigFlags: genericclioptions.NewConfigFlags(true), IOStreams: streams,
+		Clock: clock.RealClock{}, Unit: string(inspect.GiB)}
+}
+
+// NewCmd returns the command `kubectl inspect gpushare`.
+func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewInspectOptions(streams)
+	cmd := &cobra.Command{
+		Use:         "kubectl-inspect-gpushare [pod NAME]",
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
+		Short:       "Show how much of each GPU gpushare has booked, and by whom",
+		Long: `Show how much of each GPU gpushare has booked, read from the pods'
+gpushare.io/allocation records and the nodes' GPU inventories the way the
+scheduler reads them. With "pod NAME", show where the pod's containers
+landed or why it waits.`,
+		Example: `  kubectl inspect gpushare
+  kubectl inspect gpushare -d --unit MiB
+  kubectl inspect gpushare -l pool=h100 -o wide
+  kubectl inspect gpushare pod -n team-mib gpu-test-mem-0`,
+		Version:       version.Get().String(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			err := o.Complete(o.ConfigFlags, args)
+			if err == nil {
+				err = o.Validate()
+			}
+			if err == nil {
+				err = o.Run(cmd.Context())
+			}
+			if err != nil {
+				fmt.Fprintln(o.ErrOut, "error:", err)
+			}
+			return err
+		},
+	}
+	o.ConfigFlags.AddFlags(cmd.Flags())
+	// Defined here so that -v stays free, as in kubectl.
+	cmd.Flags().Bool("version", false, "Print the version and exit.")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "Output format: wide, json or yaml.")
+	cmd.Flags().StringVar(&o.Unit, "unit", o.Unit, "Unit of GPU memory: GiB or MiB.")
+	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "Show each GPU: its model, bookings, the containers holding it, health and sampled use.")
+	cmd.Flags().StringVarP(&o.Selector, "selector", "l", "", "Label selector of the nodes to show (e.g. pool=h100).")
+	return cmd
+}
+
+// Complete reads the arguments and makes the client.
+func (o *InspectOptions) Complete(getter genericclioptions.RESTClientGetter, args []string) error {
+	switch {
+	case len(args) == 0:
+	case len(args) == 2 && args[0] == "pod":
+		o.pod = args[1]
+	default:
+		return fmt.Errorf("unexpected arguments %q: want none or \"pod NAME\"", args)
+	}
+	unit, err := inspect.ParseUnit(o.Unit)
+	if err != nil {
+		return err
+	}
+	o.unit = unit
+	if o.namespace, _, err = getter.ToRawKubeConfigLoader().Namespace(); err != nil {
+		return fmt.Errorf("namespace: %w", err)
+	}
+	cfg, err := getter.ToRESTConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	// Protobuf halves the cost of decoding tens of thousands of pods.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.QPS, cfg.Burst = 50, 100
+	if o.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the flags' combinations.
+func (o *InspectOptions) Validate() error {
+	switch o.Output {
+	case "", "wide", "json", "yaml":
+	default:
+		return fmt.Errorf("unknown output format %q: want wide, json or yaml", o.Output)
+	}
+	if o.Details && o.Output != "" {
+		return errors.New("-d and -o are exclusive: -o json and yaml hold the details")
+	}
+	return nil
+}
+
+// Run lists the cluster and writes the chosen view.
+func (o *InspectOptions) Run(ctx context.Context) error {
+	model, err := resource.New(nil)
+	if err != nil {
+		return err
+	}
+	snap, err := list(ctx, o.client, o.Selector)
+	if err != nil {
+		return err
+	}
+	now := o.Clock.Now()
+	c := inspect.Build(inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Now: now,
+		Requests: model.PodRequest, SetLargestGPU: model.SetLargestGPU})
+	if o.pod != "" {
+		return o.runPod(ctx, c, model)
+	}
+	switch {
+	case o.Output == "json" || o.Output == "yaml":
+		return o.encode(c)
+	case o.Details:
+		return inspect.WriteDetails(o.Out, c, o.unit, now)
+	default:
+		return inspect.WriteTable(o.Out, c, inspect.TableOptions{Unit: o.unit, Wide: o.Output == "wide"})
+	}
+}
+
+func (o *InspectOptions) runPod(ctx context.Context, c *inspect.Cluster, model *resource.Model) error {
+	pod, events, err := getPod(ctx, o.client, o.namespace, o.pod)
+	if err != nil {
+		return err
+	}
+	req, reqErr := model.PodRequest(pod)
+	v := inspect.BuildPod(c, inspect.PodInput{Pod: pod, Events: events, Request: req, RequestErr: reqErr})
+	if o.Output == "json" || o.Output == "yaml" {
+		return o.encode(v)
+	}
+	return inspect.WritePod(o.Out, v, o.unit)
+}
+
+func (o *InspectOptions) encode(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if o.Output == "yaml" {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return err
+		}
+		_, err = o.Out.Write(b)
+		return err
+	}
+	_, err = fmt.Fprintf(o.Out, "%s\n", b)
+	return err
+}

@@ -1,0 +1,185 @@
+package inspect
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+)
+
+// Input is a snapshot of the cluster.
+type Input struct {
+	Nodes []corev1.Node
+	Pods  []corev1.Pod
+	// Now judges the age of usage samples.
+	Now time.Time
+	// Requests translates a pod's spec into what it asks of GPUs, the
+	// measure the scheduler checks records against (resource.Model's
+	// PodRequest); nil checks records against their nodes only.
+	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
+	// SetLargestGPU, if set, is told the largest GPU's memory once the
+	// nodes are read and before any record is checked, as the scheduler
+	// tells its resource model (resource.Model's SetLargestGPU).
+	SetLargestGPU func(mib int64)
+}
+
+// Build reads the snapshot through the scheduler's cache and returns the
+// view of every node that opts in to gpushare, by name.
+func Build(in Input) *Cluster {
+	refused := make(map[types.UID]error)
+	c := gpucache.New(logr.Discard(), gpucache.Options{
+		Requests: in.Requests,
+		Refused:  func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
+	})
+	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		if n.Labels[gpusharev1.NodeLabel] != "true" {
+			continue
+		}
+		byName[n.Name] = n
+		c.SetNode(n)
+	}
+	if in.SetLargestGPU != nil {
+		in.SetLargestGPU(c.LargestGPU())
+	}
+	var recorded []*corev1.Pod
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		if _, ok := p.Annotations[gpusharev1.AllocationAnnotation]; !ok || gpucache.Ended(p) {
+			continue
+		}
+		recorded = append(recorded, p)
+		c.SetPod(p)
+	}
+
+	out := &Cluster{Nodes: make([]Node, 0, len(byName))}
+	index := make(map[string]int, len(byName))
+	for name, n := range byName {
+		index[name] = len(out.Nodes)
+		out.Nodes = append(out.Nodes, nodeView(c, n, in.Now))
+	}
+	for _, p := range recorded {
+		key := p.Namespace + "/" + p.Name
+		if err, ok := refused[p.UID]; ok {
+			out.Refused = append(out.Refused, Refused{Pod: key, Node: p.Spec.NodeName, Error: err.Error()})
+			continue
+		}
+		placement, _ := c.Holding(p.UID)
+		if placement == nil {
+			continue
+		}
+		i, ok := index[placement.Node]
+		if !ok || out.Nodes[i].Error != "" {
+			err := c.NodeError(placement.Node)
+			if err == nil {
+				err = fmt.Errorf("node %s is not in gpushare", placement.Node)
+			}
+			out.Refused = append(out.Refused, Refused{Pod: key, Node: placement.Node, Error: err.Error()})
+			continue
+		}
+		hold(&out.Nodes[i], key, placement)
+	}
+	for i := range out.Nodes {
+		finish(&out.Nodes[i])
+		out.AllocatedMiB += out.Nodes[i].AllocatedMiB
+		out.TotalMiB += out.Nodes[i].TotalMiB
+	}
+	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
+	sort.Slice(out.Refused, func(i, j int) bool { return out.Refused[i].Pod < out.Refused[j].Pod })
+	return out
+}
+
+// nodeView is the node's inventory and bookings as the cache holds them,
+// with its usage sample.
+func nodeView(c *gpucache.Cache, n *corev1.Node, now time.Time) Node {
+	v := Node{Name: n.Name, Address: address(n)}
+	err := c.Read(n.Name, func(s *alloc.NodeState) {
+		v.Mode = string(gpusharev1.ModeShared)
+		if s.Node.Mode == alloc.WholeCard {
+			v.Mode = string(gpusharev1.ModeWholeCard)
+		}
+		for i, g := range s.Node.GPUs {
+			v.GPUs = append(v.GPUs, GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+				Compute: g.ComputeCapacity(), Healthy: g.Healthy,
+				BookedMemoryMiB: s.GPUs[i].MemoryMiB, BookedCompute: s.GPUs[i].Compute})
+		}
+	})
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	value, ok := n.Annotations[gpusharev1.UsageAnnotation]
+	if !ok {
+		return v
+	}
+	u, err := gpusharev1.ParseUsage(value)
+	if err != nil {
+		v.Usage = &Usage{Error: err.Error()}
+		return v
+	}
+	v.Usage = &Usage{Time: u.Time.UTC(), Stale: now.Sub(u.Time.Time) > gpucache.LiveStaleAfter}
+	for _, l := range u.GPUs {
+		if l.Index < len(v.GPUs) && v.GPUs[l.Index].Model != gpucache.VanishedModel {
+			v.GPUs[l.Index].Live = &Live{MemoryMiB: l.UsedMemoryMiB, Utilization: l.UtilizationPercent}
+		}
+	}
+	return v
+}
+
+// address is the node's internal IP, else its first address.
+func address(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	if len(n.Status.Addresses) > 0 {
+		return n.Status.Addresses[0].Address
+	}
+	return ""
+}
+
+// hold lists each container of a booked placement on the GPUs it holds.
+func hold(n *Node, pod string, p *alloc.Placement) {
+	for _, c := range p.Containers {
+		for _, a := range c.GPUs {
+			if a.GPU < 0 || a.GPU >= len(n.GPUs) {
+				continue
+			}
+			g := &n.GPUs[a.GPU]
+			g.Holders = append(g.Holders, Holder{Pod: pod, Container: c.Name, Kind: kindName[c.Kind],
+				MemoryMiB: a.MemoryMiB, Compute: a.Compute})
+		}
+	}
+}
+
+// finish sorts holders, sums the node and notes what needs a look.
+func finish(n *Node) {
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		sort.SliceStable(g.Holders, func(a, b int) bool { return g.Holders[a].Pod < g.Holders[b].Pod })
+		n.AllocatedMiB += g.BookedMemoryMiB
+		if g.Model == gpucache.VanishedModel {
+			g.Notes = append(g.Notes, "vanished from the inventory")
+		} else {
+			n.TotalMiB += g.MemoryMiB
+		}
+		if !g.Healthy {
+			g.Notes = append(g.Notes, "unhealthy")
+		}
+		if g.Live != nil && g.Live.MemoryMiB > g.BookedMemoryMiB && len(g.Holders) > 0 {
+			g.Notes = append(g.Notes, fmt.Sprintf("uses more than booked (%d > %d MiB)", g.Live.MemoryMiB, g.BookedMemoryMiB))
+		}
+		if g.Live != nil && n.Usage.Stale {
+			g.Notes = append(g.Notes, "usage stale")
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package inspect
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var now = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+// golden compares got with testdata/name.golden (-update rewrites it).
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s differs (-want,+got); run go test ./pkg/inspect -update to accept:\n%s", path, diff)
+	}
+}
+
+func TestViews(t *testing.T) {
+	c, pods := fixture(t)
+	cases := map[string]func(*bytes.Buffer) error{
+		"table":          func(b *bytes.Buffer) error { return WriteTable(b, c, TableOptions{Unit: GiB}) },
+		"table-wide-mib": func(b *bytes.Buffer) error { return WriteTable(b, c, TableOptions{Unit: MiB, Wide: true}) },
+		"details":        func(b *bytes.Buffer) error { return WriteDetails(b, c, GiB, now) },
+		"pod-multi": func(b *bytes.Buffer) error {
+			return WritePod(b, BuildPod(c, podInput(t, pods["default/multi"], nil)), GiB)
+		},
+		"pod-pending": func(b *bytes.Buffer) error {
+			ev := corev1.Event{Reason: "FailedScheduling", LastTimestamp: metav1.NewTime(now),
+				Message: "0/3 nodes are available: 3 InsufficientGPUMemory; largest free share on any GPU is 143771 MiB, pod needs 204800 MiB."}
+			old := corev1.Event{Reason: "FailedScheduling", LastTimestamp: metav1.NewTime(now.Add(-time.Minute)), Message: "older"}
+			return WritePod(b, BuildPod(c, podInput(t, pods["default/pending"], []corev1.Event{ev, old})), GiB)
+		},
+		"pod-refused": func(b *bytes.Buffer) error {
+			return WritePod(b, BuildPod(c, podInput(t, pods["default/liar"], nil)), MiB)
+		},
+	}
+	for name, write := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := write(&b); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name, b.Bytes())
+		})
+	}
+}
+
+// TestBookings checks the numbers behind the views, worked out by hand.
+func TestBookings(t *testing.T) {
+	c, _ := fixture(t)
+	type gpu struct{ mib, compute int64 }
+	want := map[string][]gpu{
+		// multi: app containers run together, 20480+4096 = 24576 MiB
+		// and 50+10 = 60%; the init container's 8192 MiB runs alone
+		// first and fits inside. small: 3072 MiB and no compute
+		// (a memory-only request books memory only).
+		"a-mixed": {{24576, 60}, {3072, 0}, {0, 0}},
+		// whole: all of GPU 0.
+		"b-whole": {{81559, 100}, {0, 0}},
+		// pair: 20000 MiB over 2 GPUs, 10000 each.
+		"c-h200": {{10000, 0}, {10000, 0}, {0, 0}, {0, 0}},
+	}
+	got := map[string][]gpu{}
+	for _, n := range c.Nodes {
+		if n.Error != "" {
+			continue
+		}
+		for _, g := range n.GPUs {
+			got[n.Name] = append(got[n.Name], gpu{g.BookedMemoryMiB, g.BookedCompute})
+		}
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(gpu{})); diff != "" {
+		t.Errorf("bookings (-want,+got):\n%s", diff)
+	}
+	// 24576+3072 + 81559 + 20000 = 129207 of
+	// 81920+2*15360 + 2*81559 + 4*143771 = 850842.
+	if c.AllocatedMiB != 129207 || c.TotalMiB != 850842 {
+		t.Errorf("cluster %d/%d MiB; want 129207/850842", c.AllocatedMiB, c.TotalMiB)
+	}
+	refused := map[string]bool{}
+	for _, r := range c.Refused {
+		refused[r.Pod] = true
+	}
+	if !refused["default/bad"] || !refused["default/liar"] || len(refused) != 2 {
+		t.Errorf("refused %v; want default/bad and default/liar", refused)
+	}
+}
+
+func podInput(t *testing.T, p *corev1.Pod, events []corev1.Event) PodInput {
+	t.Helper()
+	req, err := model(t).PodRequest(p)
+	return PodInput{Pod: p, Events: events, Request: req, RequestErr: err}
+}
+
+func model(t *testing.T) *resource.Model {
+	t.Helper()
+	m, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fixture is a cluster with GPUs of mixed sizes and models on one node, a
+// whole-card node, an unhealthy GPU, fresh and stale usage, a node whose
+// inventory is garbage, multi-GPU and multi-container pods with an init
+// container, and records gpushare refuses.
+func fixture(t *testing.T) (*Cluster, map[string]*corev1.Pod) {
+	t.Helper()
+	a100 := gpusharev1.GPU{Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Healthy: true}
+	t4 := gpusharev1.GPU{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}
+	sick := t4
+	sick.Healthy = false
+	h100 := gpusharev1.GPU{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Healthy: true}
+	h200 := gpusharev1.GPU{Model: "NVIDIA H200", MemoryMiB: 143771, Healthy: true}
+	invs := map[string]*gpusharev1.GPUInventory{
+		"a-mixed": inventory("a-mixed", gpusharev1.ModeShared, a100, t4, sick),
+		"b-whole": inventory("b-whole", gpusharev1.ModeWholeCard, h100, h100),
+		"c-h200":  inventory("c-h200", gpusharev1.ModeShared, h200, h200, h200, h200),
+	}
+	nodes := []corev1.Node{
+		node(t, "a-mixed", "10.0.0.1", invs["a-mixed"], usage(t, now.Add(-30*time.Second), 30000, 1000, 0)),
+		node(t, "b-whole", "10.0.0.2", invs["b-whole"], usage(t, now.Add(-10*time.Minute), 70000, 0)),
+		node(t, "c-h200", "10.0.0.3", invs["c-h200"], ""),
+		node(t, "d-broken", "10.0.0.4", nil, ""),
+		{ObjectMeta: metav1.ObjectMeta{Name: "e-plain"}},
+	}
+	m := model(t)
+	pods := map[string]*corev1.Pod{}
+	add := func(p *corev1.Pod, node string, gpus ...[]int) {
+		if node != "" {
+			p.Spec.NodeName = node
+			p.Status.Phase = corev1.PodRunning
+			p.Annotations = map[string]string{gpusharev1.AllocationAnnotation: record(t, m, p, invs[node], gpus)}
+		}
+		pods[p.Namespace+"/"+p.Name] = p
+	}
+	add(pod("default", "multi").init("warm-cache", "8192", "").app("server", "20480", "50").app("tokenizer", "4096", "10").obj(), "a-mixed", []int{0}, []int{0}, []int{0})
+	add(pod("default", "small").app("main", "3072", "").obj(), "a-mixed", []int{1})
+	add(pod("ml", "whole").count("main", "1").obj(), "b-whole", []int{0})
+	add(pod("ml", "pair").countMem("main", "2", "20000").obj(), "c-h200", []int{0, 1})
+	add(pod("default", "liar").app("main", "1024", "").obj(), "a-mixed", []int{1})
+	add(pod("default", "ended").app("main", "1024", "").obj(), "a-mixed", []int{1})
+	pods["default/ended"].Status.Phase = corev1.PodSucceeded
+	add(pod("default", "bad").app("main", "1024", "").obj(), "a-mixed", []int{1})
+	pods["default/bad"].Annotations[gpusharev1.AllocationAnnotation] = `{"apiVersion":"gpushare.io/v1alpha1","kind":"Allocation",`
+	add(pod("default", "pending").app("main", "204800", "").obj(), "")
+	pods["default/pending"].Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/3 nodes are available: 3 InsufficientGPUMemory; largest free share on any GPU is 143771 MiB, pod needs 204800 MiB."}}}
+	// The liar's record books 40960 MiB; its spec asks for 1024.
+	liar := pods["default/liar"]
+	liar.Annotations[gpusharev1.AllocationAnnotation] = mustMarshal(t, &gpusharev1.Allocation{Node: "a-mixed",
+		Containers: []gpusharev1.ContainerAllocation{{Name: "main", Kind: gpusharev1.ContainerApp,
+			GPUs: []gpusharev1.GPUShare{{Index: 0, UUID: "GPU-a-mixed-0", MemoryMiB: 40960}}}}})
+	var list []corev1.Pod
+	for _, p := range pods {
+		list = append(list, *p)
+	}
+	c := Build(Input{Nodes: nodes, Pods: list, Now: now, Requests: m.PodRequest, SetLargestGPU: m.SetLargestGPU})
+	return c, pods
+}
+
+func inventory(name string, mode gpusharev1.Mode, gpus ...gpusharev1.GPU) *gpusharev1.GPUInventory {
+	inv := &gpusharev1.GPUInventory{Mode: mode}
+	for i, g := range gpus {
+		g.Index, g.UUID, g.NUMANode = i, name+"-"+string(rune('0'+i)), 0
+		g.UUID = "GPU-" + g.UUID
+		inv.GPUs = append(inv.GPUs, g)
+	}
+	return inv
+}
+
+func node(t *testing.T, name, ip string, inv *gpusharev1.GPUInventory, usage string) corev1.Node {
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{gpusharev1.NodeLabel: "true"},
+		Annotations: map[string]string{gpusharev1.InventoryAnnotation: "{not json"}}}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalIP, Address: ip}}
+	if inv != nil {
+		n.Annotations[gpusharev1.InventoryAnnotation] = mustMarshal(t, inv)
+	}
+	if usage != "" {
+		n.Annotations[gpusharev1.UsageAnnotation] = usage
+	}
+	return n
+}
+
+func usage(t *testing.T, at time.Time, used ...int64) string {
+	u := &gpusharev1.GPUUsage{Time: metav1.NewTime(at)}
+	for i, mib := range used {
+		u.GPUs = append(u.GPUs, gpusharev1.GPULoad{Index: i, UsedMemoryMiB: mib, UtilizationPercent: int64(10 * (i + 4))})
+	}
+	return mustMarshal(t, u)
+}
+
+// record books, for each GPU container of p in order, the GPUs given, as
+// the scheduler would: the container's per-GPU demand, or the whole GPU.
+func record(t *testing.T, m *resource.Model, p *corev1.Pod, inv *gpusharev1.GPUInventory, gpus [][]int) string {
+	t.Helper()
+	req, err := m.PodRequest(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &gpusharev1.Allocation{Node: p.Spec.NodeName}
+	kinds := map[string]gpusharev1.ContainerKind{"app": gpusharev1.ContainerApp, "init": gpusharev1.ContainerInit, "sidecar": gpusharev1.ContainerSidecar}
+	for i, c := range req.Containers {
+		d := c.PerGPU()
+		ca := gpusharev1.ContainerAllocation{Name: c.Name, Kind: kinds[c.Kind.String()]}
+		for _, g := range gpus[i] {
+			share := gpusharev1.GPUShare{Index: g, UUID: inv.GPUs[g].UUID, MemoryMiB: d.MemoryMiB, Compute: d.Compute}
+			if d.Exclusive {
+				share.MemoryMiB, share.Compute = inv.GPUs[g].MemoryMiB, 100
+			}
+			ca.GPUs = append(ca.GPUs, share)
+		}
+		a.Containers = append(a.Containers, ca)
+	}
+	return mustMarshal(t, a)
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	s, err := gpusharev1.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// podBuilder builds test pods: pod("ns", "p").app("c", "4096", "30").obj().
+type podBuilder struct{ p corev1.Pod }
+
+func pod(ns, name string) *podBuilder {
+	return &podBuilder{p: corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name),
+		CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}, Spec: corev1.PodSpec{SchedulerName: "gpushare-scheduler"}}}
+}
+
+func limits(kv ...string) corev1.ResourceRequirements {
+	l := corev1.ResourceList{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			l[corev1.ResourceName(kv[i])] = k8sresource.MustParse(kv[i+1])
+		}
+	}
+	return corev1.ResourceRequirements{Limits: l}
+}
+
+func (b *podBuilder) app(name, mib, core string) *podBuilder {
+	b.p.Spec.Containers = append(b.p.Spec.Containers, corev1.Container{Name: name,
+		Resources: limits("gpushare.io/gpu-mem", mib, "gpushare.io/gpu-core", core)})
+	return b
+}
+
+func (b *podBuilder) init(name, mib, core string) *podBuilder {
+	b.p.Spec.InitContainers = append(b.p.Spec.InitContainers, corev1.Container{Name: name,
+		Resources: limits("gpushare.io/gpu-mem", mib, "gpushare.io/gpu-core", core)})
+	return b
+}
+
+func (b *podBuilder) count(name, n string) *podBuilder {
+	b.p.Spec.Containers = append(b.p.Spec.Containers, corev1.Container{Name: name, Resources: limits("gpushare.io/gpu-count", n)})
+	return b
+}
+
+func (b *podBuilder) countMem(name, n, mib string) *podBuilder {
+	b.p.Spec.Containers = append(b.p.Spec.Containers, corev1.Container{Name: name,
+		Resources: limits("gpushare.io/gpu-count", n, "gpushare.io/gpu-mem", mib)})
+	return b
+}
+
+func (b *podBuilder) obj() *corev1.Pod { return &b.p }

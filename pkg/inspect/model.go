@@ -1,0 +1,87 @@
+package inspect
+
+import (
+	"time"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// Cluster is the view of every gpushare node, what is booked on its GPUs
+// and by whom, and the records gpushare books nothing for.
+type Cluster struct {
+	Nodes []Node `json:"nodes"`
+	// Refused lists the allocation records the scheduler's cache does
+	// not book (unparsable, not bound, not what the pod asks for, or on
+	// a node outside gpushare), with why.
+	Refused []Refused `json:"refused,omitempty"`
+	// AllocatedMiB and TotalMiB sum the GPU memory of every node.
+	AllocatedMiB int64 `json:"allocatedMiB"`
+	TotalMiB     int64 `json:"totalMiB"`
+}
+
+// Node is one node that opts in to gpushare.
+type Node struct {
+	Name    string `json:"name"`
+	Address string `json:"address,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	// Error says why the node takes no part (no or an invalid inventory).
+	Error string `json:"error,omitempty"`
+	GPUs  []GPU  `json:"gpus,omitempty"`
+	// Usage is the node daemon's last published sample, if any.
+	Usage *Usage `json:"usage,omitempty"`
+	// AllocatedMiB and TotalMiB sum the node's GPUs.
+	AllocatedMiB int64 `json:"allocatedMiB"`
+	TotalMiB     int64 `json:"totalMiB"`
+}
+
+// Usage describes a node's GPUUsage sample.
+type Usage struct {
+	Time time.Time `json:"time,omitzero"`
+	// Stale is set when the sample is older than the scheduler keeps one.
+	Stale bool `json:"stale,omitempty"`
+	// Error says why the annotation could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// GPU is one GPU of a node with what is booked on it.
+type GPU struct {
+	Index           int      `json:"index"`
+	UUID            string   `json:"uuid"`
+	Model           string   `json:"model"`
+	MemoryMiB       int64    `json:"memoryMiB"`
+	Compute         int64    `json:"compute"`
+	Healthy         bool     `json:"healthy"`
+	BookedMemoryMiB int64    `json:"bookedMemoryMiB"`
+	BookedCompute   int64    `json:"bookedCompute"`
+	Holders         []Holder `json:"holders,omitempty"`
+	// Live is the GPU's use in the node's usage sample, if it has one.
+	Live *Live `json:"live,omitempty"`
+	// Notes flag what needs a look: unhealthy, vanished, use beyond
+	// bookings, a stale sample.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Live is a GPU's sampled use.
+type Live struct {
+	MemoryMiB   int64 `json:"memoryMiB"`
+	Utilization int64 `json:"utilizationPercent"`
+}
+
+// Holder is one container's share of a GPU.
+type Holder struct {
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	Kind      string `json:"kind"`
+	MemoryMiB int64  `json:"memoryMiB"`
+	Compute   int64  `json:"compute"`
+}
+
+// Refused is an allocation record gpushare books nothing for.
+type Refused struct {
+	Pod   string `json:"pod"`
+	Node  string `json:"node,omitempty"`
+	Error string `json:"error"`
+}
+
+// kindName is the record's word for a container kind.
+var kindName = map[alloc.ContainerKind]string{alloc.App: "App", alloc.Init: "Init", alloc.Sidecar: "Sidecar"}

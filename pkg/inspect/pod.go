@@ -1,0 +1,250 @@
+package inspect
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// PodInput is one pod with what is known about it.
+type PodInput struct {
+	Pod *corev1.Pod
+	// Events are the pod's events, in any order.
+	Events []corev1.Event
+	// Request is what the pod asks of GPUs (nil if unknown), RequestErr
+	// why it could not be read.
+	Request    *alloc.PodRequest
+	RequestErr error
+}
+
+// PodView is where a pod's containers landed, or why it waits.
+type PodView struct {
+	Pod       string `json:"pod"`
+	Node      string `json:"node,omitempty"`
+	Phase     string `json:"phase"`
+	Scheduler string `json:"schedulerName"`
+	// Asks is what each GPU container asks for.
+	Asks []string `json:"asks,omitempty"`
+	// Landed lists each container's share of each GPU it holds.
+	Landed []Landing `json:"landed,omitempty"`
+	// Refused says why gpushare books nothing for the pod's record.
+	Refused string `json:"refused,omitempty"`
+	// Reason is the scheduler's word while the pod waits: its
+	// PodScheduled condition and latest FailedScheduling event.
+	Reason  string    `json:"reason,omitempty"`
+	Event   string    `json:"event,omitempty"`
+	Closest []Closest `json:"closest,omitempty"`
+}
+
+// Landing is one container's share of one GPU, beside the GPU's state.
+type Landing struct {
+	Container    string `json:"container"`
+	Kind         string `json:"kind"`
+	GPU          int    `json:"gpu"`
+	Model        string `json:"model"`
+	MemoryMiB    int64  `json:"memoryMiB"`
+	Compute      int64  `json:"compute"`
+	GPUBookedMiB int64  `json:"gpuBookedMiB"`
+	GPUMemoryMiB int64  `json:"gpuMemoryMiB"`
+	OtherPods    int    `json:"otherPods"`
+}
+
+// Closest is a node by how much room it has for a GPU pod.
+type Closest struct {
+	Node string `json:"node"`
+	// FreeMiB is the largest free memory on one healthy GPU, FreeGPUs
+	// the healthy GPUs with nothing booked.
+	FreeMiB  int64 `json:"freeMiB"`
+	FreeGPUs int   `json:"freeGPUs"`
+}
+
+// closestNodes is how many nodes the pod view lists for a pending pod.
+const closestNodes = 3
+
+// BuildPod describes one pod against the cluster's view.
+func BuildPod(c *Cluster, in PodInput) *PodView {
+	p := in.Pod
+	key := p.Namespace + "/" + p.Name
+	v := &PodView{Pod: key, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Scheduler: p.Spec.SchedulerName}
+	switch {
+	case in.RequestErr != nil:
+		v.Asks = []string{"unreadable: " + in.RequestErr.Error()}
+	case in.Request != nil:
+		for _, r := range in.Request.Containers {
+			v.Asks = append(v.Asks, asks(r))
+		}
+	}
+	for _, r := range c.Refused {
+		if r.Pod == key {
+			v.Refused = r.Error
+		}
+	}
+	for _, n := range c.Nodes {
+		for _, g := range n.GPUs {
+			others := map[string]bool{}
+			for _, h := range g.Holders {
+				if h.Pod != key {
+					others[h.Pod] = true
+				}
+			}
+			for _, h := range g.Holders {
+				if h.Pod == key {
+					v.Landed = append(v.Landed, Landing{Container: h.Container, Kind: h.Kind, GPU: g.Index, Model: g.Model,
+						MemoryMiB: h.MemoryMiB, Compute: h.Compute, GPUBookedMiB: g.BookedMemoryMiB, GPUMemoryMiB: g.MemoryMiB, OtherPods: len(others)})
+				}
+			}
+		}
+	}
+	order := containerOrder(p)
+	sort.SliceStable(v.Landed, func(i, j int) bool { return order[v.Landed[i].Container] < order[v.Landed[j].Container] })
+	if p.Spec.NodeName == "" {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+				v.Reason = cond.Message
+			}
+		}
+		v.Event = latest(in.Events, "FailedScheduling")
+		v.Closest = closest(c)
+	}
+	return v
+}
+
+// asks renders a container's request: "server: 20480 MiB, 30% of 1 GPU".
+func asks(r alloc.PodContainer) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%s): ", r.Name, r.Kind)
+	switch {
+	case r.Exclusive:
+		fmt.Fprintf(&b, "%d whole GPU(s)", max(r.Count, 1))
+	default:
+		fmt.Fprintf(&b, "%d MiB, %d%% compute on each of %d GPU(s)", r.MemoryMiB, r.PerGPU().Compute, max(r.Count, 1))
+	}
+	if len(r.Models) > 0 {
+		fmt.Fprintf(&b, ", models %s", strings.Join(r.Models, ", "))
+	}
+	return b.String()
+}
+
+// containerOrder numbers the pod's containers in the order they start.
+func containerOrder(p *corev1.Pod) map[string]int {
+	order := map[string]int{}
+	for _, c := range p.Spec.InitContainers {
+		order[c.Name] = len(order)
+	}
+	for _, c := range p.Spec.Containers {
+		order[c.Name] = len(order)
+	}
+	return order
+}
+
+// latest returns the message of the newest event of reason.
+func latest(events []corev1.Event, reason string) string {
+	var msg string
+	var at int64
+	for _, e := range events {
+		if e.Reason != reason {
+			continue
+		}
+		t := e.LastTimestamp.Unix()
+		if !e.EventTime.IsZero() && e.EventTime.Unix() > t {
+			t = e.EventTime.Unix()
+		}
+		if e.Series != nil && e.Series.LastObservedTime.Unix() > t {
+			t = e.Series.LastObservedTime.Unix()
+		}
+		if msg == "" || t >= at {
+			msg, at = e.Message, t
+		}
+	}
+	return msg
+}
+
+// closest ranks the nodes by the largest free memory on one healthy GPU,
+// then by their idle GPUs: the scheduler's message counts nodes by reason
+// but names none.
+func closest(c *Cluster) []Closest {
+	var out []Closest
+	for _, n := range c.Nodes {
+		if n.Error != "" {
+			continue
+		}
+		cl := Closest{Node: n.Name}
+		for _, g := range n.GPUs {
+			if !g.Healthy {
+				continue
+			}
+			cl.FreeMiB = max(cl.FreeMiB, g.MemoryMiB-g.BookedMemoryMiB)
+			if g.BookedMemoryMiB == 0 && g.BookedCompute == 0 {
+				cl.FreeGPUs++
+			}
+		}
+		out = append(out, cl)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].FreeMiB != out[j].FreeMiB {
+			return out[i].FreeMiB > out[j].FreeMiB
+		}
+		return out[i].FreeGPUs > out[j].FreeGPUs
+	})
+	return out[:min(len(out), closestNodes)]
+}
+
+// WritePod writes the pod view.
+func WritePod(out io.Writer, v *PodView, u Unit) error {
+	fmt.Fprintf(out, "Pod:        %s\nScheduler:  %s\nPhase:      %s\nNode:       %s\n", v.Pod, orDash(v.Scheduler), orDash(v.Phase), orDash(v.Node))
+	if len(v.Asks) == 0 {
+		fmt.Fprintln(out, "Asks:       no GPU; gpushare leaves the pod to kube-scheduler's own plugins")
+	}
+	for i, a := range v.Asks {
+		label := "Asks:"
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(out, "%-11s %s\n", label, a)
+	}
+	if v.Refused != "" {
+		fmt.Fprintf(out, "Record:     refused, gpushare books nothing for it: %s\n", v.Refused)
+	}
+	if len(v.Landed) > 0 {
+		fmt.Fprintf(out, "\nWhere each container landed (from its %s record, as the scheduler books it):\n", gpusharev1.AllocationAnnotation)
+		w := newTable(out)
+		w.row("CONTAINER", "KIND", "GPU", "MODEL", fmt.Sprintf("MEMORY(%s)", u), "COMPUTE(%)", fmt.Sprintf("GPU BOOKED/TOTAL(%s)", u), "SHARED WITH")
+		for _, l := range v.Landed {
+			w.row(l.Container, l.Kind, fmt.Sprint(l.GPU), l.Model, u.Format(l.MemoryMiB), fmt.Sprint(l.Compute),
+				u.ratio(l.GPUBookedMiB, l.GPUMemoryMiB), fmt.Sprintf("%d other pod(s)", l.OtherPods))
+		}
+		if err := w.flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "Why these GPUs: the node's and GPUs' policy ranked them first among those with room (see docs/design.md, Policies).")
+	}
+	if v.Node != "" {
+		return nil
+	}
+	fmt.Fprintln(out)
+	if v.Reason == "" && v.Event == "" {
+		fmt.Fprintln(out, "Waiting:    no scheduling attempt has failed yet")
+	}
+	if v.Reason != "" {
+		fmt.Fprintf(out, "Waiting:    %s\n", v.Reason)
+	}
+	if v.Event != "" && v.Event != v.Reason {
+		fmt.Fprintf(out, "Last event: %s\n", v.Event)
+	}
+	if len(v.Closest) > 0 {
+		fmt.Fprintf(out, "\nThe scheduler's message names no nodes. Closest by free memory on one healthy GPU:\n")
+		w := newTable(out)
+		w.row("NODE", fmt.Sprintf("LARGEST FREE(%s)", u), "IDLE GPUS")
+		for _, cl := range v.Closest {
+			w.row(cl.Node, u.Format(cl.FreeMiB), fmt.Sprint(cl.FreeGPUs))
+		}
+		return w.flush()
+	}
+	return nil
+}
