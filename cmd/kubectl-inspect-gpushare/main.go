@@ -9,12 +9,14 @@ import (
 	"os/signal"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/gpushare/gpushare/cmd/kubectl-inspect-gpushare/app"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	cmd := NewCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	cmd := app.NewCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		os.Exit(1)
 	}

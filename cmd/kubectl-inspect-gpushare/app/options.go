@@ -1,10 +1,11 @@
-package main
+package app
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/yaml"
 
+	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/inspect"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/version"
@@ -29,6 +31,9 @@ type InspectOptions struct {
 	Unit     string
 	Details  bool
 	Selector string
+	// Config is a GPUShareArgs file: its resource model is the measure
+	// records are checked against, as the scheduler checks them.
+	Config string
 
 	// pod is the pod NAME of `pod NAME`, empty for the cluster views.
 	pod       string
@@ -82,6 +87,7 @@ landed or why it waits.`,
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "Output format: wide, json or yaml.")
 	cmd.Flags().StringVar(&o.Unit, "unit", o.Unit, "Unit of GPU memory: GiB or MiB.")
 	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "Show each GPU: its model, bookings, the containers holding it, health and sampled use.")
+	cmd.Flags().StringVar(&o.Config, "config", "", "The scheduler's GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1): check each record against its pod's spec by that resource model, as the scheduler does. Without it records are checked against their nodes only.")
 	cmd.Flags().StringVarP(&o.Selector, "selector", "l", "", "Label selector of the nodes to show (e.g. pool=h100).")
 	return cmd
 }
@@ -131,7 +137,7 @@ func (o *InspectOptions) Validate() error {
 
 // Run lists the cluster and writes the chosen view.
 func (o *InspectOptions) Run(ctx context.Context) error {
-	model, err := resource.New(nil)
+	model, checked, err := o.model()
 	if err != nil {
 		return err
 	}
@@ -140,8 +146,11 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 		return err
 	}
 	now := o.Clock.Now()
-	c := inspect.Build(inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Now: now,
-		Requests: model.PodRequest, SetLargestGPU: model.SetLargestGPU})
+	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Now: now, SetLargestGPU: model.SetLargestGPU}
+	if checked {
+		in.Requests = model.PodRequest
+	}
+	c := inspect.Build(in)
 	if o.pod != "" {
 		return o.runPod(ctx, c, model)
 	}
@@ -153,6 +162,26 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 	default:
 		return inspect.WriteTable(o.Out, c, inspect.TableOptions{Unit: o.unit, Wide: o.Output == "wide"})
 	}
+}
+
+// model returns the resource model of --config, and whether records are
+// checked by it; without --config, the default model, which the pod view
+// uses to show what a pod asks.
+func (o *InspectOptions) model() (*resource.Model, bool, error) {
+	if o.Config == "" {
+		m, err := resource.New(nil)
+		return m, false, err
+	}
+	raw, err := os.ReadFile(o.Config)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading --config: %w", err)
+	}
+	args, err := configv1.LoadArgs(raw)
+	if err != nil {
+		return nil, false, fmt.Errorf("--config: %w", err)
+	}
+	m, err := resource.New(args.ResourceModel)
+	return m, true, err
 }
 
 func (o *InspectOptions) runPod(ctx context.Context, c *inspect.Cluster, model *resource.Model) error {
