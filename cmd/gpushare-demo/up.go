@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
@@ -148,8 +146,11 @@ func up(ctx context.Context, o options) (err error) {
 	}
 	// The node daemons' pods are not the examples'.
 	pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Namespace == metav1.NamespaceSystem })
-	printPlacements(pods)
+	if err := printInspect(ctx, c.Kubeconfig, pods); err != nil {
+		return err
+	}
 	fmt.Printf("\nThe cluster keeps running. Try:\n    kubectl --kubeconfig %s get pods -A -o wide\n", c.Kubeconfig)
+	fmt.Printf("    bin/kubectl-inspect-gpushare --kubeconfig %s -d\n", c.Kubeconfig)
 	fmt.Printf("(kubectl v1.36 is in %s)\nLogs are in %s. Stop it with: make demo-down\n",
 		filepath.Dir(c.Tools.Bin("kubectl")), filepath.Join(o.dir, "logs"))
 	return nil
@@ -262,57 +263,6 @@ func unschedulable(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func printPlacements(pods []corev1.Pod) {
-	sort.Slice(pods, func(i, j int) bool {
-		return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name
-	})
-	fmt.Println()
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "POD\tCONTAINER\tNODE\tGPU\tMEMORY\tCOMPUTE\tPHASE")
-	for i := range pods {
-		p := &pods[i]
-		key := p.Namespace + "/" + p.Name
-		value, ok := p.Annotations[gpusharev1.AllocationAnnotation]
-		if !ok {
-			if p.Spec.NodeName == "" {
-				fmt.Fprintf(w, "%s\t-\t(pending)\t-\t-\t-\t%s\n", key, pendingReason(p))
-			}
-			continue
-		}
-		a, err := gpusharev1.ParseAllocation(value)
-		if err != nil {
-			fmt.Fprintf(w, "%s\t-\t%s\t%v\n", key, p.Spec.NodeName, err)
-			continue
-		}
-		phase := string(p.Status.Phase)
-		if gpucache.Ended(p) {
-			phase += " (GPUs released)"
-		}
-		for _, c := range a.Containers {
-			for _, g := range c.GPUs {
-				name := c.Name
-				if c.Kind != gpusharev1.ContainerApp {
-					name += " (" + strings.ToLower(string(c.Kind)) + ")"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d MiB\t%d%%\t%s\n", key, name, a.Node, g.Index, g.MemoryMiB, g.Compute, phase)
-			}
-		}
-	}
-	_ = w.Flush()
-	if len(pods) > 0 {
-		fmt.Printf("\n%d pods; records are the %s annotation on each pod.\n", len(pods), gpusharev1.AllocationAnnotation)
-	}
-}
-
-func pendingReason(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return c.Message
-		}
-	}
-	return string(p.Status.Phase)
 }
 
 func writePIDs(c *controlplane.Cluster) error {
