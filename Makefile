@@ -180,6 +180,10 @@ bench-scheduler: cluster-tools ## Scheduling throughput and memory: gpushare-sch
 bench-deviceplugin: cluster-tools ## Device plugin latency with 100 pods starting at once: gpushare-node as its own process (ROUNDS).
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench DevicePluginStart100 -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
 
+.PHONY: bench-inspect
+bench-inspect: cluster-tools ## kubectl inspect gpushare on 5000 nodes x 8 GPUs and 40000 pods against a real apiserver (ROUNDS).
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkInspect$$' -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
+
 .PHONY: clean
 clean: ## Remove build outputs.
 	rm -rf $(BIN)
