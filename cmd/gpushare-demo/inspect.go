@@ -23,7 +23,7 @@ func printInspect(ctx context.Context, kubeconfig string, pods []corev1.Pod) err
 		}
 	}
 	for _, args := range views {
-		fmt.Printf("\n$ kubectl inspect gpushare %s\n", strings.Join(args, " "))
+		fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
 		cmd := app.NewCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 		cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
 		if err := cmd.ExecuteContext(ctx); err != nil {
