@@ -72,7 +72,8 @@ func (e *helmError) Error() string { return e.err.Error() + ": " + e.stderr }
 
 // render runs helm template in namespace ns with --set flags and decodes
 // every object (a kind the client does not know fails the test, but for
-// the Prometheus Operator's ServiceMonitor, returned as nothing).
+// the Prometheus Operator's ServiceMonitor and PrometheusRule, returned as
+// nothing).
 func render(t *testing.T, ns string, set ...string) []runtime.Object {
 	t.Helper()
 	args := []string{"template", "gpushare", chart, "--namespace", ns}
@@ -102,6 +103,7 @@ var chartToggles = map[string][]string{
 	"whole-card":       {"node.wholeCard=true"},
 	"hook-policy":      {"hookPolicy.enabled=true"},
 	"service-monitor":  {"serviceMonitor.enabled=true"},
+	"monitoring":       {"grafana.dashboard.enabled=true", "prometheusRule.enabled=true"},
 	"no-alloc-policy":  {"allocationPolicy.enabled=false"},
 	"runtime-class":    {"node.runtimeClassName=nvidia"},
 	"own-extender-tls": {"mode=extender", "extender.tls.secretName=my-tls"},
@@ -349,8 +351,9 @@ func decodeAll(t *testing.T, out []byte) []runtime.Object {
 		if err != nil {
 			return objs
 		}
-		if len(bytes.TrimSpace(stripComments(doc))) == 0 || bytes.Contains(doc, []byte("kind: ServiceMonitor")) {
-			continue
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 || bytes.Contains(doc, []byte("kind: ServiceMonitor")) ||
+			bytes.Contains(doc, []byte("kind: PrometheusRule")) {
+			continue // the Prometheus Operator's kinds, unknown to client-go
 		}
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
 		if err != nil {
