@@ -355,6 +355,10 @@ func decodeAll(t *testing.T, out []byte) []runtime.Object {
 			bytes.Contains(doc, []byte("kind: PrometheusRule")) {
 			continue // the Prometheus Operator's kinds, unknown to client-go
 		}
+		// Kubernetes' decoders keep the last of two equal keys, silently.
+		if _, err := yaml.YAMLToJSONStrict(doc); err != nil {
+			t.Fatalf("%v in\n%s", err, doc)
+		}
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
 		if err != nil {
 			t.Fatalf("%v in\n%s", err, doc)

@@ -7,6 +7,11 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The label naming one component, beside gpushare.labels: (dict "root" . "component" "node"). */}}
+{{- define "gpushare.name" -}}
+app.kubernetes.io/name: gpushare-{{ .component }}
+{{- end -}}
+
 {{/* Labels that select one component's pods: (dict "root" . "component" "node"). */}}
 {{- define "gpushare.selector" -}}
 app.kubernetes.io/name: gpushare-{{ .component }}
