@@ -249,6 +249,7 @@ func run(ctx context.Context, o options) error {
 		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
 			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
 			Requests:    model.PodRequest,
+			UnitMiB:     model.UnitMiB,
 			HookDevices: cmp.Or(o.hookDevices, -1),
 			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
 			NodePods:    nodePods,

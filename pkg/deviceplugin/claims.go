@@ -35,6 +35,8 @@ type resolved struct {
 	// hooked is set for devices that defer to their container's hooks
 	// (hookedOnly): their CDI device carries hookedEdits.
 	hooked bool
+	// env is given besides the allocation's own (aliyunEnv).
+	env []string
 }
 
 // hookedOnly is the resolution of devices that defer to the hooks of
@@ -51,7 +53,9 @@ func (r *resolved) edits(mps *MPS) edits {
 	if r.hooked {
 		return hookedEdits
 	}
-	return gpuEdits(r.alloc, mps)
+	e := gpuEdits(r.alloc, mps)
+	e.Env = append(e.Env, r.env...)
+	return e
 }
 
 // forgetClaimsAfter is how long a claim whose container never starts is
@@ -247,7 +251,7 @@ func (m *Manager) ahead(ctx context.Context, h holder, resource string) (*resolv
 	if err := m.checkGPUs(h, a); err != nil {
 		return nil, err
 	}
-	return &resolved{holder: h, alloc: a}, nil
+	return &resolved{holder: h, alloc: a, env: m.aliyunEnvOf(pod, h.Container, a)}, nil
 }
 
 var (

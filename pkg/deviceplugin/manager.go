@@ -48,6 +48,11 @@ type Config struct {
 	// GPUs: a record that gives a container more (or other) than that is
 	// refused, whoever wrote it.
 	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
+	// UnitMiB, if set, gives the MiB in one unit of a Memory resource for
+	// pods in a namespace (0 if not one): containers that ask
+	// aliyun.com/gpu-mem then get Aliyun's environment in their pod's
+	// unit (aliyunEnv).
+	UnitMiB func(name corev1.ResourceName, namespace string) int64
 	// MPS, if set, gives containers the MPS client environment.
 	MPS *MPS
 	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
@@ -579,7 +584,10 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 	if err != nil {
 		return &resolved{holder: h}, err
 	}
-	return &resolved{holder: h, alloc: c}, m.checkGPUs(h, c)
+	if err := m.checkGPUs(h, c); err != nil {
+		return &resolved{holder: h, alloc: c}, err
+	}
+	return &resolved{holder: h, alloc: c, env: m.aliyunEnvOf(pod, h.Container, c)}, nil
 }
 
 // allocation returns container's allocation from pod's record, which

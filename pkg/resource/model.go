@@ -94,3 +94,17 @@ func (m *Model) SetLargestGPU(mib int64) { m.largestGPU.Store(max(mib, 0)) }
 
 // LargestGPU returns what SetLargestGPU set, 0 if unknown.
 func (m *Model) LargestGPU() int64 { return m.largestGPU.Load() }
+
+// UnitMiB returns the MiB in one unit of Memory resource name for pods in
+// namespace (its unit override there, else its configured unit); 0 if
+// name is not a managed Memory resource.
+func (m *Model) UnitMiB(name corev1.ResourceName, namespace string) int64 {
+	r, ok := m.resources[name]
+	if o, over := m.overrides[name][namespace]; over {
+		r = o
+	}
+	if !ok || r.kind != v1alpha1.KindMemory {
+		return 0
+	}
+	return r.mib
+}

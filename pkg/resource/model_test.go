@@ -121,3 +121,32 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestUnitMiB(t *testing.T) {
+	m, err := New(&v1alpha1.ResourceModel{
+		Resources: []v1alpha1.Resource{
+			{Name: "aliyun.com/gpu-mem", Kind: v1alpha1.KindMemory, Unit: v1alpha1.GiB},
+			{Name: "gpushare.io/gpu-mem", Kind: v1alpha1.KindMemory},
+			{Name: "gpushare.io/gpu-core", Kind: v1alpha1.KindCompute},
+		},
+		UnitOverrides: []v1alpha1.UnitOverride{{Name: "aliyun.com/gpu-mem", Unit: v1alpha1.MiB, Namespaces: []string{"seed-003"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      corev1.ResourceName
+		namespace string
+		want      int64
+	}{
+		{"aliyun.com/gpu-mem", "default", 1024},    // GiB
+		{"aliyun.com/gpu-mem", "seed-003", 1},      // MiB there
+		{"gpushare.io/gpu-mem", "seed-003", 1},     // no override of its own
+		{"gpushare.io/gpu-core", "default", 0},     // not memory
+		{"elasticgpu.io/gpu-memory", "default", 0}, // not in this model
+	} {
+		if got := m.UnitMiB(tc.name, tc.namespace); got != tc.want {
+			t.Errorf("UnitMiB(%s, %s) = %d, want %d", tc.name, tc.namespace, got, tc.want)
+		}
+	}
+}
