@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,8 @@ import (
 // Binding's annotations onto the pod as it sets the node, so a bound pod
 // always carries its record and a failed bind leaves none. The Binding
 // carries the pod's UID, so it cannot land on a new pod of the same name.
+// A pod that asks aliyun.com/gpu-mem also gets Aliyun's annotations
+// (aliyunAnnotations), for tools written for Aliyun's gpushare.
 func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, node string, p *alloc.Placement) error {
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
@@ -31,6 +35,7 @@ func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, nod
 			return err
 		}
 		binding.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
+		maps.Copy(binding.Annotations, aliyunAnnotations(pod, p, time.Now()))
 	}
 	if err := client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("binding pod %s/%s to %s: %w", pod.Namespace, pod.Name, node, err)
@@ -38,7 +43,8 @@ func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, nod
 	return nil
 }
 
-// Annotate records placement p on the pod as its allocation annotation. The
+// Annotate records placement p on the pod as its allocation annotation
+// (and Aliyun's, as Bind does). The
 // patch carries the pod's UID, so it cannot land on a new pod of the same
 // name.
 func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, p *alloc.Placement) error {
@@ -46,9 +52,11 @@ func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod,
 	if err != nil {
 		return err
 	}
+	annotations := map[string]string{gpusharev1.AllocationAnnotation: value}
+	maps.Copy(annotations, aliyunAnnotations(pod, p, time.Now()))
 	patch := map[string]any{"metadata": map[string]any{
 		"uid":         pod.UID,
-		"annotations": map[string]string{gpusharev1.AllocationAnnotation: value},
+		"annotations": annotations,
 	}}
 	body, err := json.Marshal(patch)
 	if err != nil {

@@ -10,6 +10,7 @@
 //   - Score: the node policy's rating, ranked by NormalizeScore.
 //   - Reserve / Unreserve: book the placement in the cache / drop it.
 //   - Bind: bind the pod and record its allocation (the annotation
-//     gpushare.io/allocation) in one Binding request; PostBind records it
+//     gpushare.io/allocation, and Aliyun's for pods that ask
+//     aliyun.com/gpu-mem) in one Binding request; PostBind records it
 //     afterwards if another bind plugin bound the pod first.
 package plugin

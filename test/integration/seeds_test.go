@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -81,12 +82,19 @@ func checkSeedPods(t *testing.T, client kubernetes.Interface) (booked int, booke
 		if len(g) != 1 || g[0].MemoryMiB != 3072 || a.Node != first.Node || g[0].Index != first.Containers[0].GPUs[0].Index {
 			t.Errorf("binpack-1 pod %s: %s on %s; want 3072 MiB on the GPU of the others", binpack[i].Name, describeAllocation(a), a.Node)
 		}
+		// Aliyun's annotations, for its tools, say the same in GiB.
+		if an := binpack[i].Annotations; len(g) == 1 && (an["ALIYUN_COM_GPU_MEM_IDX"] != strconv.Itoa(g[0].Index) || an["ALIYUN_COM_GPU_MEM_POD"] != "3") {
+			t.Errorf("binpack-1 pod %s: Aliyun's annotations %v; want GPU %d and 3 (GiB)", binpack[i].Name, an, g[0].Index)
+		}
 	}
 
 	// Seed 003: 3500 MiB each, in the namespace that counts MiB.
 	for _, p := range boundPods(t, client, "team-mib", "app=gpu-test", 3) {
 		if a := record(t, &p); a.Containers[0].GPUs[0].MemoryMiB != 3500 {
 			t.Errorf("gpu-test-mem pod %s: %s; want 3500 MiB", p.Name, describeAllocation(a))
+		}
+		if got := p.Annotations["ALIYUN_COM_GPU_MEM_POD"]; got != "3500" {
+			t.Errorf("gpu-test-mem pod %s: ALIYUN_COM_GPU_MEM_POD=%q, want 3500 (MiB)", p.Name, got)
 		}
 	}
 

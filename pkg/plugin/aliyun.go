@@ -1,0 +1,86 @@
+package plugin
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// aliyunMemory is the resource through which pods written for Aliyun's
+// gpushare ask GPU memory.
+const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
+
+// The annotations Aliyun's gpushare scheduler extender writes on the pods
+// it binds, which its tools (kubectl inspect gpushare) read.
+const (
+	aliyunIndex      = "ALIYUN_COM_GPU_MEM_IDX"
+	aliyunPod        = "ALIYUN_COM_GPU_MEM_POD"
+	aliyunAssigned   = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+	aliyunAssumeTime = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+)
+
+// aliyunAnnotations returns the annotations Aliyun's scheduler extender
+// writes at bind time for a pod that asks aliyun.com/gpu-mem and is placed
+// as p at now; nil for any other pod. gpushare's record stays the truth;
+// these say the same in Aliyun's terms:
+//
+//	ALIYUN_COM_GPU_MEM_IDX          the GPU index of the containers that ask it
+//	                                (several GPUs: their indexes, ascending, comma-separated)
+//	ALIYUN_COM_GPU_MEM_POD          the app containers' aliyun.com/gpu-mem, as asked
+//	ALIYUN_COM_GPU_MEM_ASSIGNED     "false": scheduled, not yet started on the node
+//	ALIYUN_COM_GPU_MEM_ASSUME_TIME  now, in nanoseconds since the epoch
+func aliyunAnnotations(pod *corev1.Pod, p *alloc.Placement, now time.Time) map[string]string {
+	asks := map[string]bool{}
+	for i := range pod.Spec.InitContainers {
+		if _, ok := quantity(&pod.Spec.InitContainers[i], aliyunMemory); ok {
+			asks[pod.Spec.InitContainers[i].Name] = true
+		}
+	}
+	var total int64
+	for i := range pod.Spec.Containers {
+		if q, ok := quantity(&pod.Spec.Containers[i], aliyunMemory); ok {
+			asks[pod.Spec.Containers[i].Name] = true
+			total += q
+		}
+	}
+	var idx []int
+	for _, c := range p.Containers {
+		if !asks[c.Name] {
+			continue
+		}
+		for _, g := range c.GPUs {
+			if !slices.Contains(idx, g.GPU) {
+				idx = append(idx, g.GPU)
+			}
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	slices.Sort(idx)
+	s := make([]string, len(idx))
+	for i, g := range idx {
+		s[i] = strconv.Itoa(g)
+	}
+	return map[string]string{
+		aliyunIndex:      strings.Join(s, ","),
+		aliyunPod:        strconv.FormatInt(total, 10),
+		aliyunAssigned:   "false",
+		aliyunAssumeTime: strconv.FormatInt(now.UnixNano(), 10),
+	}
+}
+
+// quantity is what c asks of resource name, its limit else its request,
+// and whether it asks any.
+func quantity(c *corev1.Container, name corev1.ResourceName) (int64, bool) {
+	q, ok := c.Resources.Limits[name]
+	if !ok {
+		q, ok = c.Resources.Requests[name]
+	}
+	return q.Value(), ok && !q.IsZero()
+}
