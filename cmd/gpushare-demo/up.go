@@ -67,12 +67,9 @@ func up(ctx context.Context, o options) (err error) {
 		return err
 	}
 	step("applying " + o.schedulerRBAC + ": gpushare-scheduler's service account may do what kube-scheduler and its plugin need")
-	if err := controlplane.Apply(ctx, client, rbac); err != nil {
-		return fmt.Errorf("%s: %w", o.schedulerRBAC, err)
-	}
-	kubeconfig, err := c.AccountKubeconfig(ctx, "kube-system", "gpushare-scheduler", nil, daemonTokenTTL)
+	kubeconfig, err := c.RoleKubeconfig(ctx, rbac, "kube-system", "gpushare-scheduler", daemonTokenTTL)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", o.schedulerRBAC, err)
 	}
 	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler) as that service account")
 	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", o.scheduler, kubeconfig, config); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -33,4 +34,24 @@ func (c *Cluster) AccountKubeconfig(ctx context.Context, namespace, name string,
 	}
 	path := c.path(file)
 	return path, c.writeKubeconfig(path, "system:serviceaccount:"+namespace+":"+name, tok.Status.Token)
+}
+
+// RoleKubeconfig gives a component the credentials an install gives it:
+// it applies rbac (the component's service account and roles, e.g.
+// deploy/scheduler-rbac.yaml) unless the service account namespace/name
+// exists already, and returns AccountKubeconfig's kubeconfig for it.
+func (c *Cluster) RoleKubeconfig(ctx context.Context, rbac []byte, namespace, name string, ttl time.Duration) (string, error) {
+	client, err := c.Client()
+	if err != nil {
+		return "", err
+	}
+	switch _, err := client.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{}); {
+	case apierrors.IsNotFound(err):
+		if err := Apply(ctx, client, rbac); err != nil {
+			return "", fmt.Errorf("the roles of service account %s/%s: %w", namespace, name, err)
+		}
+	case err != nil:
+		return "", err
+	}
+	return c.AccountKubeconfig(ctx, namespace, name, nil, ttl)
 }

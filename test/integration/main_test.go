@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -119,20 +117,8 @@ func startPlugin(t testing.TB, config []byte) (*controlplane.Cluster, kubernetes
 // privileges they have when installed, not an admin's.
 func accountKubeconfig(t testing.TB, c *controlplane.Cluster, component string) string {
 	t.Helper()
-	ctx := context.Background()
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "gpushare-" + component
-	if _, err := client.CoreV1().ServiceAccounts("kube-system").Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		if err := controlplane.Apply(ctx, client, readFile(t, "deploy/"+component+"-rbac.yaml")); err != nil {
-			t.Fatalf("deploy/%s-rbac.yaml: %v", component, err)
-		}
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := c.AccountKubeconfig(ctx, "kube-system", name, nil, 2*time.Hour)
+	kubeconfig, err := c.RoleKubeconfig(context.Background(), readFile(t, "deploy/"+component+"-rbac.yaml"),
+		"kube-system", "gpushare-"+component, 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -564,20 +564,13 @@ func memory(pid int) (rss, peak float64, err error) {
 	return rss, peak, nil
 }
 
-// account applies deploy/<component>-rbac.yaml and returns a kubeconfig of
-// its service account, kube-system/gpushare-<component>: the benchmark
-// runs gpushare with the privileges the chart gives it.
+// account returns a kubeconfig of kube-system/gpushare-<component> with
+// the roles of deploy/<component>-rbac.yaml: the benchmark runs gpushare
+// with the privileges the chart gives it.
 func account(ctx context.Context, c *controlplane.Cluster, component string) (string, error) {
-	client, err := c.Client()
-	if err != nil {
-		return "", err
-	}
 	rbac, err := os.ReadFile("deploy/" + component + "-rbac.yaml")
 	if err != nil {
 		return "", err
 	}
-	if err := controlplane.Apply(ctx, client, rbac); err != nil {
-		return "", fmt.Errorf("deploy/%s-rbac.yaml: %w", component, err)
-	}
-	return c.AccountKubeconfig(ctx, "kube-system", "gpushare-"+component, nil, 24*time.Hour)
+	return c.RoleKubeconfig(ctx, rbac, "kube-system", "gpushare-"+component, 24*time.Hour)
 }
