@@ -102,6 +102,9 @@ type podEntry struct {
 	// inventory shrank, or a record over-commits); the GPUs it names are
 	// then held full.
 	conflict bool
+	// foreign is set when the record is another system's (AliyunAllocation):
+	// alloc names its GPUs by index, placed on the node's at each booking.
+	foreign bool
 }
 
 // New returns an empty cache.
@@ -287,7 +290,7 @@ func withVanished(inv *alloc.Node, pods []*podEntry) *alloc.Node {
 	n := copyNode(inv)
 	index := uuidIndex(inv)
 	for _, p := range pods {
-		if p.alloc == nil {
+		if p.alloc == nil || p.foreign {
 			continue
 		}
 		for _, ca := range p.alloc.Containers {
@@ -342,7 +345,19 @@ func sortedEntries(pods map[types.UID]*podEntry) []*podEntry {
 func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	p.invalid, p.conflict = false, false
 	if p.alloc != nil {
-		placement, err := placeRecord(p.alloc, e.state.Node)
+		a, err := p.alloc, error(nil)
+		if p.foreign {
+			a, err = ByIndex(a, func(i int) (string, bool) {
+				if i < 0 || i >= len(e.inventory.GPUs) {
+					return "", false
+				}
+				return e.inventory.GPUs[i].UUID, true
+			})
+		}
+		var placement *alloc.Placement
+		if err == nil {
+			placement, err = placeRecord(a, e.state.Node)
+		}
 		if err == nil && p.req != nil {
 			err = alloc.Conform(placement, p.req, e.inventory)
 		}
@@ -352,13 +367,21 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 			return
 		}
 		p.placement = placement
-		if p.pod != nil {
+		if p.pod != nil && !p.foreign {
 			delete(c.refused, p.pod.UID)
 		}
 	}
-	if err := e.state.Apply(p.placement); err != nil {
+	err := e.state.Apply(p.placement)
+	if err == nil && p.foreign && p.pod != nil {
+		delete(c.refused, p.pod.UID)
+	}
+	if err != nil {
 		p.conflict = true
 		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
+		if p.foreign {
+			// gpushare placed nothing here: say so on the pod.
+			c.report(p.pod, p.key, p.record, fmt.Errorf("%w over-commits its GPU; holding it full: %w", ErrForeignRecord, err))
+		}
 		// A new Node, not a change in place: the core's memo relies on it.
 		n := copyNode(e.state.Node)
 		for _, b := range p.placement.Booked {
@@ -463,8 +486,12 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
+	foreign := false
 	if !ok {
-		return
+		// gpushare's record first; else one another system left.
+		if value, foreign = foreignValue(pod); !foreign {
+			return
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -473,7 +500,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
-	p, err := c.parseRecord(pod, value)
+	p, err := c.parseRecord(pod, value, foreign)
 	if err != nil {
 		c.report(pod, key, value, err)
 		return
@@ -493,7 +520,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	c.pods[pod.UID] = p
 	if e := c.nodes[p.node]; e != nil {
 		e.pods[pod.UID] = p
-		if needsRebuild(e, p.alloc) {
+		if !p.foreign && needsRebuild(e, p.alloc) {
 			c.rebuild(e)
 		} else {
 			c.book(e, p)
@@ -527,7 +554,13 @@ func equalRecords(a, b *gpusharev1.Allocation) bool {
 	return err1 == nil && err2 == nil && x == y
 }
 
-func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
+// parseRecord reads the record value of pod: gpushare's allocation, or
+// with foreign Aliyun's annotations, translated (AliyunAllocation). Both
+// are held to the same rules.
+func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEntry, error) {
+	if foreign {
+		return c.parseForeign(pod, value)
+	}
 	a, err := gpusharev1.ParseAllocation(value)
 	if err != nil {
 		return nil, err
@@ -554,6 +587,34 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string) (*podEntry, error) {
 		entry.req = req
 	}
 	return entry, nil
+}
+
+// parseForeign is parseRecord for Aliyun's record: it is read through the
+// pod's own request, so it needs Options.Requests.
+func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
+	if pod.Spec.NodeName == "" {
+		return nil, fmt.Errorf("%w: %w", ErrForeignRecord, ErrNotBound)
+	}
+	if c.opts.Requests == nil {
+		return nil, fmt.Errorf("%w: no request model to read it by", ErrForeignRecord)
+	}
+	req, err := c.opts.Requests(pod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the pod's own request: %w", ErrForeignRecord, err)
+	}
+	a, err := AliyunAllocation(pod, req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := PlacementFrom(a, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := alloc.Conform(p, req, nil); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrForeignRecord, err)
+	}
+	return &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a,
+		req: req, pod: pod, foreign: true}, nil
 }
 
 // RemovePod releases whatever a pod held or was assumed to hold.

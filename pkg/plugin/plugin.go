@@ -189,6 +189,10 @@ func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	if r == nil {
 		return
 	}
+	if errors.Is(err, gpucache.ErrForeignRecord) {
+		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check", "gpushare cannot adopt this pod's placement: %v", err)
+		return
+	}
 	r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check",
 		"gpushare books no GPU for this pod's %s annotation: %v", gpusharev1.AllocationAnnotation, err)
 }
@@ -648,7 +652,7 @@ func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHin
 
 func (pl *GPUShare) podReleased(_ klog.Logger, pod *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
-		if _, held := p.Annotations[gpusharev1.AllocationAnnotation]; !held {
+		if !gpucache.Recorded(p) {
 			return fwk.QueueSkip, nil
 		}
 		pl.cache.RemovePod(p.UID)
@@ -665,7 +669,7 @@ func (pl *GPUShare) podUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj an
 		return fwk.Queue, nil
 	}
 	o, ok := oldObj.(*corev1.Pod)
-	if _, held := n.Annotations[gpusharev1.AllocationAnnotation]; !held || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
+	if !gpucache.Recorded(n) || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
 		return fwk.QueueSkip, nil
 	}
 	// A pod holding GPUs ended: they are free.

@@ -1,0 +1,133 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// Where Aliyun's gpushare scheduler extender records a placement: the
+// annotations it writes on a pod at bind, before gpushare took over.
+const (
+	// AliyunIndex is the GPU index of the pod's aliyun.com/gpu-mem
+	// containers.
+	AliyunIndex = "ALIYUN_COM_GPU_MEM_IDX"
+	// AliyunPod is the pod's app containers' aliyun.com/gpu-mem, in the
+	// pod's unit.
+	AliyunPod = "ALIYUN_COM_GPU_MEM_POD"
+)
+
+const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
+
+// ErrForeignRecord marks a record of another system that gpushare cannot
+// read as a placement.
+var ErrForeignRecord = errors.New("the placement record of Aliyun's gpushare")
+
+// Recorded reports whether pod carries a record of where its GPUs are:
+// gpushare's, or one of another system that gpushare adopts.
+func Recorded(pod *corev1.Pod) bool {
+	_, own := pod.Annotations[gpusharev1.AllocationAnnotation]
+	_, aliyun := pod.Annotations[AliyunIndex]
+	return own || aliyun
+}
+
+// foreignValue returns the annotations of Aliyun's record on pod, as one
+// string that changes when any of them does, and whether pod has one.
+func foreignValue(pod *corev1.Pod) (string, bool) {
+	idx, ok := pod.Annotations[AliyunIndex]
+	if !ok {
+		return "", false
+	}
+	return AliyunIndex + "=" + idx + " " + AliyunPod + "=" + pod.Annotations[AliyunPod], true
+}
+
+// AliyunAllocation translates the placement Aliyun's scheduler extender
+// recorded on pod into gpushare's record, as gpushare would have written
+// it: each container of req that asks aliyun.com/gpu-mem on GPU
+// ALIYUN_COM_GPU_MEM_IDX of the pod's node with the share req gives it.
+// Aliyun's extender puts a pod on one GPU, named by its index (an integer),
+// and books the containers' aliyun.com/gpu-mem there; ALIYUN_COM_GPU_MEM_POD,
+// where present, must be the app containers' sum as asked. The GPUs are
+// named by index only: their UUIDs are left empty for ByIndex to fill in
+// from the node. req is the pod's request as the resource model translates
+// it (GiB, or MiB in a namespace whose unit is MiB), so a record whose pod
+// asks other GPU resources too does not conform to it.
+func AliyunAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Allocation, error) {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrForeignRecord, fmt.Sprintf(format, args...))
+	}
+	v := pod.Annotations[AliyunIndex]
+	idx, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || idx < 0 {
+		return nil, fail("%s=%q is not one GPU index", AliyunIndex, v)
+	}
+	asks := map[string]bool{}
+	for i := range pod.Spec.InitContainers {
+		if _, ok := aliyunAmount(&pod.Spec.InitContainers[i]); ok {
+			asks[pod.Spec.InitContainers[i].Name] = true
+		}
+	}
+	var podAmount int64
+	for i := range pod.Spec.Containers {
+		if n, ok := aliyunAmount(&pod.Spec.Containers[i]); ok {
+			asks[pod.Spec.Containers[i].Name] = true
+			podAmount += n
+		}
+	}
+	if len(asks) == 0 {
+		return nil, fail("the pod asks no %s", aliyunMemory)
+	}
+	if s, ok := pod.Annotations[AliyunPod]; ok {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || n != podAmount {
+			return nil, fail("%s=%q, the pod's containers ask %d of %s", AliyunPod, s, podAmount, aliyunMemory)
+		}
+	}
+	a := &gpusharev1.Allocation{Node: pod.Spec.NodeName}
+	for i := range req.Containers {
+		c := &req.Containers[i]
+		if !asks[c.Name] {
+			continue
+		}
+		d := c.PerGPU()
+		a.Containers = append(a.Containers, gpusharev1.ContainerAllocation{Name: c.Name, Kind: kinds[c.Kind],
+			GPUs: []gpusharev1.GPUShare{{Index: idx, MemoryMiB: d.MemoryMiB, Compute: d.Compute}}})
+	}
+	return a, nil
+}
+
+// aliyunAmount is what c asks of aliyun.com/gpu-mem (its limit, else its
+// request) and whether it asks any.
+func aliyunAmount(c *corev1.Container) (int64, bool) {
+	q, ok := c.Resources.Limits[aliyunMemory]
+	if !ok {
+		q, ok = c.Resources.Requests[aliyunMemory]
+	}
+	return q.Value(), ok && !q.IsZero()
+}
+
+// ByIndex returns a copy of a with each GPU's UUID set to that of the GPU
+// at its index, as uuid gives it: how a record that names GPUs by index
+// only is placed on a node.
+func ByIndex(a *gpusharev1.Allocation, uuid func(index int) (string, bool)) (*gpusharev1.Allocation, error) {
+	out := *a
+	out.Containers = make([]gpusharev1.ContainerAllocation, len(a.Containers))
+	for i, c := range a.Containers {
+		c.GPUs = append([]gpusharev1.GPUShare(nil), c.GPUs...)
+		for k := range c.GPUs {
+			u, ok := uuid(c.GPUs[k].Index)
+			if !ok {
+				return nil, fmt.Errorf("%w: container %s: node %s has no GPU %d", ErrForeignRecord, c.Name, a.Node, c.GPUs[k].Index)
+			}
+			c.GPUs[k].UUID = u
+		}
+		out.Containers[i] = c
+	}
+	return &out, nil
+}
