@@ -115,3 +115,50 @@ func TestAliyunEnvInContainer(t *testing.T) {
 		}
 	}
 }
+
+// A pod Aliyun's gpushare placed (its record only, no gpushare record)
+// gets the GPU Aliyun recorded when its container starts, and again after
+// a kubelet restart; a record naming a GPU the node lacks starts nothing.
+func TestAliyunPlacedPodKeepsItsGPU(t *testing.T) {
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := sim.New(&sim.Config{GPUs: []sim.Group{{Model: "Tesla T4", MemoryMiB: 15360, Count: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := startNodeWith(t, func(c *Config) {
+		c.Backend, c.Resources, c.Requests, c.UnitMiB = gpus, ResourcesFrom(v1alpha1.Default()), model.PodRequest, model.UnitMiB
+	})
+	aliyunPlaced := func(name, idx string) *corev1.Pod {
+		p := n.pod(name, share{resource: string(aliyunMemory), amount: 3, container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 3072})
+		p.Annotations = map[string]string{"ALIYUN_COM_GPU_MEM_IDX": idx, "ALIYUN_COM_GPU_MEM_POD": "3",
+			"ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1700000000000000000"}
+		return p
+	}
+	old := aliyunPlaced("old", "1")
+	if err := n.admit(old); err != nil {
+		t.Fatal(err)
+	}
+	for _, when := range []string{"first start", "after a kubelet restart"} {
+		if when != "first start" {
+			n.Restart()
+			n.WaitAllocatable(string(aliyunMemory), 2*15)
+		}
+		env, err := n.start(old, "main")
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) || env["ALIYUN_COM_GPU_MEM_IDX"] != "1" {
+			t.Errorf("%s: sees %q (IDX %q), want GPU 1", when, env["NVIDIA_VISIBLE_DEVICES"], env["ALIYUN_COM_GPU_MEM_IDX"])
+		}
+	}
+	lost := aliyunPlaced("lost", "5")
+	if err := n.admit(lost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.start(lost, "main"); err == nil || !strings.Contains(err.Error(), "has no GPU 5") {
+		t.Fatalf("a record naming GPU 5 of 2: %v", err)
+	}
+}

@@ -594,10 +594,16 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 // must be for this node.
 func (m *Manager) allocation(pod *corev1.Pod, container string) (*gpusharev1.ContainerAllocation, error) {
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
-	if !ok {
+	var a *gpusharev1.Allocation
+	var err error
+	switch _, aliyun := pod.Annotations[gpucache.AliyunIndex]; {
+	case ok:
+		a, err = gpusharev1.ParseAllocation(value)
+	case aliyun:
+		a, err = m.aliyunAllocation(pod)
+	default:
 		return nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", pod.Namespace, pod.Name, gpusharev1.AllocationAnnotation)
 	}
-	a, err := gpusharev1.ParseAllocation(value)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
