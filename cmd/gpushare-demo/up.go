@@ -27,7 +27,7 @@ type options struct {
 var nodes = []controlplane.NodeSpec{
 	{Name: "h100-0", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 8},
 	{Name: "h200-0", Model: "NVIDIA H200", MemoryMiB: 143771, Count: 8},
-	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 4},
+	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 4, MPS: true},
 	{Name: "l4-0", Model: "NVIDIA L4", MemoryMiB: 23034, Count: 2},
 	{Name: "a100-whole-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Count: 4, WholeCard: true},
 }
@@ -113,6 +113,9 @@ func up(ctx context.Context, o options) (err error) {
 		if n.WholeCard {
 			mode = "whole cards only"
 		}
+		if n.MPS {
+			mode += ", under MPS"
+		}
 		fmt.Printf("    %-14s %d x %s (%d MiB), %s; metrics at http://%s/metrics\n", n.Name, n.Count, n.Model, n.MemoryMiB, mode, metrics)
 	}
 	if err := writePIDs(c); err != nil {
@@ -182,6 +185,10 @@ func startDaemon(ctx context.Context, c *controlplane.Cluster, client kubernetes
 		"--no-device-plugin", "--metrics-bind-address=" + addr}
 	if n.WholeCard {
 		args = append(args, "--whole-card")
+	}
+	if n.MPS {
+		// With no device plugin, --mps only marks the inventory.
+		args = append(args, "--mps")
 	}
 	if _, err := c.Run("gpushare-node-"+n.Name, o.nodeDaemon, args...); err != nil {
 		return "", err

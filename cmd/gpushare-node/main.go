@@ -78,7 +78,7 @@ func main() {
 	fs.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device plugin directory")
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where CDI specs for containers are written")
-	fs.BoolVar(&o.mps, "mps", false, "share this node's GPUs under NVIDIA MPS: run and supervise the MPS control daemon, and give containers the MPS client environment (limits from their own requests) and the pipe mount")
+	fs.BoolVar(&o.mps, "mps", false, "share this node's GPUs under NVIDIA MPS: mark them so in the inventory (only they take keti.com/mpsgpu pods), run and supervise the MPS control daemon (with the device plugins), and give containers that ask for MPS the MPS client environment (limits from their own requests) and the pipe mount")
 	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory (seed 000's path)")
 	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory")
 	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
@@ -173,7 +173,7 @@ func run(ctx context.Context, o options) error {
 	publish := func() bool {
 		devs, err := backend.Devices()
 		if err == nil {
-			err = pub.Publish(ctx, inventory.From(devs, mode))
+			err = pub.Publish(ctx, inventory.From(devs, mode, o.mps))
 		}
 		if err != nil {
 			logger.Error(err, "Publishing the GPU inventory")

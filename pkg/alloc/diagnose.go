@@ -20,6 +20,9 @@ type Diagnosis struct {
 	NeedGPUs, MostGPUs int
 	// Models the pod allows, when some node had no GPU of them.
 	Models []string
+	// The most MPS GPUs one container needs and the most any node has,
+	// when some node had too few GPUs under MPS.
+	NeedMPS, MostMPS int
 }
 
 // Diagnose aggregates per-node reasons over nodes nodes (some of which may
@@ -42,6 +45,9 @@ func Diagnose(nodes int, unfits []*Unfit) Diagnosis {
 				d.MostGPUs = max(d.MostGPUs, r.Usable)
 			case ReasonModel:
 				d.Models = r.Models
+			case ReasonNotMPS:
+				d.NeedMPS = max(d.NeedMPS, r.Needed)
+				d.MostMPS = max(d.MostMPS, r.Usable)
 			}
 		}
 	}
@@ -80,8 +86,9 @@ func (d Diagnosis) String() string {
 
 // Detail is the numbers part of the diagnosis, e.g. "largest free share
 // on any GPU is 3000 MiB, pod needs 3500 MiB", "a container needs 4 GPUs,
-// the most any node has is 2", "pod allows GPU models NVIDIA A100"; ""
-// when no node was short of GPU memory, GPUs or a model.
+// the most any node has is 2", "pod allows GPU models NVIDIA A100", "a
+// container needs 1 GPUs under MPS, the most any node has is 0"; "" when
+// no node was short of GPU memory, GPUs, a model or MPS.
 func (d Diagnosis) Detail() string {
 	var parts []string
 	if d.NeedMiB > 0 {
@@ -92,6 +99,9 @@ func (d Diagnosis) Detail() string {
 	}
 	if len(d.Models) > 0 {
 		parts = append(parts, "pod allows GPU models "+strings.Join(d.Models, ", "))
+	}
+	if d.NeedMPS > 0 {
+		parts = append(parts, fmt.Sprintf("a container needs %d GPUs under MPS, the most any node has is %d", d.NeedMPS, d.MostMPS))
 	}
 	return strings.Join(parts, "; ")
 }

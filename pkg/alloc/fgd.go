@@ -102,7 +102,7 @@ func newFGDShapes(shapes []Shape) *fgd {
 		}
 		d := shapes[q].Demand
 		k := slices.IndexFunc(f.demands, func(e Demand) bool {
-			return e.MemoryMiB == d.MemoryMiB && e.Compute == d.Compute && e.Exclusive == d.Exclusive && slices.Equal(e.Models, d.Models)
+			return e.MemoryMiB == d.MemoryMiB && e.Compute == d.Compute && e.Exclusive == d.Exclusive && e.MPS == d.MPS && slices.Equal(e.Models, d.Models)
 		})
 		if k < 0 {
 			k = len(f.demands)
@@ -128,7 +128,7 @@ type fragBase struct {
 // unitsOn returns how many of demand d fit GPU g at usage u side by side,
 // and the share of g they take together.
 func unitsOn(g *GPU, u Usage, d *Demand) (n, share int64) {
-	if !g.Healthy || !allows(d.Models, g.Model) {
+	if !admits(g, d) {
 		return 0, 0
 	}
 	if d.Exclusive {

@@ -16,6 +16,7 @@ const (
 	ReasonGPUCount     Reason = "TooFewGPUs"
 	ReasonUnhealthy    Reason = "GPUUnhealthy"
 	ReasonModel        Reason = "GPUModelNotAllowed"
+	ReasonNotMPS       Reason = "GPUNotMPS"
 	ReasonGPUTooSmall  Reason = "GPUTooSmall"
 	ReasonGPUMemory    Reason = "InsufficientGPUMemory"
 	ReasonGPUCompute   Reason = "InsufficientGPUCompute"
@@ -97,6 +98,8 @@ func (r Insufficiency) String() string {
 		return fmt.Sprintf("%sno GPU of an allowed model (%s)", who, strings.Join(r.Models, ", "))
 	case ReasonUnhealthy:
 		return fmt.Sprintf("%sneeds %d GPU(s), %d healthy", who, r.Needed, r.Usable)
+	case ReasonNotMPS:
+		return fmt.Sprintf("%sneeds %d GPU(s) under MPS, node has %d (gpushare-node --mps)", who, r.Needed, r.Usable)
 	default:
 		return who + string(r.Reason)
 	}
@@ -111,6 +114,8 @@ func checkGPU(s *NodeState, i int, d *Demand) (GPUReject, bool) {
 		rej.Reason = ReasonUnhealthy
 	case !allows(d.Models, g.Model):
 		rej.Reason = ReasonModel
+	case d.MPS && !g.MPS:
+		rej.Reason = ReasonNotMPS
 	case d.Exclusive:
 		if s.GPUs[i] != (Usage{}) {
 			rej.Reason = ReasonGPUNotIdle
@@ -135,13 +140,19 @@ func fits(s *NodeState, i int, d *Demand) bool {
 
 // fitsUsage reports whether GPU g with usage u can take demand d.
 func fitsUsage(g *GPU, u Usage, d *Demand) bool {
-	if !g.Healthy || !allows(d.Models, g.Model) {
+	if !admits(g, d) {
 		return false
 	}
 	if d.Exclusive {
 		return u == Usage{}
 	}
 	return u.MemoryMiB+d.MemoryMiB <= g.MemoryMiB && u.Compute+d.Compute <= g.ComputeCapacity()
+}
+
+// admits reports whether g may take d at all, whatever is booked on it:
+// it is healthy, of an allowed model, and runs MPS if d asks for it.
+func admits(g *GPU, d *Demand) bool {
+	return g.Healthy && allows(d.Models, g.Model) && (!d.MPS || g.MPS)
 }
 
 // shareOf is FreeShare for GPU g with usage u.
@@ -154,8 +165,9 @@ func shareOf(g *GPU, u Usage) int64 {
 
 // containerUnfit summarises per-GPU rejections into one reason. It names
 // the shortage a user can act on: not enough free memory or compute beats
-// "not idle", which beats a GPU too small, a model or health. Free and
-// Capacity are the largest on any healthy GPU of an allowed model.
+// "not idle", which beats a GPU too small, no MPS, a model or health.
+// Free and Capacity are the largest on any GPU the demand admits; for
+// ReasonNotMPS, Usable counts the node's MPS GPUs.
 func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, rejects []GPUReject) Insufficiency {
 	in := Insufficiency{Container: name, Needed: need, Usable: usable}
 	if len(s.Node.GPUs) < need {
@@ -166,18 +178,26 @@ func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, reje
 	for _, r := range rejects {
 		seen[r.Reason] = true
 	}
-	for _, reason := range []Reason{ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonModel, ReasonUnhealthy} {
+	for _, reason := range []Reason{ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonNotMPS, ReasonModel, ReasonUnhealthy} {
 		if seen[reason] {
 			in.Reason = reason
 			break
 		}
 	}
-	if in.Reason == ReasonModel {
+	switch in.Reason {
+	case ReasonModel:
 		in.Models = d.Models
+	case ReasonNotMPS:
+		in.Usable = 0
+		for i := range s.Node.GPUs {
+			if s.Node.GPUs[i].MPS {
+				in.Usable++
+			}
+		}
 	}
 	for i := range s.Node.GPUs {
 		g := &s.Node.GPUs[i]
-		if !g.Healthy || !allows(d.Models, g.Model) {
+		if !admits(g, d) {
 			continue
 		}
 		f := s.Free(i)

@@ -247,11 +247,14 @@ func shapeOf(n *Node, usage []Usage) string {
 		b = binary.AppendVarint(b, g.MemoryMiB)
 		b = binary.AppendVarint(b, g.Compute)
 		b = binary.AppendVarint(b, int64(g.NUMANode))
+		var flags byte
 		if g.Healthy {
-			b = append(b, 1)
-		} else {
-			b = append(b, 0)
+			flags |= 1
 		}
+		if g.MPS {
+			flags |= 2
+		}
+		b = append(b, flags)
 		b = binary.AppendUvarint(b, uint64(len(g.Peers)))
 		for _, p := range g.Peers {
 			b = binary.AppendVarint(b, int64(p))

@@ -39,6 +39,10 @@ type GPU struct {
 	NUMANode int
 	// Peers lists the indices of GPUs reachable over NVLink.
 	Peers []int
+	// MPS says the GPU runs an NVIDIA MPS server (gpushare-node --mps):
+	// only MPS GPUs take MPS requests. Other requests may share it too,
+	// as plain CUDA contexts beside the server.
+	MPS bool
 }
 
 // ComputeCapacity returns the GPU's compute capacity in percent.

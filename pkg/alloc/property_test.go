@@ -371,7 +371,7 @@ func TestShapeCoversNode(t *testing.T) {
 		want []string
 	}{
 		{Node{}, []string{"Name", "CPUMilli", "MemoryMiB", "Mode", "GPUs"}},
-		{GPU{}, []string{"Index", "UUID", "Model", "MemoryMiB", "Compute", "Healthy", "NUMANode", "Peers"}},
+		{GPU{}, []string{"Index", "UUID", "Model", "MemoryMiB", "Compute", "Healthy", "NUMANode", "Peers", "MPS"}},
 	} {
 		typ := reflect.TypeOf(c.v)
 		var got []string
@@ -399,6 +399,7 @@ func TestShapeCoversNode(t *testing.T) {
 		"GPU size":  func(n *Node, _ []Usage) { n.GPUs[1].MemoryMiB++ },
 		"compute":   func(n *Node, _ []Usage) { n.GPUs[1].Compute = 50 },
 		"health":    func(n *Node, _ []Usage) { n.GPUs[1].Healthy = false },
+		"MPS":       func(n *Node, _ []Usage) { n.GPUs[1].MPS = true },
 		"NUMA":      func(n *Node, _ []Usage) { n.GPUs[1].NUMANode = 0 },
 		"NVLink":    func(n *Node, _ []Usage) { n.GPUs[0].Peers, n.GPUs[1].Peers = nil, nil },
 		"usage":     func(_ *Node, u []Usage) { u[1].Compute = 10 },

@@ -22,6 +22,9 @@ type ContainerRequest struct {
 	Exclusive bool
 	// Models restricts the GPU models; empty allows any.
 	Models []string
+	// MPS asks for GPUs under NVIDIA MPS (keti.com/mpsgpu): the
+	// container runs as an MPS client, so only GPUs that run MPS take it.
+	MPS bool
 }
 
 // Demand is what a request needs from each of its GPUs.
@@ -30,6 +33,7 @@ type Demand struct {
 	Compute   int64
 	Exclusive bool
 	Models    []string
+	MPS       bool
 }
 
 // PerGPU returns the request's per-GPU demand.
@@ -40,6 +44,7 @@ func (r *ContainerRequest) PerGPU() Demand {
 		Compute:   r.Compute,
 		Exclusive: r.Exclusive,
 		Models:    r.Models,
+		MPS:       r.MPS,
 	}
 }
 
@@ -53,6 +58,8 @@ func (r *ContainerRequest) Validate() error {
 		return fmt.Errorf("container %q: %w: gpu count %d is negative", r.Name, ErrInvalidRequest, r.Count)
 	case r.MemoryMiB < 0 || r.Compute < 0:
 		return fmt.Errorf("container %q: %w: negative GPU memory or compute", r.Name, ErrInvalidRequest)
+	case r.Exclusive && r.MPS:
+		return fmt.Errorf("container %q: %w: an MPS request shares its GPUs, it cannot be exclusive", r.Name, ErrInvalidRequest)
 	case r.Exclusive && (r.MemoryMiB != 0 || r.Compute != 0):
 		return fmt.Errorf("container %q: %w: a whole-GPU request carries no memory or compute share", r.Name, ErrInvalidRequest)
 	case !r.Exclusive && r.MemoryMiB == 0 && r.Compute == 0:

@@ -30,7 +30,7 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 	}
 	for i, g := range inv.GPUs {
 		node.GPUs[i] = alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers}
+			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS}
 	}
 	return node, node.Validate()
 }

@@ -18,6 +18,7 @@ func TestNodeFrom(t *testing.T) {
 	inv.GPUs[1].NVLinkPeers = []int{0}
 	inv.GPUs[1].Healthy = false
 	inv.GPUs[1].Model = "other"
+	inv.GPUs[1].MPS = true
 	got, err := cache.NodeFrom(inventoryNode(t, "n1", inv))
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +26,7 @@ func TestNodeFrom(t *testing.T) {
 	want := &alloc.Node{Name: "n1", Mode: alloc.WholeCard}
 	for _, g := range inv.GPUs {
 		want.GPUs = append(want.GPUs, alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers})
+			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS})
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("NodeFrom (-want +got):\n%s", diff)

@@ -22,6 +22,9 @@ type NodeSpec struct {
 	Count     int
 	// WholeCard makes the node hand out whole GPUs only.
 	WholeCard bool
+	// MPS marks the node's GPUs as running MPS (gpushare-node --mps):
+	// only they take keti.com/mpsgpu pods.
+	MPS bool
 	// CPU cores and memory in GiB; 0 means 64 and 512.
 	CPU, MemoryGiB int64
 	// Bare leaves out the GPU inventory and the gpushare label: a node
@@ -41,7 +44,7 @@ func (s NodeSpec) Inventory() *gpusharev1.GPUInventory {
 	}
 	for i := range s.Count {
 		g := gpusharev1.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", s.Name, i), Model: s.Model,
-			MemoryMiB: s.MemoryMiB, Healthy: true, NUMANode: 2 * i / max(s.Count, 1)}
+			MemoryMiB: s.MemoryMiB, Healthy: true, NUMANode: 2 * i / max(s.Count, 1), MPS: s.MPS}
 		if peer := i ^ 1; peer < s.Count {
 			g.NVLinkPeers = []int{peer}
 		}

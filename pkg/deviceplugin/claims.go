@@ -37,6 +37,9 @@ type resolved struct {
 	hooked bool
 	// env is given besides the allocation's own (aliyunEnv).
 	env []string
+	// mps is set for a container that asks for GPUs under MPS
+	// (asksMPS): only it gets the node's MPS client edits.
+	mps bool
 }
 
 // hookedOnly is the resolution of devices that defer to the hooks of
@@ -48,10 +51,14 @@ func hookedOnly(h holder) *resolved {
 	return &resolved{holder: h, alloc: &gpusharev1.ContainerAllocation{}, hooked: true}
 }
 
-// edits are what the claim's CDI device gives the container.
+// edits are what the claim's CDI device gives the container: the node's
+// MPS client edits (mps, nil without MPS) only if it asks for MPS.
 func (r *resolved) edits(mps *MPS) edits {
 	if r.hooked {
 		return hookedEdits
+	}
+	if !r.mps {
+		mps = nil
 	}
 	e := gpuEdits(r.alloc, mps)
 	e.Env = append(e.Env, r.env...)
@@ -251,7 +258,7 @@ func (m *Manager) ahead(ctx context.Context, h holder, resource string) (*resolv
 	if err := m.checkGPUs(h, a); err != nil {
 		return nil, err
 	}
-	return &resolved{holder: h, alloc: a, env: m.aliyunEnvOf(pod, h.Container, a)}, nil
+	return &resolved{holder: h, alloc: a, env: m.aliyunEnvOf(pod, h.Container, a), mps: m.asksMPS(pod, h.Container)}, nil
 }
 
 var (

@@ -53,7 +53,8 @@ type Config struct {
 	// aliyun.com/gpu-mem then get Aliyun's environment in their pod's
 	// unit (aliyunEnv).
 	UnitMiB func(name corev1.ResourceName, namespace string) int64
-	// MPS, if set, gives containers the MPS client environment.
+	// MPS, if set, gives containers that ask for MPS (a resource of
+	// kind MPS) the MPS client environment and mounts.
 	MPS *MPS
 	// SlotsPerGPU and MaxDevices; DefaultSlotsPerGPU and
 	// DefaultMaxDevices if 0.
@@ -587,7 +588,7 @@ func (m *Manager) resolve(ctx context.Context, resource, claim string, ids []str
 	if err := m.checkGPUs(h, c); err != nil {
 		return &resolved{holder: h, alloc: c}, err
 	}
-	return &resolved{holder: h, alloc: c, env: m.aliyunEnvOf(pod, h.Container, c)}, nil
+	return &resolved{holder: h, alloc: c, env: m.aliyunEnvOf(pod, h.Container, c), mps: m.asksMPS(pod, h.Container)}, nil
 }
 
 // allocation returns container's allocation from pod's record, which

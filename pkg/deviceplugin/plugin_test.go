@@ -34,9 +34,10 @@ func concurrentIdenticalPods(t *testing.T, n *node) {
 	const pods, mib = 100, 300
 	all := make([]*corev1Pod, pods)
 	for i := range all {
-		// Identical requests; the scheduler put even pods on GPU 0 and
-		// odd ones on GPU 1.
-		all[i] = n.pod(fmt.Sprintf("same-%03d", i), share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 2, mib: mib, compute: 10})
+		// Identical MPS requests; the scheduler put even pods on GPU 0
+		// and odd ones on GPU 1.
+		all[i] = n.pod(fmt.Sprintf("same-%03d", i), share{container: "main", kind: gpusharev1.ContainerApp, gpu: i % 2, mib: mib, compute: 10,
+			resource: "keti.com/mpsgpu", amount: 1})
 	}
 	// Admission is serial in the kubelet; container starts are not.
 	for _, p := range all {
@@ -83,13 +84,14 @@ func concurrentIdenticalPods(t *testing.T, n *node) {
 }
 
 // A pod with an init container and two app containers on different GPUs:
-// each container gets its own share.
+// each container gets its own share, and only the container that asks
+// for MPS (tokenizer) is an MPS client with its own thread percentage.
 func TestMultiContainerPod(t *testing.T) {
 	n := startNode(t)
 	p := n.pod("multi",
 		share{container: "warm", kind: gpusharev1.ContainerInit, gpu: 1, mib: 2048},
 		share{container: "server", kind: gpusharev1.ContainerApp, gpu: 0, mib: 8192, compute: 50},
-		share{container: "tokenizer", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024, compute: 20})
+		share{container: "tokenizer", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024, compute: 20, resource: "keti.com/mpsgpu", amount: 1})
 	if err := n.admit(p); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestMultiContainerPod(t *testing.T) {
 		gpu       int
 		mib       string
 		threads   string
-	}{{"warm", 1, "2048", ""}, {"server", 0, "8192", "50"}, {"tokenizer", 1, "1024", "20"}} {
+	}{{"warm", 1, "2048", ""}, {"server", 0, "8192", ""}, {"tokenizer", 1, "1024", "20"}} {
 		env, err := n.start(p, want.container)
 		if err != nil {
 			t.Fatalf("%s: %v", want.container, err)
@@ -113,20 +115,30 @@ func TestMultiContainerPod(t *testing.T) {
 // TestMPSMounts checks, through the CDI library that runtimes use, what a
 // container's CDI device mounts: under MPS the pipe directory, and the
 // MPS daemon's /dev/shm in place of the pod's own (so that the pod needs
-// no hostIPC) unless the node keeps its /dev/shm.
+// no hostIPC) unless the node keeps its /dev/shm. Only a container that
+// asks for MPS (keti.com/mpsgpu) is an MPS client: one that asks
+// gpushare.io/gpu-mem on the same node gets neither, and runs as a plain
+// CUDA context beside the MPS server.
 func TestMPSMounts(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mps        *MPS
+		asks       string
 		pipe, shm  string
 		wantMPSEnv bool
 	}{
-		"MPS":                     {mps: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}, pipe: testPipeDir, shm: testShmDir, wantMPSEnv: true},
-		"MPS with the node's shm": {mps: &MPS{PipeDir: testPipeDir}, pipe: testPipeDir, shm: runtimetest.PodShm, wantMPSEnv: true},
-		"no MPS":                  {shm: runtimetest.PodShm},
+		"MPS": {mps: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}, asks: "keti.com/mpsgpu",
+			pipe: testPipeDir, shm: testShmDir, wantMPSEnv: true},
+		"MPS with the node's shm": {mps: &MPS{PipeDir: testPipeDir}, asks: "keti.com/mpsgpu",
+			pipe: testPipeDir, shm: runtimetest.PodShm, wantMPSEnv: true},
+		"MPS node, memory asked":  {mps: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}, asks: "gpushare.io/gpu-mem", shm: runtimetest.PodShm},
+		"MPS node, compute asked": {mps: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}, asks: "gpushare.io/gpu-core", shm: runtimetest.PodShm},
+		"no MPS":                  {asks: "keti.com/mpsgpu", shm: runtimetest.PodShm},
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := startNodeWith(t, func(c *Config) { c.MPS = tc.mps })
-			p := n.pod("m", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 4096, compute: 30})
+			amount := map[string]int64{"keti.com/mpsgpu": 1, "gpushare.io/gpu-mem": 4096, "gpushare.io/gpu-core": 30}[tc.asks]
+			p := n.pod("m", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 4096, compute: 30,
+				resource: tc.asks, amount: amount})
 			if err := n.admit(p); err != nil {
 				t.Fatal(err)
 			}
@@ -140,8 +152,10 @@ func TestMPSMounts(t *testing.T) {
 			if got, ok := c.Mounts[testPipeDir]; got != tc.pipe || ok != (tc.pipe != "") {
 				t.Errorf("pipe directory mounted from %q (%v), want %q", got, ok, tc.pipe)
 			}
-			if got := c.Env["CUDA_MPS_PIPE_DIRECTORY"]; (got == testPipeDir) != tc.wantMPSEnv {
-				t.Errorf("CUDA_MPS_PIPE_DIRECTORY=%q with MPS %v", got, tc.wantMPSEnv)
+			for _, v := range []string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"} {
+				if _, ok := c.Env[v]; ok != tc.wantMPSEnv {
+					t.Errorf("%s=%q; want it set %v", v, c.Env[v], tc.wantMPSEnv)
+				}
 			}
 			if c.Env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) || c.Env["PATH"] == "" {
 				t.Errorf("environment %v: want GPU 1 and the container's own PATH", c.Env)
@@ -364,8 +378,7 @@ func TestBigGPUs(t *testing.T) {
 				return
 			}
 			own := fmt.Sprint(mib + i)
-			if want := n.gpuUUID(i % 8); env["NVIDIA_VISIBLE_DEVICES"] != want || env["GPUSHARE_GPU_MEMORY_MIB"] != own ||
-				env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0="+own+"M" {
+			if want := n.gpuUUID(i % 8); env["NVIDIA_VISIBLE_DEVICES"] != want || env["GPUSHARE_GPU_MEMORY_MIB"] != own {
 				t.Errorf("pod %s was recorded on GPU %d (%s) with %s MiB; its container sees %v", p.Name, i%8, want, own, env)
 			}
 		})

@@ -17,12 +17,13 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
-// From returns the inventory of devices in mode.
-func From(devices []gpu.Device, mode gpusharev1.Mode) *gpusharev1.GPUInventory {
+// From returns the inventory of devices in mode; mps marks every GPU as
+// running an MPS server (the node daemon's --mps).
+func From(devices []gpu.Device, mode gpusharev1.Mode, mps bool) *gpusharev1.GPUInventory {
 	inv := &gpusharev1.GPUInventory{Mode: mode}
 	for _, d := range devices {
 		inv.GPUs = append(inv.GPUs, gpusharev1.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB,
-			Healthy: d.Healthy, NUMANode: d.NUMANode, NVLinkPeers: append([]int(nil), d.NVLinkPeers...)})
+			Healthy: d.Healthy, NUMANode: d.NUMANode, NVLinkPeers: append([]int(nil), d.NVLinkPeers...), MPS: mps})
 	}
 	return inv
 }

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +13,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
 )
 
@@ -32,7 +34,7 @@ func TestPublish(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Publish(ctx, From(devs, gpusharev1.ModeShared)); err != nil {
+		if err := p.Publish(ctx, From(devs, gpusharev1.ModeShared, false)); err != nil {
 			t.Fatal(err)
 		}
 		n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
@@ -80,4 +82,22 @@ type patcher struct{ client *fake.Clientset }
 
 func (p patcher) PatchNode(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
 	return p.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+}
+
+// The node daemon's --mps marks every GPU; without it the field is left
+// out of the JSON, as inventories had it before MPS was published.
+func TestFromMPS(t *testing.T) {
+	devs := []gpu.Device{{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}}
+	for _, mps := range []bool{false, true} {
+		value, err := gpusharev1.Marshal(From(devs, gpusharev1.ModeShared, mps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(value, `"mps":true`); got != mps {
+			t.Errorf("--mps=%v: inventory %s", mps, value)
+		}
+		if !mps && strings.Contains(value, `"mps"`) {
+			t.Errorf("without --mps the inventory names the field: %s", value)
+		}
+	}
 }

@@ -42,6 +42,7 @@ func (t *translator) mpsRequest(c *corev1.Container, got asks) (*alloc.Container
 		Count:     int(mps.value),
 		Compute:   share.compute,
 		MemoryMiB: share.memoryMiB * mps.value,
+		MPS:       true,
 	}
 	if err := t.checkMemory(c, t.m.mpsMemoryAnnotation, "", cr); err != nil {
 		return nil, err

@@ -123,8 +123,8 @@ func TestPodRequest(t *testing.T) {
 				app("a", limits("keti.com/mpsgpu", "2")).
 				app("b", limits("keti.com/mpsgpu", "1")).obj(),
 			want: &alloc.PodRequest{Key: "default/p", Containers: []alloc.PodContainer{
-				gpu(alloc.App, alloc.ContainerRequest{Name: "a", Count: 2, Compute: 25, MemoryMiB: 8192}),
-				gpu(alloc.App, alloc.ContainerRequest{Name: "b", Count: 1, Compute: 25, MemoryMiB: 4096}),
+				gpu(alloc.App, alloc.ContainerRequest{Name: "a", Count: 2, Compute: 25, MemoryMiB: 8192, MPS: true}),
+				gpu(alloc.App, alloc.ContainerRequest{Name: "b", Count: 1, Compute: 25, MemoryMiB: 4096, MPS: true}),
 			}},
 		},
 	}

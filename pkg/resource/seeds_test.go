@@ -124,7 +124,7 @@ func TestPodRequestSeeds(t *testing.T) {
 			namespace: "userpod", name: "nbody-benchmark-mps-test-x7k2p", template: ketiNbody,
 			want: &alloc.PodRequest{
 				Key: "userpod/nbody-benchmark-mps-test-x7k2p", CPUMilli: 250, MemoryMiB: 6400,
-				Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "nbody1", Count: 1, Compute: 10}}},
+				Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "nbody1", Count: 1, Compute: 10, MPS: true}}},
 			},
 		},
 		"001 Aliyun binpack-1: 3 GiB = 3072 MiB": {

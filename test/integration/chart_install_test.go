@@ -143,6 +143,11 @@ func (in *chartInstall) startNodeDaemons(t *testing.T) {
 			// second release with node.wholeCard=true.
 			args = append(args, "--whole-card")
 		}
+		if spec.MPS {
+			// Likewise a release with node.mps=true; without the device
+			// plugins --mps only marks the inventory.
+			args = append(args, "--mps")
+		}
 		p, err := in.c.Run("gpushare-node-"+spec.Name, nodeBin(t), args...)
 		if err != nil {
 			t.Fatal(err)

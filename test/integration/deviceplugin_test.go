@@ -32,8 +32,10 @@ import (
 // 100 identical pods start at once on one node of 8 GPUs. The daemon's
 // call latency histogram counts each call. The node shares its GPUs under
 // MPS (with a stand-in for the MPS control daemon): the daemon sees its
-// shm directory as /dev/shm, and each container gets that directory at
-// /dev/shm and the pipe directory, so that it needs no hostIPC.
+// shm directory as /dev/shm, and each container that asks for MPS
+// (keti.com/mpsgpu, every other pod) gets that directory at /dev/shm and
+// the pipe directory, so that it needs no hostIPC; the others, asking
+// gpushare.io/gpu-mem, share the same GPUs as plain CUDA contexts.
 func TestDevicePluginEndToEnd(t *testing.T) {
 	// Binding the MPS daemon's /dev/shm needs root, as on a node.
 	mps := os.Geteuid() == 0
@@ -230,6 +232,9 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 		"args.yaml": "apiVersion: config.gpushare.io/v1alpha1\nkind: GPUShareArgs\nresourceModel:\n  resources:\n" +
 			"  - {name: gpushare.io/gpu-mem, kind: Memory}\n  - {name: gpushare.io/gpu-core, kind: Compute}\n",
 	}
+	if o.mps {
+		files["args.yaml"] += "  - {name: keti.com/mpsgpu, kind: MPS}\n"
+	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -269,6 +274,9 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 		return n
 	}
 	kubelet.WaitAllocatable("gpushare.io/gpu-mem", 8*16384)
+	if o.mps {
+		kubelet.WaitAllocatable("keti.com/mpsgpu", 8*deviceplugin.DefaultSlotsPerGPU)
+	}
 	return n
 }
 
@@ -282,7 +290,11 @@ func (n *gpuNode) burst(t testing.TB, prefix string, count int) ([]corev1.Pod, [
 	t.Helper()
 	ctx := context.Background()
 	for i := range count {
-		if _, err := n.client.CoreV1().Pods("default").Create(ctx, gpuPod(fmt.Sprintf("%s-%03d", prefix, i), n.podMiB, 0), metav1.CreateOptions{}); err != nil {
+		pod := gpuPod(fmt.Sprintf("%s-%03d", prefix, i), n.podMiB, 0)
+		if n.mps != nil && i%2 == 0 {
+			pod = mpsPod(pod.Name, n.podMiB)
+		}
+		if _, err := n.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -337,8 +349,8 @@ func (n *gpuNode) burst(t testing.TB, prefix string, count int) ([]corev1.Pod, [
 }
 
 // checkContainer checks what the runtime gives the container of pod with
-// these CDI devices: the GPU and share of its record, and under MPS the
-// daemon's directories and its own limit.
+// these CDI devices: the GPU and share of its record, and if it asks for
+// MPS the daemon's directories and its own limits; no MPS otherwise.
 func (n *gpuNode) checkContainer(t testing.TB, pod *corev1.Pod, devices []string) {
 	t.Helper()
 	want := record(t, pod).Containers[0].GPUs[0]
@@ -354,6 +366,15 @@ func (n *gpuNode) checkContainer(t testing.TB, pod *corev1.Pod, devices []string
 	}
 	if n.mps == nil {
 		return
+	}
+	if _, asks := pod.Spec.Containers[0].Resources.Limits["keti.com/mpsgpu"]; !asks {
+		if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || c.Mounts[n.mps.PipeDir] != "" || c.Mounts["/dev/shm"] == n.mps.ShmDir {
+			t.Errorf("pod %s asks no MPS but is an MPS client: environment %v, mounts %v", pod.Name, env, c.Mounts)
+		}
+		return
+	}
+	if want.Compute != 10 || env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "10" {
+		t.Errorf("MPS pod %s: %d%% booked, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q; want the default 10", pod.Name, want.Compute, env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
 	}
 	if env["CUDA_MPS_PIPE_DIRECTORY"] != n.mps.PipeDir || env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != fmt.Sprintf("0=%dM", want.MemoryMiB) ||
 		c.Mounts[n.mps.PipeDir] != n.mps.PipeDir || c.Mounts["/dev/shm"] != n.mps.ShmDir {

@@ -226,6 +226,16 @@ func gpuPod(name string, mib, core int64) *corev1.Pod {
 	}
 }
 
+// mpsPod is a pod asking one GPU under MPS (keti.com/mpsgpu) with mib
+// MiB on it (the GPUlimits annotation).
+func mpsPod(name string, mib int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: map[string]string{"GPUlimits": fmt.Sprintf("%dMi", mib)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"keti.com/mpsgpu": *k8sresource.NewQuantity(1, k8sresource.DecimalSI)}}}}},
+	}
+}
+
 // failedSchedulingMessage waits for a FailedScheduling event on the pod
 // that contains want, and returns it.
 func failedSchedulingMessage(t *testing.T, client kubernetes.Interface, ns, name, want string) string {

@@ -15,7 +15,7 @@ import (
 
 var seedNodes = []controlplane.NodeSpec{
 	{Name: "a100-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Count: 4},
-	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 2},
+	{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 2, MPS: true},
 	{Name: "h100-whole-0", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 2, WholeCard: true},
 	{Name: "h200-0", Model: "NVIDIA H200", MemoryMiB: 143771, Count: 8},
 }
@@ -111,13 +111,14 @@ func checkSeedPods(t *testing.T, client kubernetes.Interface) (booked int, booke
 	}
 
 	// Seed 000: the KETI Job, scheduled by the gpu-scheduler profile, gets
-	// one GPU at the MPS default share (10%).
+	// one GPU at the MPS default share (10%) on t4-0, the only node whose
+	// GPUs run MPS.
 	nbody := boundPods(t, client, "userpod", "job-name=nbody-benchmark-mps-test", 1)[0]
 	if nbody.Spec.SchedulerName != "gpu-scheduler" {
 		t.Errorf("nbody pod has schedulerName %q", nbody.Spec.SchedulerName)
 	}
-	if a := record(t, &nbody); len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].Compute != 10 {
-		t.Errorf("nbody: %s; want one GPU at 10%% compute", describeAllocation(a))
+	if a := record(t, &nbody); a.Node != "t4-0" || len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].Compute != 10 {
+		t.Errorf("nbody: %s on %s; want one GPU of t4-0 at 10%% compute", describeAllocation(a), a.Node)
 	}
 
 	// Several GPU containers in one pod, each with its own share.

@@ -179,6 +179,29 @@ func TestParseInventoryDefaultsMode(t *testing.T) {
 	}
 }
 
+// An inventory written before GPUs said whether they run MPS parses as
+// it did, with no GPU under MPS; a GPU marked so round-trips.
+func TestParseInventoryMPS(t *testing.T) {
+	old := `{"apiVersion":"gpushare.io/v1alpha1","kind":"GPUInventory","gpus":[` +
+		`{"index":0,"uuid":"GPU-a","model":"Tesla T4","memoryMiB":15360,"healthy":true,"numaNode":0}]}`
+	got, err := gpusharev1.ParseInventory(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GPUs[0].MPS {
+		t.Errorf("an inventory without the field has an MPS GPU")
+	}
+	got.GPUs[0].MPS = true
+	value, err := gpusharev1.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := gpusharev1.ParseInventory(value)
+	if err != nil || !again.GPUs[0].MPS || !strings.Contains(value, `"mps":true`) {
+		t.Errorf("MPS GPU did not round-trip: %s (%v)", value, err)
+	}
+}
+
 // fieldErr is the one validation error a bad input must produce.
 type fieldErr struct {
 	path string

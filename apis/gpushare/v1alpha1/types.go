@@ -79,6 +79,11 @@ type GPU struct {
 	NUMANode int `json:"numaNode"`
 	// NVLinkPeers are the indexes of the GPUs this one has NVLink to.
 	NVLinkPeers []int `json:"nvlinkPeers,omitempty"`
+	// MPS is true when the GPU runs an NVIDIA MPS server (gpushare-node
+	// --mps): only MPS GPUs take containers that ask for GPUs under MPS
+	// (keti.com/mpsgpu). Absent means false, as in inventories written
+	// before the field existed.
+	MPS bool `json:"mps,omitempty"`
 }
 
 // Allocation is what a pod holds: the GPUs of one node, per container.
