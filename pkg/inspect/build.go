@@ -53,7 +53,7 @@ func Build(in Input) *Cluster {
 	var recorded []*corev1.Pod
 	for i := range in.Pods {
 		p := &in.Pods[i]
-		if _, ok := p.Annotations[gpusharev1.AllocationAnnotation]; !ok || gpucache.Ended(p) {
+		if !gpucache.Recorded(p) || gpucache.Ended(p) {
 			continue
 		}
 		recorded = append(recorded, p)

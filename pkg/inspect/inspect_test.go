@@ -293,3 +293,32 @@ func (b *podBuilder) countMem(name, n, mib string) *podBuilder {
 }
 
 func (b *podBuilder) obj() *corev1.Pod { return &b.p }
+
+// TestAliyunPlaced: a pod the Aliyun system placed (its annotations, no
+// gpushare record) is shown where the scheduler books it, 3 GiB = 3072 MiB
+// on GPU 1; without a resource model to read its request by, it is listed
+// as a record gpushare books nothing for, not hidden.
+func TestAliyunPlaced(t *testing.T) {
+	t4 := gpusharev1.GPU{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}
+	inv := inventory("t4", gpusharev1.ModeShared, t4, t4)
+	nodes := []corev1.Node{node(t, "t4", "10.0.0.9", inv, "")}
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old", UID: "old",
+		Annotations: map[string]string{"ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_POD": "3"}},
+		Spec: corev1.PodSpec{NodeName: "t4", Containers: []corev1.Container{{Name: "main",
+			Resources: limits("aliyun.com/gpu-mem", "3")}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	m := model(t)
+
+	c := Build(Input{Nodes: nodes, Pods: []corev1.Pod{p}, Now: now, Requests: m.PodRequest, SetLargestGPU: m.SetLargestGPU})
+	if len(c.Refused) != 0 || len(c.Nodes) != 1 {
+		t.Fatalf("nodes %d, refused %+v; want the node and nothing refused", len(c.Nodes), c.Refused)
+	}
+	if g := c.Nodes[0].GPUs; g[1].BookedMemoryMiB != 3072 || g[0].BookedMemoryMiB != 0 {
+		t.Errorf("booked %d and %d MiB on GPUs 0 and 1; want 0 and 3072", g[0].BookedMemoryMiB, g[1].BookedMemoryMiB)
+	}
+
+	c = Build(Input{Nodes: nodes, Pods: []corev1.Pod{p}, Now: now})
+	if len(c.Refused) != 1 || c.Refused[0].Pod != "default/old" {
+		t.Errorf("without a resource model: refused %+v; want default/old listed", c.Refused)
+	}
+}
