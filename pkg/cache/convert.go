@@ -29,7 +29,7 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 		node.Mode = alloc.WholeCard
 	}
 	for i, g := range inv.GPUs {
-		node.GPUs[i] = alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+		node.GPUs[i] = alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.Usable(),
 			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS}
 	}
 	return node, node.Validate()

@@ -19,13 +19,14 @@ func TestNodeFrom(t *testing.T) {
 	inv.GPUs[1].Healthy = false
 	inv.GPUs[1].Model = "other"
 	inv.GPUs[1].MPS = true
+	inv.GPUs[1].UsableMemoryMiB = 81000 // 920 MiB reserved: the core books against 81000
 	got, err := cache.NodeFrom(inventoryNode(t, "n1", inv))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &alloc.Node{Name: "n1", Mode: alloc.WholeCard}
 	for _, g := range inv.GPUs {
-		want.GPUs = append(want.GPUs, alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+		want.GPUs = append(want.GPUs, alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.Usable(),
 			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS})
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

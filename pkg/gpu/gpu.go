@@ -15,6 +15,9 @@ type Device struct {
 	Model string
 	// MemoryMiB is the GPU's total memory.
 	MemoryMiB int64
+	// UsableMemoryMiB is what processes can allocate: MemoryMiB less what
+	// the driver and firmware reserve. 0 if unknown, taken as MemoryMiB.
+	UsableMemoryMiB int64
 	// NUMANode is the CPU NUMA node the GPU is attached to; -1 if unknown.
 	NUMANode int
 	// NVLinkPeers are the indexes of GPUs joined to this one by NVLink.

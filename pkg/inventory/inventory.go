@@ -24,6 +24,9 @@ func From(devices []gpu.Device, mode gpusharev1.Mode, mps bool) *gpusharev1.GPUI
 	for _, d := range devices {
 		inv.GPUs = append(inv.GPUs, gpusharev1.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB,
 			Healthy: d.Healthy, NUMANode: d.NUMANode, NVLinkPeers: append([]int(nil), d.NVLinkPeers...), MPS: mps})
+		if u := d.UsableMemoryMiB; u > 0 && u < d.MemoryMiB {
+			inv.GPUs[len(inv.GPUs)-1].UsableMemoryMiB = u
+		}
 	}
 	return inv
 }

@@ -101,3 +101,19 @@ func TestFromMPS(t *testing.T) {
 		}
 	}
 }
+
+// The inventory shows both the total and the usable memory, the latter
+// only where it is known and less than the total.
+func TestFromUsable(t *testing.T) {
+	devs := []gpu.Device{
+		{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 14911, Healthy: true},
+		{Index: 1, UUID: "GPU-1", Model: "Tesla T4", MemoryMiB: 15360, Healthy: true},
+		{Index: 2, UUID: "GPU-2", Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 15360, Healthy: true},
+	}
+	inv := From(devs, gpusharev1.ModeShared, false)
+	for i, want := range []int64{14911, 0, 0} {
+		if g := inv.GPUs[i]; g.MemoryMiB != 15360 || g.UsableMemoryMiB != want {
+			t.Errorf("GPU %d: %d MiB, %d usable; want 15360 and %d", i, g.MemoryMiB, g.UsableMemoryMiB, want)
+		}
+	}
+}

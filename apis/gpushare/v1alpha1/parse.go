@@ -121,6 +121,9 @@ func ValidateInventory(inv *GPUInventory) field.ErrorList {
 		if g.MemoryMiB <= 0 {
 			errs = append(errs, field.Invalid(gp.Child("memoryMiB"), g.MemoryMiB, "must be positive"))
 		}
+		if g.UsableMemoryMiB < 0 || (g.MemoryMiB > 0 && g.UsableMemoryMiB > g.MemoryMiB) {
+			errs = append(errs, field.Invalid(gp.Child("usableMemoryMiB"), g.UsableMemoryMiB, "must be within 0 (all of memoryMiB) and memoryMiB"))
+		}
 		if g.NUMANode < -1 {
 			errs = append(errs, field.Invalid(gp.Child("numaNode"), g.NUMANode, "must be -1 (unknown) or a NUMA node"))
 		}

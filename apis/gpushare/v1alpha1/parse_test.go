@@ -202,6 +202,21 @@ func TestParseInventoryMPS(t *testing.T) {
 	}
 }
 
+// A GPU books against its usable memory where the inventory gives it,
+// else against all of it (inventories from before the field).
+func TestGPUUsable(t *testing.T) {
+	for _, tc := range []struct{ total, usable, want int64 }{
+		{15360, 0, 15360},     // no field: all of it
+		{15360, 14911, 14911}, // 15360 - 449 reserved
+		{15360, 15360, 15360},
+	} {
+		g := gpusharev1.GPU{MemoryMiB: tc.total, UsableMemoryMiB: tc.usable}
+		if got := g.Usable(); got != tc.want {
+			t.Errorf("Usable() of %d MiB, %d usable = %d, want %d", tc.total, tc.usable, got, tc.want)
+		}
+	}
+}
+
 // fieldErr is the one validation error a bad input must produce.
 type fieldErr struct {
 	path string
@@ -241,6 +256,10 @@ func TestValidateInventory(t *testing.T) {
 			fieldErr{"gpus[2].index", field.ErrorTypeInvalid}},
 		{"index out of order", func(inv *gpusharev1.GPUInventory) { inv.GPUs[3].Index = 4 },
 			fieldErr{"gpus[3].index", field.ErrorTypeInvalid}},
+		{"usable above total", func(inv *gpusharev1.GPUInventory) { inv.GPUs[1].UsableMemoryMiB = inv.GPUs[1].MemoryMiB + 1 },
+			fieldErr{"gpus[1].usableMemoryMiB", field.ErrorTypeInvalid}},
+		{"negative usable", func(inv *gpusharev1.GPUInventory) { inv.GPUs[1].UsableMemoryMiB = -1 },
+			fieldErr{"gpus[1].usableMemoryMiB", field.ErrorTypeInvalid}},
 		{"empty UUID", func(inv *gpusharev1.GPUInventory) { inv.GPUs[1].UUID = "" },
 			fieldErr{"gpus[1].uuid", field.ErrorTypeRequired}},
 		{"duplicate UUID", func(inv *gpusharev1.GPUInventory) { inv.GPUs[3].UUID = inv.GPUs[0].UUID },

@@ -73,6 +73,11 @@ type GPU struct {
 	Model string `json:"model"`
 	// MemoryMiB is the GPU's memory.
 	MemoryMiB int64 `json:"memoryMiB"`
+	// UsableMemoryMiB is the memory processes can allocate, MemoryMiB
+	// less what the driver reserves (NVML's reserved memory), where the
+	// driver reports it; gpushare books against it. Absent means all of
+	// MemoryMiB, as in inventories written before the field existed.
+	UsableMemoryMiB int64 `json:"usableMemoryMiB,omitempty"`
 	// Healthy is false after an XID error or when the GPU vanished.
 	Healthy bool `json:"healthy"`
 	// NUMANode is the GPU's NUMA node; -1 if unknown.
@@ -84,6 +89,15 @@ type GPU struct {
 	// (keti.com/mpsgpu). Absent means false, as in inventories written
 	// before the field existed.
 	MPS bool `json:"mps,omitempty"`
+}
+
+// Usable returns the memory gpushare books against: UsableMemoryMiB if
+// set, else MemoryMiB.
+func (g *GPU) Usable() int64 {
+	if g.UsableMemoryMiB > 0 {
+		return g.UsableMemoryMiB
+	}
+	return g.MemoryMiB
 }
 
 // Allocation is what a pod holds: the GPUs of one node, per container.

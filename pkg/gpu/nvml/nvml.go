@@ -121,6 +121,11 @@ func (b *Backend) device(i int) (gpu.Device, nvml.Device, nvml.Return, error) {
 	}
 	name, _ := h.GetName()
 	d := gpu.Device{Index: i, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20), NUMANode: -1, Healthy: true}
+	// Drivers that report it (R510 and later) say how much of the memory
+	// they and the firmware reserve: processes can allocate the rest.
+	if v2, ret := h.GetMemoryInfo_v2(); ret == nvml.SUCCESS && v2.Total > 0 && v2.Reserved < v2.Total {
+		d.MemoryMiB, d.UsableMemoryMiB = int64(v2.Total>>20), int64((v2.Total-v2.Reserved)>>20)
+	}
 	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
 		d.NUMANode = numaNode(busID(pci.BusId))
 	}

@@ -69,12 +69,14 @@ func newFakeNVML(n int) *fakeNVML {
 		f.order = append(f.order, i)
 		answer := func() nvml.Return { return nvml.Return(f.answer[i].Load()) }
 		f.gpus = append(f.gpus, &mock.Device{
-			GetUUIDFunc:        func() (string, nvml.Return) { return fmt.Sprintf("GPU-%d", i), answer() },
-			GetMemoryInfoFunc:  func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 16 << 30}, answer() },
-			GetNameFunc:        func() (string, nvml.Return) { return "Tesla T4", answer() },
-			GetPciInfoFunc:     func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED },
-			GetNvLinkStateFunc: func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
-			RegisterEventsFunc: func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+			GetUUIDFunc:       func() (string, nvml.Return) { return fmt.Sprintf("GPU-%d", i), answer() },
+			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 16 << 30}, answer() },
+			// Older drivers do not report the reservation.
+			GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED },
+			GetNameFunc:          func() (string, nvml.Return) { return "Tesla T4", answer() },
+			GetPciInfoFunc:       func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED },
+			GetNvLinkStateFunc:   func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+			RegisterEventsFunc:   func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
 		})
 	}
 	listed := func() []int {
@@ -226,5 +228,30 @@ func TestWatch(t *testing.T) {
 	close(events)
 	for ev := range events {
 		t.Errorf("told again: %+v", ev)
+	}
+}
+
+// The usable memory is NVML's total less its reserved memory where the
+// driver reports both (GetMemoryInfo_v2); otherwise it is left unknown
+// (0: all of the total).
+func TestUsableMemory(t *testing.T) {
+	f := newFakeNVML(2)
+	// GPU 1: 15360 MiB in all, 449 MiB reserved: 14911 MiB usable.
+	f.gpus[1].GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+		return nvml.Memory_v2{Total: 15360 << 20, Reserved: 449 << 20}, nvml.SUCCESS
+	}
+	b, err := newBackend(f.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := b.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := devs[0]; d.MemoryMiB != 16384 || d.UsableMemoryMiB != 0 {
+		t.Errorf("GPU 0 (no v2): %d MiB, %d usable; want 16384 and 0 (unknown)", d.MemoryMiB, d.UsableMemoryMiB)
+	}
+	if d := devs[1]; d.MemoryMiB != 15360 || d.UsableMemoryMiB != 14911 {
+		t.Errorf("GPU 1: %d MiB, %d usable; want 15360 and 14911", d.MemoryMiB, d.UsableMemoryMiB)
 	}
 }

@@ -38,7 +38,10 @@ type Config struct {
 type Group struct {
 	Model     string `json:"model"`
 	MemoryMiB int64  `json:"memoryMiB"`
-	Count     int    `json:"count"`
+	// UsableMemoryMiB is what processes can allocate, as NVML reports
+	// it beside the driver's reservation; 0 (default) for all of it.
+	UsableMemoryMiB int64 `json:"usableMemoryMiB,omitempty"`
+	Count           int   `json:"count"`
 	// NUMANodes spreads the group evenly over this many NUMA nodes
 	// (0 or 1: all on node 0).
 	NUMANodes int `json:"numaNodes,omitempty"`
@@ -121,10 +124,13 @@ func New(c *Config) (*Backend, error) {
 		if g.Count <= 0 || g.MemoryMiB <= 0 || g.Model == "" {
 			return nil, fmt.Errorf("gpus[%d]: model, a positive memoryMiB and a positive count are required", gi)
 		}
+		if g.UsableMemoryMiB < 0 || g.UsableMemoryMiB > g.MemoryMiB {
+			return nil, fmt.Errorf("gpus[%d]: usableMemoryMiB must be within 0-%d MiB", gi, g.MemoryMiB)
+		}
 		first := len(b.devices)
 		for i := range g.Count {
 			d := gpu.Device{Index: first + i, UUID: fmt.Sprintf("%s-%04d-%04d", prefix, gi, i), Model: g.Model,
-				MemoryMiB: g.MemoryMiB, Healthy: true}
+				MemoryMiB: g.MemoryMiB, UsableMemoryMiB: g.UsableMemoryMiB, Healthy: true}
 			if g.NUMANodes > 1 {
 				d.NUMANode = i * g.NUMANodes / g.Count
 			}

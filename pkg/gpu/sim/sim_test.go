@@ -34,11 +34,12 @@ func TestLoadFileStrict(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	for name, c := range map[string]*Config{
-		"no memory":      {GPUs: []Group{{Model: "T4", Count: 1}}},
-		"bad nvlink":     {GPUs: []Group{{Model: "T4", MemoryMiB: 1, Count: 1, NVLink: "ring"}}},
-		"usage no GPU":   {GPUs: []Group{{Model: "T4", MemoryMiB: 1, Count: 1}}, Usage: []Load{{Index: 1}}},
-		"usage too much": {GPUs: []Group{{Model: "T4", MemoryMiB: 100, Count: 1}}, Usage: []Load{{UsedMemoryMiB: 101}}},
-		"failure no GPU": {GPUs: []Group{{Model: "T4", MemoryMiB: 1, Count: 1}}, Failures: []Failure{{Index: 2}}},
+		"no memory":       {GPUs: []Group{{Model: "T4", Count: 1}}},
+		"bad nvlink":      {GPUs: []Group{{Model: "T4", MemoryMiB: 1, Count: 1, NVLink: "ring"}}},
+		"usage no GPU":    {GPUs: []Group{{Model: "T4", MemoryMiB: 1, Count: 1}}, Usage: []Load{{Index: 1}}},
+		"usage too much":  {GPUs: []Group{{Model: "T4", MemoryMiB: 100, Count: 1}}, Usage: []Load{{UsedMemoryMiB: 101}}},
+		"failure no GPU":  {GPUs: []Group{{Model: "T4", MemoryMiB: 1, Count: 1}}, Failures: []Failure{{Index: 2}}},
+		"usable too much": {GPUs: []Group{{Model: "T4", MemoryMiB: 100, UsableMemoryMiB: 101, Count: 1}}},
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -77,5 +78,17 @@ func TestTopologyAndFailure(t *testing.T) {
 	}
 	if devs, _ := b.Devices(); devs[5].Healthy || !devs[4].Healthy {
 		t.Errorf("after the failure: %+v", devs)
+	}
+}
+
+// The usable memory is the group's, or unknown (0) when not configured.
+func TestUsableMemory(t *testing.T) {
+	b, err := New(&Config{GPUs: []Group{{Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 14911, Count: 1}, {Model: "L4", MemoryMiB: 23034, Count: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, _ := b.Devices()
+	if devs[0].UsableMemoryMiB != 14911 || devs[1].UsableMemoryMiB != 0 {
+		t.Errorf("usable memory %d and %d; want 14911 and 0", devs[0].UsableMemoryMiB, devs[1].UsableMemoryMiB)
 	}
 }
