@@ -102,7 +102,7 @@ type podEntry struct {
 	// inventory shrank, or a record over-commits); the GPUs it names are
 	// then held full.
 	conflict bool
-	// foreign is set when the record is another system's (AliyunAllocation):
+	// foreign is set when the record is another system's (ForeignAllocation):
 	// alloc names its GPUs by index, placed on the node's at each booking.
 	foreign bool
 }
@@ -347,12 +347,15 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	if p.alloc != nil {
 		a, err := p.alloc, error(nil)
 		if p.foreign {
-			a, err = ByIndex(a, func(i int) (string, bool) {
+			a, err = ByIndex(a, p.req, func(i int) (alloc.GPU, bool) {
 				if i < 0 || i >= len(e.inventory.GPUs) {
-					return "", false
+					return alloc.GPU{}, false
 				}
-				return e.inventory.GPUs[i].UUID, true
+				return e.inventory.GPUs[i], true
 			})
+			if err != nil {
+				err = fmt.Errorf("%w: %w", Foreign(p.pod), err)
+			}
 		}
 		var placement *alloc.Placement
 		if err == nil {
@@ -380,7 +383,7 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
 		if p.foreign {
 			// gpushare placed nothing here: say so on the pod.
-			c.report(p.pod, p.key, p.record, fmt.Errorf("%w over-commits its GPU; holding it full: %w", ErrForeignRecord, err))
+			c.report(p.pod, p.key, p.record, fmt.Errorf("%w over-commits its GPU; holding it full: %w", Foreign(p.pod), err))
 		}
 		// A new Node, not a change in place: the core's memo relies on it.
 		n := copyNode(e.state.Node)
@@ -555,8 +558,8 @@ func equalRecords(a, b *gpusharev1.Allocation) bool {
 }
 
 // parseRecord reads the record value of pod: gpushare's allocation, or
-// with foreign Aliyun's annotations, translated (AliyunAllocation). Both
-// are held to the same rules.
+// with foreign the annotations another system left, translated
+// (ForeignAllocation). Both are held to the same rules.
 func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEntry, error) {
 	if foreign {
 		return c.parseForeign(pod, value)
@@ -589,29 +592,29 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 	return entry, nil
 }
 
-// parseForeign is parseRecord for Aliyun's record: it is read through the
-// pod's own request, so it needs Options.Requests.
+// parseForeign is parseRecord for another system's record
+// (ForeignAllocation): it is read through the pod's own request, so it
+// needs Options.Requests. It is held to the pod's request when it is
+// booked, once the node's GPUs are known: whole GPUs are sized by them.
 func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
+	sys := Foreign(pod)
 	if pod.Spec.NodeName == "" {
-		return nil, fmt.Errorf("%w: %w", ErrForeignRecord, ErrNotBound)
+		return nil, fmt.Errorf("%w: %w", sys, ErrNotBound)
 	}
 	if c.opts.Requests == nil {
-		return nil, fmt.Errorf("%w: no request model to read it by", ErrForeignRecord)
+		return nil, fmt.Errorf("%w: no request model to read it by", sys)
 	}
 	req, err := c.opts.Requests(pod)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the pod's own request: %w", ErrForeignRecord, err)
+		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
 	}
-	a, err := AliyunAllocation(pod, req)
+	a, err := ForeignAllocation(pod, req)
 	if err != nil {
 		return nil, err
 	}
 	p, err := PlacementFrom(a, nil)
 	if err != nil {
-		return nil, err
-	}
-	if err := alloc.Conform(p, req, nil); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrForeignRecord, err)
+		return nil, fmt.Errorf("%w: %w", sys, err)
 	}
 	return &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a,
 		req: req, pod: pod, foreign: true}, nil

@@ -26,25 +26,64 @@ const (
 const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
 
 // ErrForeignRecord marks a record of another system that gpushare cannot
-// read as a placement.
-var ErrForeignRecord = errors.New("the placement record of Aliyun's gpushare")
+// read as a placement. The errors say whose record it is: they wrap
+// ErrAliyunRecord or ErrElasticRecord, which wrap ErrForeignRecord.
+var ErrForeignRecord = errors.New("another scheduler's placement record")
+
+// The records of each system gpushare adopts; check with errors.Is.
+var (
+	ErrAliyunRecord  error = &systemRecord{"the placement record of Aliyun's gpushare"}
+	ErrElasticRecord error = &systemRecord{"the placement record of Elastic GPU Scheduler"}
+)
+
+type systemRecord struct{ msg string }
+
+func (e *systemRecord) Error() string { return e.msg }
+func (e *systemRecord) Unwrap() error { return ErrForeignRecord }
 
 // Recorded reports whether pod carries a record of where its GPUs are:
 // gpushare's, or one of another system that gpushare adopts.
 func Recorded(pod *corev1.Pod) bool {
 	_, own := pod.Annotations[gpusharev1.AllocationAnnotation]
-	_, aliyun := pod.Annotations[AliyunIndex]
-	return own || aliyun
+	return own || Foreign(pod) != nil
 }
 
-// foreignValue returns the annotations of Aliyun's record on pod, as one
-// string that changes when any of them does, and whether pod has one.
-func foreignValue(pod *corev1.Pod) (string, bool) {
-	idx, ok := pod.Annotations[AliyunIndex]
-	if !ok {
-		return "", false
+// Foreign returns the error that names whose adopted record pod carries
+// (ErrAliyunRecord, ErrElasticRecord), or nil for none. Aliyun's comes
+// first where a pod has both.
+func Foreign(pod *corev1.Pod) error {
+	if _, ok := pod.Annotations[AliyunIndex]; ok {
+		return ErrAliyunRecord
 	}
-	return AliyunIndex + "=" + idx + " " + AliyunPod + "=" + pod.Annotations[AliyunPod], true
+	if _, ok := pod.Annotations[ElasticAssumed]; ok {
+		return ErrElasticRecord
+	}
+	return nil
+}
+
+// ForeignAllocation translates the record another system left on pod
+// (Foreign) into gpushare's: AliyunAllocation or ElasticAllocation.
+func ForeignAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Allocation, error) {
+	switch sys := Foreign(pod); {
+	case errors.Is(sys, ErrAliyunRecord):
+		return AliyunAllocation(pod, req)
+	case errors.Is(sys, ErrElasticRecord):
+		return ElasticAllocation(pod, req)
+	}
+	return nil, fmt.Errorf("%w: the pod has none", ErrForeignRecord)
+}
+
+// foreignValue returns the annotations of the record another system left
+// on pod, as one string that changes when any of them does, and whether
+// pod has one.
+func foreignValue(pod *corev1.Pod) (string, bool) {
+	switch sys := Foreign(pod); {
+	case errors.Is(sys, ErrAliyunRecord):
+		return AliyunIndex + "=" + pod.Annotations[AliyunIndex] + " " + AliyunPod + "=" + pod.Annotations[AliyunPod], true
+	case errors.Is(sys, ErrElasticRecord):
+		return elasticValue(pod), true
+	}
+	return "", false
 }
 
 // AliyunAllocation translates the placement Aliyun's scheduler extender
@@ -60,7 +99,7 @@ func foreignValue(pod *corev1.Pod) (string, bool) {
 // asks other GPU resources too does not conform to it.
 func AliyunAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Allocation, error) {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrForeignRecord, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s", ErrAliyunRecord, fmt.Sprintf(format, args...))
 	}
 	v := pod.Annotations[AliyunIndex]
 	idx, err := strconv.Atoi(strings.TrimSpace(v))
@@ -113,19 +152,27 @@ func aliyunAmount(c *corev1.Container) (int64, bool) {
 }
 
 // ByIndex returns a copy of a with each GPU's UUID set to that of the GPU
-// at its index, as uuid gives it: how a record that names GPUs by index
-// only is placed on a node.
-func ByIndex(a *gpusharev1.Allocation, uuid func(index int) (string, bool)) (*gpusharev1.Allocation, error) {
+// at its index, as gpu gives it: how a record that names GPUs by index
+// only is placed on a node. The containers req asks whole GPUs for get the
+// whole GPU (its memory and compute), which only the node knows.
+func ByIndex(a *gpusharev1.Allocation, req *alloc.PodRequest, gpu func(index int) (alloc.GPU, bool)) (*gpusharev1.Allocation, error) {
+	whole := map[string]bool{}
+	for i := range req.Containers {
+		whole[req.Containers[i].Name] = req.Containers[i].Exclusive
+	}
 	out := *a
 	out.Containers = make([]gpusharev1.ContainerAllocation, len(a.Containers))
 	for i, c := range a.Containers {
 		c.GPUs = append([]gpusharev1.GPUShare(nil), c.GPUs...)
 		for k := range c.GPUs {
-			u, ok := uuid(c.GPUs[k].Index)
+			g, ok := gpu(c.GPUs[k].Index)
 			if !ok {
-				return nil, fmt.Errorf("%w: container %s: node %s has no GPU %d", ErrForeignRecord, c.Name, a.Node, c.GPUs[k].Index)
+				return nil, fmt.Errorf("container %s: node %s has no GPU %d", c.Name, a.Node, c.GPUs[k].Index)
 			}
-			c.GPUs[k].UUID = u
+			c.GPUs[k].UUID = g.UUID
+			if whole[c.Name] {
+				c.GPUs[k].MemoryMiB, c.GPUs[k].Compute = g.MemoryMiB, g.ComputeCapacity()
+			}
 		}
 		out.Containers[i] = c
 	}

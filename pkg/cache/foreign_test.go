@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -159,7 +158,7 @@ func TestAliyunAllocation(t *testing.T) {
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Fatalf("AliyunAllocation (-want +got):\n%s", diff)
 	}
-	if _, err := cache.ByIndex(a, func(int) (string, bool) { return "", false }); !errors.Is(err, cache.ErrForeignRecord) {
+	if _, err := cache.ByIndex(a, req, func(int) (alloc.GPU, bool) { return alloc.GPU{}, false }); err == nil || !strings.Contains(err.Error(), "node n1 has no GPU 1") {
 		t.Fatalf("ByIndex with no GPUs: %v", err)
 	}
 }

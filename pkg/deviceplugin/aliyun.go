@@ -1,14 +1,12 @@
 package deviceplugin
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 )
 
 // aliyunMemory is the resource through which pods written for Aliyun's
@@ -88,32 +86,4 @@ func (m *Manager) aliyunEnvOf(pod *corev1.Pod, container string, c *gpusharev1.C
 	}
 	m.mu.Unlock()
 	return aliyunEnv(pod, container, c, m.cfg.UnitMiB(aliyunMemory, pod.Namespace), gpuMiB)
-}
-
-// aliyunAllocation translates the placement Aliyun's scheduler extender
-// recorded on pod (gpucache.AliyunAllocation) onto this node's GPUs, so
-// that a container of a pod placed before gpushare took over gets its old
-// GPU when it (re)starts. It is then checked as gpushare's own records are.
-func (m *Manager) aliyunAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, error) {
-	if m.cfg.Requests == nil {
-		return nil, fmt.Errorf("%w: no request model to read it by", gpucache.ErrForeignRecord)
-	}
-	req, err := m.cfg.Requests(pod)
-	if err != nil {
-		return nil, fmt.Errorf("%w: the pod's own request: %w", gpucache.ErrForeignRecord, err)
-	}
-	a, err := gpucache.AliyunAllocation(pod, req)
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return gpucache.ByIndex(a, func(i int) (string, bool) {
-		for _, d := range m.gpus {
-			if d.Index == i {
-				return d.UUID, true
-			}
-		}
-		return "", false
-	})
 }

@@ -597,11 +597,11 @@ func (m *Manager) allocation(pod *corev1.Pod, container string) (*gpusharev1.Con
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
 	var a *gpusharev1.Allocation
 	var err error
-	switch _, aliyun := pod.Annotations[gpucache.AliyunIndex]; {
+	switch {
 	case ok:
 		a, err = gpusharev1.ParseAllocation(value)
-	case aliyun:
-		a, err = m.aliyunAllocation(pod)
+	case gpucache.Foreign(pod) != nil:
+		a, err = m.foreignAllocation(pod)
 	default:
 		return nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", pod.Namespace, pod.Name, gpusharev1.AllocationAnnotation)
 	}

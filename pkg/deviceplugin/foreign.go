@@ -1,0 +1,55 @@
+package deviceplugin
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpu"
+)
+
+// foreignAllocation translates the placement another scheduler recorded
+// on pod (gpucache.ForeignAllocation: Aliyun's gpushare, Elastic GPU
+// Scheduler) onto this node's GPUs, so that a container of a pod placed
+// before gpushare took over gets its old GPUs when it (re)starts. It is
+// then checked as gpushare's own records are.
+func (m *Manager) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, error) {
+	sys := gpucache.Foreign(pod)
+	if m.cfg.Requests == nil {
+		return nil, fmt.Errorf("%w: no request model to read it by", sys)
+	}
+	req, err := m.cfg.Requests(pod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
+	}
+	a, err := gpucache.ForeignAllocation(pod, req)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, err = gpucache.ByIndex(a, req, func(i int) (alloc.GPU, bool) {
+		for _, d := range m.gpus {
+			if d.Index == i {
+				return alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d)}, true
+			}
+		}
+		return alloc.GPU{}, false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sys, err)
+	}
+	return a, nil
+}
+
+// usable is the memory processes can allocate on d, as the inventory
+// publishes it.
+func usable(d gpu.Device) int64 {
+	if d.UsableMemoryMiB > 0 && d.UsableMemoryMiB < d.MemoryMiB {
+		return d.UsableMemoryMiB
+	}
+	return d.MemoryMiB
+}
