@@ -73,7 +73,7 @@ func main() {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration if empty")
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.simConfig, "simulated-gpus", "", "simulate the GPUs described in this file instead of using NVML")
-	fs.StringVar(&o.config, "config", "", "GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1): the resource model; defaults if empty")
+	fs.StringVar(&o.config, "config", "", "GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1): the resource model and reservedMemory; defaults if empty")
 	fs.BoolVar(&o.wholeCard, "whole-card", false, "hand out whole GPUs only (inventory mode WholeCard)")
 	fs.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device plugin directory")
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
@@ -173,7 +173,7 @@ func run(ctx context.Context, o options) error {
 	publish := func() bool {
 		devs, err := backend.Devices()
 		if err == nil {
-			err = pub.Publish(ctx, inventory.From(devs, mode, o.mps))
+			err = pub.Publish(ctx, inventory.From(inventory.Reserve(devs, args.ReservedMiB), mode, o.mps))
 		}
 		if err != nil {
 			logger.Error(err, "Publishing the GPU inventory")

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,26 @@ func From(devices []gpu.Device, mode gpusharev1.Mode, mps bool) *gpusharev1.GPUI
 		}
 	}
 	return inv
+}
+
+// Reserve returns devices with the allowance reservedMiB gives each model
+// (GPUShareArgs.ReservedMiB) taken off the usable memory of the GPUs for
+// which the driver reports no reservation: usable memory unknown, or the
+// whole memory. A reservation the driver reports is kept, and an
+// allowance of the whole memory or more is ignored. devices is not
+// changed.
+func Reserve(devices []gpu.Device, reservedMiB func(model string) int64) []gpu.Device {
+	out := slices.Clone(devices)
+	for i := range out {
+		d := &out[i]
+		if d.UsableMemoryMiB > 0 && d.UsableMemoryMiB < d.MemoryMiB {
+			continue
+		}
+		if r := reservedMiB(d.Model); r > 0 && r < d.MemoryMiB {
+			d.UsableMemoryMiB = d.MemoryMiB - r
+		}
+	}
+	return out
 }
 
 // NodePatcher applies a JSON merge patch to a node and returns the node

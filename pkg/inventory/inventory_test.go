@@ -117,3 +117,29 @@ func TestFromUsable(t *testing.T) {
 		}
 	}
 }
+
+// The configured allowance is taken off only where the driver reports no
+// reservation, and only when it leaves some memory.
+func TestReserve(t *testing.T) {
+	devs := []gpu.Device{
+		{Index: 0, Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 14911}, // the driver's: kept
+		{Index: 1, Model: "Tesla T4", MemoryMiB: 15360},                         // unknown: 15360-400
+		{Index: 2, Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 15360}, // none reported: 15360-400
+		{Index: 3, Model: "Tesla V100", MemoryMiB: 16384},                       // no allowance: unknown
+		{Index: 4, Model: "Tiny", MemoryMiB: 100},                               // allowance ≥ memory: ignored
+	}
+	allowance := map[string]int64{"Tesla T4": 400, "Tiny": 100}
+	got := Reserve(devs, func(model string) int64 { return allowance[model] })
+	for i, want := range []int64{14911, 14960, 14960, 0, 0} {
+		if got[i].UsableMemoryMiB != want {
+			t.Errorf("GPU %d: %d usable, want %d", i, got[i].UsableMemoryMiB, want)
+		}
+	}
+	if devs[1].UsableMemoryMiB != 0 {
+		t.Error("Reserve changed its input")
+	}
+	// Published: 14960 of 15360 usable.
+	if g := From(got, gpusharev1.ModeShared, false).GPUs[1]; g.UsableMemoryMiB != 14960 {
+		t.Errorf("inventory: %d usable, want 14960", g.UsableMemoryMiB)
+	}
+}

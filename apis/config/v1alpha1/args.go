@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -43,6 +44,35 @@ type GPUShareArgs struct {
 	// the built-in model (see ResourceModel). Its apiVersion and kind may
 	// be left out.
 	ResourceModel *ResourceModel `json:"resourceModel,omitempty"`
+	// ReservedMemory is what the driver and firmware keep of each GPU
+	// model where NVML reports no reserved memory (drivers before R510,
+	// or a reservation of 0): gpushare-node then publishes the GPU's
+	// usable memory as its total less this, and the scheduler books
+	// against that. Measure it on an idle GPU (docs/resource-model.md).
+	// Default none: the whole memory is usable.
+	ReservedMemory []ReservedMemory `json:"reservedMemory,omitempty"`
+}
+
+// ReservedMemory is the memory a GPU model holds back from processes.
+type ReservedMemory struct {
+	// Model is a GPU model as NVML names it ("Tesla T4"), or the start of
+	// one ("NVIDIA A100"). Where several match a GPU the longest wins.
+	Model string `json:"model"`
+	// MiB is the memory reserved, at least 1.
+	MiB int64 `json:"mib"`
+}
+
+// ReservedMiB returns the memory a's ReservedMemory holds back on a GPU
+// of model: the entry that is model or the longest start of it, 0 if
+// none is.
+func (a *GPUShareArgs) ReservedMiB(model string) int64 {
+	best, mib := -1, int64(0)
+	for _, r := range a.ReservedMemory {
+		if strings.HasPrefix(model, r.Model) && len(r.Model) > best {
+			best, mib = len(r.Model), r.MiB
+		}
+	}
+	return mib
 }
 
 // DefaultNodePolicy is the node policy when none is set.
@@ -69,6 +99,25 @@ func ValidateArgs(a *GPUShareArgs) field.ErrorList {
 	for _, e := range Validate(a.ResourceModel) {
 		e.Field = "resourceModel." + e.Field
 		errs = append(errs, e)
+	}
+	return append(errs, validateReserved(field.NewPath("reservedMemory"), a.ReservedMemory)...)
+}
+
+func validateReserved(p *field.Path, rs []ReservedMemory) field.ErrorList {
+	var errs field.ErrorList
+	seen := make(map[string]bool, len(rs))
+	for i, r := range rs {
+		rp := p.Index(i)
+		switch {
+		case strings.TrimSpace(r.Model) == "":
+			errs = append(errs, field.Required(rp.Child("model"), "a GPU model as nvidia-smi names it, or the start of one"))
+		case seen[r.Model]:
+			errs = append(errs, field.Duplicate(rp.Child("model"), r.Model))
+		}
+		seen[r.Model] = true
+		if r.MiB < 1 {
+			errs = append(errs, field.Invalid(rp.Child("mib"), r.MiB, "must be at least 1 (MiB); leave the model out for none"))
+		}
 	}
 	return errs
 }

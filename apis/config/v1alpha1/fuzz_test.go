@@ -14,6 +14,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("apiVersion: config.gpushare.io/v1alpha1\nkind: GPUShareArgs\nresourceModel:\n  unitOverrides:\n  - {name: aliyun.com/gpu-mem, unit: MiB, namespaces: [team-mib]}\n"))
 	f.Add([]byte("apiVersion: config.gpushare.io/v1alpha1\nkind: ResourceModel\nresources:\n- {name: aliyun.com/gpu-mem, kind: Memory, unit: MiB}\n"))
 	f.Add([]byte(`{"apiVersion":"config.gpushare.io/v1alpha1","kind":"GPUShareArgs","NodePolicy":"spread"}`))
+	f.Add([]byte("apiVersion: config.gpushare.io/v1alpha1\nkind: GPUShareArgs\nreservedMemory:\n- {model: Tesla T4, mib: 449}\n"))
 	f.Add([]byte("{"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if a, err := LoadArgs(data); err == nil {
