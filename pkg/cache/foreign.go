@@ -23,7 +23,9 @@ const (
 	AliyunPod = "ALIYUN_COM_GPU_MEM_POD"
 )
 
-const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
+// AliyunMemory is the resource through which pods written for Aliyun's
+// gpushare ask GPU memory.
+const AliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
 
 // ErrForeignRecord marks a record of another system that gpushare cannot
 // read as a placement. The errors say whose record it is: they wrap
@@ -108,24 +110,23 @@ func AliyunAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Alloc
 	}
 	asks := map[string]bool{}
 	for i := range pod.Spec.InitContainers {
-		if _, ok := aliyunAmount(&pod.Spec.InitContainers[i]); ok {
+		if _, ok := AliyunAmount(&pod.Spec.InitContainers[i]); ok {
 			asks[pod.Spec.InitContainers[i].Name] = true
 		}
 	}
-	var podAmount int64
 	for i := range pod.Spec.Containers {
-		if n, ok := aliyunAmount(&pod.Spec.Containers[i]); ok {
+		if _, ok := AliyunAmount(&pod.Spec.Containers[i]); ok {
 			asks[pod.Spec.Containers[i].Name] = true
-			podAmount += n
 		}
 	}
+	podAmount := AliyunPodAmount(pod)
 	if len(asks) == 0 {
-		return nil, fail("the pod asks no %s", aliyunMemory)
+		return nil, fail("the pod asks no %s", AliyunMemory)
 	}
 	if s, ok := pod.Annotations[AliyunPod]; ok {
 		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil || n != podAmount {
-			return nil, fail("%s=%q, the pod's containers ask %d of %s", AliyunPod, s, podAmount, aliyunMemory)
+			return nil, fail("%s=%q, the pod's containers ask %d of %s", AliyunPod, s, podAmount, AliyunMemory)
 		}
 	}
 	a := &gpusharev1.Allocation{Node: pod.Spec.NodeName}
@@ -141,14 +142,26 @@ func AliyunAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Alloc
 	return a, nil
 }
 
-// aliyunAmount is what c asks of aliyun.com/gpu-mem (its limit, else its
-// request) and whether it asks any.
-func aliyunAmount(c *corev1.Container) (int64, bool) {
-	q, ok := c.Resources.Limits[aliyunMemory]
+// AliyunAmount is what c asks of aliyun.com/gpu-mem (its limit, else its
+// request), in the pod's unit, and whether it asks any.
+func AliyunAmount(c *corev1.Container) (int64, bool) {
+	q, ok := c.Resources.Limits[AliyunMemory]
 	if !ok {
-		q, ok = c.Resources.Requests[aliyunMemory]
+		q, ok = c.Resources.Requests[AliyunMemory]
 	}
 	return q.Value(), ok && !q.IsZero()
+}
+
+// AliyunPodAmount is the pod's app containers' aliyun.com/gpu-mem, in the
+// pod's unit: what Aliyun's ALIYUN_COM_GPU_MEM_POD says.
+func AliyunPodAmount(pod *corev1.Pod) int64 {
+	var n int64
+	for i := range pod.Spec.Containers {
+		if q, ok := AliyunAmount(&pod.Spec.Containers[i]); ok {
+			n += q
+		}
+	}
+	return n
 }
 
 // ByIndex returns a copy of a with each GPU's UUID set to that of the GPU

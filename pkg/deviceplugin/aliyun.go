@@ -7,11 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
 )
-
-// aliyunMemory is the resource through which pods written for Aliyun's
-// gpushare ask GPU memory.
-const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
 
 // aliyunEnv returns what Aliyun's gpushare device plugin tells a container
 // that asks aliyun.com/gpu-mem, so that workloads written for it (e.g.
@@ -37,15 +34,11 @@ func aliyunEnv(pod *corev1.Pod, container string, c *gpusharev1.ContainerAllocat
 		mib += g.MemoryMiB
 		dev = min(dev, gpuMiB[i])
 	}
-	var podAmount int64
-	for i := range pod.Spec.Containers {
-		podAmount += amount(&pod.Spec.Containers[i], aliyunMemory)
-	}
 	return []string{
-		"ALIYUN_COM_GPU_MEM_IDX=" + strings.Join(idx, ","),
+		gpucache.AliyunIndex + "=" + strings.Join(idx, ","),
 		"ALIYUN_COM_GPU_MEM_CONTAINER=" + strconv.FormatInt(mib/unitMiB, 10),
 		"ALIYUN_COM_GPU_MEM_DEV=" + strconv.FormatInt(dev/unitMiB, 10),
-		"ALIYUN_COM_GPU_MEM_POD=" + strconv.FormatInt(podAmount, 10),
+		gpucache.AliyunPod + "=" + strconv.FormatInt(gpucache.AliyunPodAmount(pod), 10),
 	}
 }
 
@@ -55,20 +48,11 @@ func asksAliyun(pod *corev1.Pod, container string) bool {
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
 			if cs[i].Name == container {
-				return containerAsks(&cs[i], string(aliyunMemory))
+				return containerAsks(&cs[i], string(gpucache.AliyunMemory))
 			}
 		}
 	}
 	return false
-}
-
-// amount is what c asks of resource name: its limit, else its request.
-func amount(c *corev1.Container, name corev1.ResourceName) int64 {
-	if q, ok := c.Resources.Limits[name]; ok {
-		return q.Value()
-	}
-	q := c.Resources.Requests[name]
-	return q.Value()
 }
 
 // aliyunEnvOf is aliyunEnv for container of pod on this node's GPUs, in
@@ -85,5 +69,5 @@ func (m *Manager) aliyunEnvOf(pod *corev1.Pod, container string, c *gpusharev1.C
 		}
 	}
 	m.mu.Unlock()
-	return aliyunEnv(pod, container, c, m.cfg.UnitMiB(aliyunMemory, pod.Namespace), gpuMiB)
+	return aliyunEnv(pod, container, c, m.cfg.UnitMiB(gpucache.AliyunMemory, pod.Namespace), gpuMiB)
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
+// aliyunMemory is the resource as Aliyun's pod specs write it.
+const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
+
 func TestAliyunEnv(t *testing.T) {
 	asking := func(name corev1.ResourceName, amounts ...int64) *corev1.Pod {
 		p := &corev1.Pod{}

@@ -9,17 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
 )
-
-// aliyunMemory is the resource through which pods written for Aliyun's
-// gpushare ask GPU memory.
-const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
 
 // The annotations Aliyun's gpushare scheduler extender writes on the pods
 // it binds, which its tools (kubectl inspect gpushare) read.
 const (
-	aliyunIndex      = "ALIYUN_COM_GPU_MEM_IDX"
-	aliyunPod        = "ALIYUN_COM_GPU_MEM_POD"
 	aliyunAssigned   = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 	aliyunAssumeTime = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
 )
@@ -36,16 +31,11 @@ const (
 //	ALIYUN_COM_GPU_MEM_ASSUME_TIME  now, in nanoseconds since the epoch
 func aliyunAnnotations(pod *corev1.Pod, p *alloc.Placement, now time.Time) map[string]string {
 	asks := map[string]bool{}
-	for i := range pod.Spec.InitContainers {
-		if _, ok := quantity(&pod.Spec.InitContainers[i], aliyunMemory); ok {
-			asks[pod.Spec.InitContainers[i].Name] = true
-		}
-	}
-	var total int64
-	for i := range pod.Spec.Containers {
-		if q, ok := quantity(&pod.Spec.Containers[i], aliyunMemory); ok {
-			asks[pod.Spec.Containers[i].Name] = true
-			total += q
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, ok := gpucache.AliyunAmount(&cs[i]); ok {
+				asks[cs[i].Name] = true
+			}
 		}
 	}
 	var idx []int
@@ -68,19 +58,9 @@ func aliyunAnnotations(pod *corev1.Pod, p *alloc.Placement, now time.Time) map[s
 		s[i] = strconv.Itoa(g)
 	}
 	return map[string]string{
-		aliyunIndex:      strings.Join(s, ","),
-		aliyunPod:        strconv.FormatInt(total, 10),
-		aliyunAssigned:   "false",
-		aliyunAssumeTime: strconv.FormatInt(now.UnixNano(), 10),
+		gpucache.AliyunIndex: strings.Join(s, ","),
+		gpucache.AliyunPod:   strconv.FormatInt(gpucache.AliyunPodAmount(pod), 10),
+		aliyunAssigned:       "false",
+		aliyunAssumeTime:     strconv.FormatInt(now.UnixNano(), 10),
 	}
-}
-
-// quantity is what c asks of resource name, its limit else its request,
-// and whether it asks any.
-func quantity(c *corev1.Container, name corev1.ResourceName) (int64, bool) {
-	q, ok := c.Resources.Limits[name]
-	if !ok {
-		q, ok = c.Resources.Requests[name]
-	}
-	return q.Value(), ok && !q.IsZero()
 }

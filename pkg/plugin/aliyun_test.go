@@ -17,6 +17,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
 
+// aliyunMemory is the resource as Aliyun's pod specs write it.
+const aliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
+
 // container asks name for amount (limits; requests as the API server sets
 // them).
 func container(name string, res corev1.ResourceName, amount int64) corev1.Container {
