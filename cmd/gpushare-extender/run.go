@@ -19,7 +19,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
-	"github.com/gpushare/gpushare/pkg/plugin"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -84,7 +83,8 @@ func run(ctx context.Context, o options) error {
 		logger.Info("Not booking the GPU record of a pod", "pod", klog.KObj(pod), "err", err)
 	}})
 	factory := informers.NewSharedInformerFactory(client, 0)
-	if err := plugin.Watch(cache, factory); err != nil {
+	cacheSynced, err := gpucache.Watch(cache, factory)
+	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -103,13 +103,16 @@ func run(ctx context.Context, o options) error {
 		}}
 	servers := o.servers(srv, reg, tlsConfig)
 
-	go plugin.ExpireLive(ctx, cache)
-	go plugin.WatchLeases(ctx, cache, client, nil)
+	go gpucache.RunExpiry(ctx, cache)
+	go gpucache.WatchLeases(ctx, cache, client, nil)
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
+	}
+	if !gpucache.WaitSynced(ctx, cacheSynced) {
+		return fmt.Errorf("the GPU cache did not sync: %w", ctx.Err())
 	}
 	close(synced)
 	logger.Info("Serving", "address", servers[0].Addr, "tls", tlsConfig != nil, "clientCertificates", o.serving.ClientCAFile != "",

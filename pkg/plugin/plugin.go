@@ -7,17 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/informers"
-	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -45,6 +40,9 @@ type GPUShare struct {
 	cache   *gpucache.Cache
 	metrics *metrics
 	seed    uint64
+	// synced reports whether the cache has taken in the informers'
+	// first lists; PreFilter waits for it once.
+	synced func() bool
 }
 
 var (
@@ -75,18 +73,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	logger := klog.FromContext(ctx).WithName(Name)
-	c, m, err := shared(ctx, logger, h, model)
+	c, synced, m, err := shared(ctx, logger, h, model)
 	if err != nil {
 		return nil, err
 	}
-	pl := &GPUShare{handle: h, model: model, placer: placer, cache: c, metrics: m, seed: args.Seed}
-	_, err = h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { pl.noteLargestGPU() },
-		UpdateFunc: func(any, any) { pl.noteLargestGPU() },
-	})
-	if err != nil {
-		return nil, err
-	}
+	pl := &GPUShare{handle: h, model: model, placer: placer, cache: c, synced: synced, metrics: m, seed: args.Seed}
 	logger.Info("GPUShare plugin ready", "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
 	return pl, nil
 }
@@ -116,6 +107,7 @@ func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
 var (
 	sharedOnce    sync.Once
 	sharedCache   *gpucache.Cache
+	sharedSynced  func() bool
 	sharedMetrics *metrics
 	sharedErr     error
 	sharedProfile = &profiles{byName: map[string]profile{}}
@@ -162,10 +154,10 @@ func (ps *profiles) of(pod *corev1.Pod) profile {
 // allocation record books nothing.
 const ReasonRecordRefused = "GPUAllocationRefused"
 
-func shared(ctx context.Context, logger klog.Logger, h fwk.Handle, model *resource.Model) (*gpucache.Cache, *metrics, error) {
+func shared(ctx context.Context, logger klog.Logger, h fwk.Handle, model *resource.Model) (*gpucache.Cache, func() bool, *metrics, error) {
 	sharedProfile.add(h.ProfileName(), profile{model: model, recorder: h.EventRecorder()})
 	sharedOnce.Do(func() {
-		defer func() { go ExpireLive(ctx, sharedCache) }()
+		defer func() { go gpucache.RunExpiry(ctx, sharedCache) }()
 		sharedCache = gpucache.New(logger, gpucache.Options{
 			Requests: func(pod *corev1.Pod) (*alloc.PodRequest, error) {
 				return sharedProfile.of(pod).model.PodRequest(pod)
@@ -174,13 +166,13 @@ func shared(ctx context.Context, logger klog.Logger, h fwk.Handle, model *resour
 				RecordRefused(sharedProfile.of(pod).recorder, pod, err)
 			},
 		})
-		sharedErr = Watch(sharedCache, h.SharedInformerFactory())
-		go WatchLeases(ctx, sharedCache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
+		sharedSynced, sharedErr = gpucache.Watch(sharedCache, h.SharedInformerFactory())
+		go gpucache.WatchLeases(ctx, sharedCache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
 		sharedMetrics = newMetrics()
 		legacyregistry.RawMustRegister(gpucache.NewCollector(sharedCache))
 		legacyregistry.RawMustRegister(sharedMetrics.collectors()...)
 	})
-	return sharedCache, sharedMetrics, sharedErr
+	return sharedCache, sharedSynced, sharedMetrics, sharedErr
 }
 
 // RecordRefused emits the Warning event that says why a pod's allocation
@@ -195,91 +187,6 @@ func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	}
 	r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check",
 		"gpushare books no GPU for this pod's %s annotation: %v", gpusharev1.AllocationAnnotation, err)
-}
-
-// ExpireLive drops stale live GPU samples from c every 30 s until ctx
-// ends, so that load-aware scoring of a node whose daemon went quiet falls
-// back to bookings.
-func ExpireLive(ctx context.Context, c *gpucache.Cache) {
-	t := time.NewTicker(30 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.ExpireLive()
-		}
-	}
-}
-
-// Watch feeds c from an informer factory's node and pod informers. The
-// scheduler starts them and waits for them to sync before it schedules
-// anything, so the cache holds every recorded allocation before the first
-// decision.
-func Watch(c *gpucache.Cache, f informers.SharedInformerFactory) error {
-	_, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { setNode(c, obj) },
-		UpdateFunc: func(_, obj any) { setNode(c, obj) },
-		DeleteFunc: func(obj any) {
-			if n, ok := unwrap(obj).(*corev1.Node); ok {
-				c.RemoveNode(n.Name)
-			}
-		},
-	})
-	if err != nil {
-		return err
-	}
-	_, err = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { setPod(c, obj) },
-		UpdateFunc: func(_, obj any) { setPod(c, obj) },
-		DeleteFunc: func(obj any) {
-			if p, ok := unwrap(obj).(*corev1.Pod); ok {
-				c.RemovePod(p.UID)
-			}
-		},
-	})
-	return err
-}
-
-// WatchLeases feeds c the node daemons' leases until ctx ends. It runs an
-// informer of its own on the leases of gpusharev1.LeaseNamespace instead
-// of the scheduler's factory, whose informers must all sync before it
-// schedules: a scheduler not allowed to list leases there (the role
-// kubeadm gives kube-scheduler is not) then schedules as before, judging
-// no node by a lease, and logs why. When the lease of a node whose daemon
-// had stopped is renewed, recovered (if not nil) is told.
-func WatchLeases(ctx context.Context, c *gpucache.Cache, client kubernetes.Interface, recovered func(node string)) {
-	inf := coordinationinformers.NewFilteredLeaseInformer(client, gpusharev1.LeaseNamespace, 0, cache.Indexers{}, nil)
-	set := func(obj any) {
-		l, ok := obj.(*coordinationv1.Lease)
-		if !ok || !strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
-			return
-		}
-		node := strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix)
-		var expires time.Time
-		if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
-			expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
-		}
-		if c.SetLease(node, expires) && recovered != nil {
-			klog.FromContext(ctx).Info("gpushare-node renewed its lease again; retrying pending GPU pods", "node", node)
-			recovered(node)
-		}
-	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(obj any) {
-			if l, ok := unwrap(obj).(*coordinationv1.Lease); ok && strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
-				c.RemoveLease(strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix))
-			}
-		},
-	})
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Watching node daemon leases")
-		return
-	}
-	inf.Run(ctx.Done())
 }
 
 // activatePending moves every pending pod that asks for GPUs back to the
@@ -301,25 +208,6 @@ func activatePending(ctx context.Context, h fwk.Handle, node string) {
 		h.Activate(klog.FromContext(ctx), pending)
 	}
 	klog.FromContext(ctx).V(2).Info("Retried pending pods after a node daemon came back", "node", node, "pods", len(pending))
-}
-
-func unwrap(obj any) any {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
-}
-
-func setNode(c *gpucache.Cache, obj any) {
-	if n, ok := obj.(*corev1.Node); ok {
-		c.SetNode(n)
-	}
-}
-
-func setPod(c *gpucache.Cache, obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		c.SetPod(p)
-	}
 }
 
 // noteLargestGPU tells the resource model the largest GPU, so that a
@@ -369,8 +257,15 @@ func readCycle(state fwk.CycleState) (*cycle, error) {
 }
 
 // PreFilter implements fwk.PreFilterPlugin.
-func (pl *GPUShare) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	start := time.Now()
+	// kube-scheduler waits for its informers to sync, not for their
+	// handlers to have fed the cache: the first decisions would see part
+	// of the cluster and turn pods away for good.
+	if !gpucache.WaitSynced(ctx, pl.synced) {
+		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache did not sync: %w", ctx.Err()))
+	}
+	pl.noteLargestGPU()
 	req, err := pl.model.PodRequest(pod)
 	if err != nil {
 		pl.metrics.observe(resultInvalid, start)
@@ -704,3 +599,10 @@ func (pl *GPUShare) inventoryChanged(_ klog.Logger, pod *corev1.Pod, oldObj, new
 
 // Keep the frameworkruntime import honest: the factory matches its type.
 var _ frameworkruntime.PluginFactory = New
+
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}

@@ -25,6 +25,8 @@ var (
 	tools controlplane.Tools
 	// schedulerBin and extenderBin are gpushare's, built for this run.
 	schedulerBin, extenderBin string
+	// binDir holds the binaries the tests build; TestMain removes it.
+	binDir string
 	// root is the repository root.
 	root string
 	// skip says why the tests cannot run.
@@ -56,6 +58,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
+	binDir = dir
 	schedulerBin = filepath.Join(dir, "gpushare-scheduler")
 	extenderBin = filepath.Join(dir, "gpushare-extender")
 	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender")

@@ -160,16 +160,12 @@ func bareNode(t testing.TB, client kubernetes.Interface, name string) {
 	}
 }
 
-// nodeBin builds gpushare-node once per test binary.
+// nodeBin builds gpushare-node once per test binary, into the directory
+// TestMain removes.
 func nodeBin(t testing.TB) string {
 	t.Helper()
 	nodeBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpushare-node-")
-		if err != nil {
-			nodeBinErr = err
-			return
-		}
-		nodeBinPath = filepath.Join(dir, "gpushare-node")
+		nodeBinPath = filepath.Join(binDir, "gpushare-node")
 		build := exec.Command("go", "build", "-o", nodeBinPath, "./cmd/gpushare-node")
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {

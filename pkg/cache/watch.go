@@ -1,0 +1,134 @@
+package cache
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+)
+
+// Watch feeds c from an informer factory's node and pod informers. The
+// returned func reports whether c has taken in every node and pod of the
+// informers' first lists: an informer that has synced may not yet have
+// handed its objects to c, and a decision made before then sees part of
+// the cluster (a large GPU missing, a booking not yet made).
+func Watch(c *Cache, f informers.SharedInformerFactory) (synced func() bool, err error) {
+	nodes, err := f.Core().V1().Nodes().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { setNode(c, obj) },
+		UpdateFunc: func(_, obj any) { setNode(c, obj) },
+		DeleteFunc: func(obj any) {
+			if n, ok := unwrap(obj).(*corev1.Node); ok {
+				c.RemoveNode(n.Name)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { setPod(c, obj) },
+		UpdateFunc: func(_, obj any) { setPod(c, obj) },
+		DeleteFunc: func(obj any) {
+			if p, ok := unwrap(obj).(*corev1.Pod); ok {
+				c.RemovePod(p.UID)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() bool { return nodes.HasSynced() && pods.HasSynced() }, nil
+}
+
+// WaitSynced blocks until synced reports true or ctx ends, and reports
+// whether it did.
+func WaitSynced(ctx context.Context, synced func() bool) bool {
+	if synced() {
+		return true
+	}
+	return toolscache.WaitForCacheSync(ctx.Done(), synced)
+}
+
+// WatchLeases feeds c the node daemons' leases until ctx ends. It runs an
+// informer of its own on the leases of gpusharev1.LeaseNamespace instead
+// of the scheduler's factory, whose informers must all sync before it
+// schedules: a scheduler not allowed to list leases there (the role
+// kubeadm gives kube-scheduler is not) then schedules as before, judging
+// no node by a lease, and logs why. When the lease of a node whose daemon
+// had stopped is renewed, recovered (if not nil) is told.
+func WatchLeases(ctx context.Context, c *Cache, client kubernetes.Interface, recovered func(node string)) {
+	inf := coordinationinformers.NewFilteredLeaseInformer(client, gpusharev1.LeaseNamespace, 0, toolscache.Indexers{}, nil)
+	set := func(obj any) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || !strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
+			return
+		}
+		node := strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix)
+		var expires time.Time
+		if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
+			expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		}
+		if c.SetLease(node, expires) && recovered != nil {
+			klog.FromContext(ctx).Info("gpushare-node renewed its lease again; retrying pending GPU pods", "node", node)
+			recovered(node)
+		}
+	}
+	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if l, ok := unwrap(obj).(*coordinationv1.Lease); ok && strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
+				c.RemoveLease(strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix))
+			}
+		},
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Watching node daemon leases")
+		return
+	}
+	inf.Run(ctx.Done())
+}
+
+// RunExpiry drops stale live GPU samples from c every 30 s until ctx
+// ends, so that load-aware scoring of a node whose daemon went quiet falls
+// back to bookings.
+func RunExpiry(ctx context.Context, c *Cache) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.ExpireLive()
+		}
+	}
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func setNode(c *Cache, obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		c.SetNode(n)
+	}
+}
+
+func setPod(c *Cache, obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		c.SetPod(p)
+	}
+}
