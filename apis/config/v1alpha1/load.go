@@ -1,13 +1,10 @@
 package v1alpha1
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"reflect"
+	"strings"
 
-	utiljson "k8s.io/apimachinery/pkg/util/json"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -31,27 +28,25 @@ func Load(data []byte) (*ResourceModel, error) {
 	return m, nil
 }
 
-// decodeStrict decodes twice: encoding/json rejects unknown fields but
-// matches names regardless of case, the apimachinery decoder matches case
-// but ignores unknown fields. The two results differ only when a field
-// matched in the wrong case.
+// decodeStrict decodes YAML or JSON into a T. Duplicate keys, unknown
+// fields and fields in the wrong case (names match case-sensitively, so a
+// miscased one is unknown) are errors naming the field's path.
 func decodeStrict[T any](data []byte) (*T, error) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, err
 	}
-	var loose T
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&loose); err != nil {
-		return nil, err
-	}
 	m := new(T)
-	if err := utiljson.Unmarshal(j, m); err != nil {
+	strict, err := kjson.UnmarshalStrict(j, m, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
 		return nil, err
 	}
-	if !reflect.DeepEqual(&loose, m) {
-		return nil, errors.New(`field names are case-sensitive: write them as documented, e.g. "resources", "nodePolicy"`)
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return nil, fmt.Errorf("%s (field names are case-sensitive: write them as documented, e.g. \"resources\", \"nodePolicy\")", strings.Join(msgs, ", "))
 	}
 	return m, nil
 }

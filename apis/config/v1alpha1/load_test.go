@@ -59,11 +59,19 @@ mpsMemoryAnnotation: example.com/mps-memory
 		},
 		"unknown field in a resource": {
 			data:    "apiVersion: config.gpushare.io/v1alpha1\nkind: ResourceModel\nresources:\n- {name: a.io/m, kind: Memory, units: MiB}\n",
-			wantErr: `unknown field "units"`,
+			wantErr: `unknown field "resources[0].units"`,
 		},
 		"field in the wrong case": {
 			data:    "apiVersion: config.gpushare.io/v1alpha1\nkind: ResourceModel\nModelsAnnotation: example.com/models\n",
 			wantErr: "field names are case-sensitive",
+		},
+		"field in the wrong case is named": {
+			data:    `{"apiVersion": "config.gpushare.io/v1alpha1", "kind": "ResourceModel", "Resources": []}`,
+			wantErr: `unknown field "Resources"`,
+		},
+		"duplicate field in JSON": {
+			data:    `{"apiVersion": "config.gpushare.io/v1alpha1", "kind": "ResourceModel", "kind": "ResourceModel"}`,
+			wantErr: `key "kind" already set`,
 		},
 		"duplicate field": {
 			data:    "apiVersion: config.gpushare.io/v1alpha1\nkind: ResourceModel\nkind: ResourceModel\n",

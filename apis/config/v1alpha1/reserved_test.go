@@ -41,7 +41,7 @@ reservedMemory:
 		},
 		"unknown field": {
 			data:    "apiVersion: config.gpushare.io/v1alpha1\nkind: GPUShareArgs\nreservedMemory:\n- {model: Tesla T4, bytes: 449}\n",
-			wantErr: []string{`unknown field "bytes"`},
+			wantErr: []string{`unknown field "reservedMemory[0].bytes"`},
 		},
 	}
 	for name, tc := range cases {
