@@ -3,88 +3,75 @@ package resource
 import (
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	podresource "k8s.io/component-helpers/resource"
 )
 
-// cpuMemory is an amount of CPU (milli) and memory (bytes).
-type cpuMemory struct{ milli, bytes int64 }
-
-func (a cpuMemory) add(b cpuMemory) cpuMemory {
-	return cpuMemory{a.milli + b.milli, a.bytes + b.bytes}
-}
-
-func (a cpuMemory) maxOf(b cpuMemory) cpuMemory {
-	return cpuMemory{max(a.milli, b.milli), max(a.bytes, b.bytes)}
-}
-
 // effectiveCPUMemory is Kubernetes' effective request of a pod, in milli-CPU
-// and MiB (rounded up):
+// and MiB (rounded up), as the scheduler computes it with
+// k8s.io/component-helpers/resource.PodRequests:
 //
 //	max(sum(app) + sum(sidecars), max over init containers i of
 //	    (i + sidecars declared before i))  + overhead
 //
-// A sidecar counts towards the init containers after it, and towards itself.
 // Pod-level requests (spec.resources), where set, replace the containers'
-// sum. A request left out where a limit is set takes the limit, as the API
-// server's defaulting does, so pods read from files count as they would
-// once created.
+// sum. Only CPU and memory are counted: GPU resources are per container and
+// translated one container at a time.
+//
+// Unlike PodRequests, a request left out where a limit is set takes the
+// limit, as the API server's defaulting does, so pods read from files count
+// as they would once created; and each amount is first rounded up to a
+// whole milli-CPU or byte, so the sum is one of whole numbers.
 func effectiveCPUMemory(spec *corev1.PodSpec) (cpuMilli, memoryMiB int64) {
-	var apps, sidecars, inits cpuMemory
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: make([]corev1.Container, len(spec.InitContainers)),
+		Containers:     make([]corev1.Container, len(spec.Containers)),
+		Overhead:       cpuMemoryList(spec.Overhead, nil),
+	}}
 	for i := range spec.InitContainers {
 		c := &spec.InitContainers[i]
-		r := requests(&c.Resources)
-		if isSidecar(c) {
-			apps = apps.add(r)
-			sidecars = sidecars.add(r)
-			inits = inits.maxOf(sidecars)
-			continue
+		pod.Spec.InitContainers[i] = corev1.Container{
+			RestartPolicy: c.RestartPolicy,
+			Resources:     corev1.ResourceRequirements{Requests: cpuMemoryList(c.Resources.Requests, c.Resources.Limits)},
 		}
-		inits = inits.maxOf(r.add(sidecars))
 	}
 	for i := range spec.Containers {
-		apps = apps.add(requests(&spec.Containers[i].Resources))
+		r := &spec.Containers[i].Resources
+		pod.Spec.Containers[i].Resources.Requests = cpuMemoryList(r.Requests, r.Limits)
 	}
-	total := apps.maxOf(inits)
-	if spec.Resources != nil {
-		pod := requests(spec.Resources)
-		if hasRequest(spec.Resources, corev1.ResourceCPU) {
-			total.milli = pod.milli
-		}
-		if hasRequest(spec.Resources, corev1.ResourceMemory) {
-			total.bytes = pod.bytes
-		}
+	if r := spec.Resources; r != nil {
+		pod.Spec.Resources = &corev1.ResourceRequirements{Requests: cpuMemoryList(r.Requests, r.Limits)}
 	}
-	if q, ok := spec.Overhead[corev1.ResourceCPU]; ok {
-		total.milli += q.MilliValue()
+	total := podresource.PodRequests(pod, podresource.PodResourcesOptions{})
+	if q, ok := total[corev1.ResourceCPU]; ok {
+		cpuMilli = q.MilliValue()
 	}
-	if q, ok := spec.Overhead[corev1.ResourceMemory]; ok {
-		total.bytes += q.Value()
+	if q, ok := total[corev1.ResourceMemory]; ok {
+		const mib = 1 << 20
+		memoryMiB = (q.Value() + mib - 1) / mib
 	}
-	const mib = 1 << 20
-	return total.milli, (total.bytes + mib - 1) / mib
+	return cpuMilli, memoryMiB
 }
 
-// requests returns the CPU and memory requests, a limit standing in for a
-// missing request.
-func requests(r *corev1.ResourceRequirements) cpuMemory {
-	var out cpuMemory
-	if q, ok := request(r, corev1.ResourceCPU); ok {
-		out.milli = q.MilliValue()
-	}
-	if q, ok := request(r, corev1.ResourceMemory); ok {
-		out.bytes = q.Value()
+// cpuMemoryList returns the CPU and memory of requests, a limit standing in
+// for a missing request, rounded up to a whole milli-CPU and byte; nil if
+// neither is set.
+func cpuMemoryList(requests, limits corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for _, name := range [...]corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		q, ok := requests[name]
+		if !ok {
+			if q, ok = limits[name]; !ok {
+				continue
+			}
+		}
+		if out == nil {
+			out = make(corev1.ResourceList, 2)
+		}
+		if name == corev1.ResourceCPU {
+			out[name] = *k8sresource.NewMilliQuantity(q.MilliValue(), k8sresource.DecimalSI)
+		} else {
+			out[name] = *k8sresource.NewQuantity(q.Value(), k8sresource.BinarySI)
+		}
 	}
 	return out
-}
-
-func hasRequest(r *corev1.ResourceRequirements, name corev1.ResourceName) bool {
-	_, ok := request(r, name)
-	return ok
-}
-
-func request(r *corev1.ResourceRequirements, name corev1.ResourceName) (k8sresource.Quantity, bool) {
-	if q, ok := r.Requests[name]; ok {
-		return q, true
-	}
-	q, ok := r.Limits[name]
-	return q, ok
 }
