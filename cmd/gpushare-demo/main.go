@@ -1,6 +1,7 @@
 // Command gpushare-demo starts a local GPU cluster: a real control plane
-// with kwok's simulated GPU nodes and gpushare-scheduler, applies the seed
-// examples and prints where every container landed. The cluster keeps
+// with kwok's simulated GPU nodes and gpushare-scheduler, applies the
+// example workloads of the Aliyun system, the KETI system and the Elastic
+// GPU Scheduler (examples/) and prints where every container landed. The cluster keeps
 // running; `gpushare-demo down` (make demo-down) stops it.
 package main
 

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"k8s.io/component-base/cli"
+	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -21,7 +22,10 @@ func main() {
 		fmt.Printf("%s on kube-scheduler %s\n", version.Line("gpushare-scheduler"), version.Dependency("k8s.io/kubernetes"))
 		return
 	}
-	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New))
+	// Every profile's GPUShare shares one cache, whose metrics join
+	// kube-scheduler's own on its /metrics.
+	shared := plugin.NewShared(legacyregistry.RawMustRegister)
+	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New(shared)))
 	os.Exit(cli.Run(cmd))
 }
 

@@ -12,7 +12,8 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
-	"github.com/gpushare/gpushare/pkg/plugin"
+	"github.com/gpushare/gpushare/pkg/binding"
+	"github.com/gpushare/gpushare/pkg/decision"
 )
 
 // refusal is a bind that was not done: kube-scheduler reads it from the
@@ -96,7 +97,7 @@ func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingAr
 	if err := s.admit(pod, args.Node); err != nil {
 		return err
 	}
-	req, err := s.request(pod)
+	req, err := decision.Request(s.Model, pod)
 	if err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingAr
 			return err
 		}
 	}
-	if err := plugin.Bind(ctx, s.Client, pod, args.Node, p); err != nil {
+	if err := binding.Bind(ctx, s.Client, pod, args.Node, p); err != nil {
 		// Nothing was recorded: free the GPUs for the next try.
 		s.Cache.Forget(pod.UID)
 		return err

@@ -1,8 +1,10 @@
 // Package extender is gpushare's HTTP scheduler extender, for clusters
-// that keep stock kube-scheduler (the way in of seeds 001-004). It serves
-// the filter, prioritize and bind verbs under a URL prefix, over the same
-// cache and core as the scheduler plugin; it has no scheduling logic of
-// its own.
+// that keep stock kube-scheduler (the way in of the Aliyun system and of
+// the Elastic GPU Scheduler, both extenders). It serves the filter,
+// prioritize and bind verbs under a URL prefix, over the same cache and
+// core as the scheduler plugin, and decides (package decision) and binds
+// (package binding) as the plugin does; it has no scheduling logic of its
+// own, and imports no kube-scheduler code.
 //
 // Bind records the allocation on the pod and then binds it. Placing on the
 // node and booking in the cache happen under one lock, so concurrent binds

@@ -1,12 +1,10 @@
 package extender
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +17,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
-	"github.com/gpushare/gpushare/pkg/plugin"
+	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -32,7 +30,7 @@ type Server struct {
 	// Pods, if set, is read before the apiserver when binding.
 	Pods   corelisters.PodLister
 	Logger klog.Logger
-	// Seed breaks ties between equal nodes, as in the plugin.
+	// Seed breaks ties between equal nodes (alloc.TieBreak).
 	Seed uint64
 	// Prefix is the URL prefix of the verbs, e.g. /gpushare-scheduler.
 	Prefix string
@@ -73,7 +71,7 @@ type Server struct {
 type filtered struct {
 	pod types.UID
 	at  time.Time
-	fit map[string]alloc.Score
+	fit map[string]alloc.Rating
 }
 
 // reuseFor is how long prioritize may reuse a filter's ratings. The two
@@ -81,7 +79,7 @@ type filtered struct {
 // rank nodes (bind checks the placement again under the cache's lock).
 const reuseFor = 5 * time.Second
 
-func (s *Server) remember(pod types.UID, fit map[string]alloc.Score) {
+func (s *Server) remember(pod types.UID, fit map[string]alloc.Rating) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = &filtered{pod: pod, at: time.Now(), fit: fit}
@@ -90,20 +88,20 @@ func (s *Server) remember(pod types.UID, fit map[string]alloc.Score) {
 // recall returns the ratings of exactly names (later filters may have
 // dropped some of the nodes this one passed) from the latest filter of
 // pod, or nil when it did not rate them all.
-func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Score {
+func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Rating {
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
 	if last == nil || pod == "" || last.pod != pod || time.Since(last.at) > reuseFor {
 		return nil
 	}
-	fit := make(map[string]alloc.Score, len(names))
+	fit := make(map[string]alloc.Rating, len(names))
 	for _, n := range names {
-		score, ok := last.fit[n]
+		rating, ok := last.fit[n]
 		if !ok {
 			return nil
 		}
-		fit[n] = score
+		fit[n] = rating
 	}
 	return fit
 }
@@ -182,24 +180,10 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-// request translates the pod; nil with no error for a pod asking no GPU.
-func (s *Server) request(pod *corev1.Pod) (*alloc.PodRequest, error) {
-	req, err := s.Model.PodRequest(pod)
-	if err != nil {
-		return nil, err
-	}
-	if !req.GPUs() {
-		return nil, nil
-	}
-	// kube-scheduler accounts for CPU and memory.
-	req.CPUMilli, req.MemoryMiB = 0, 0
-	return req, nil
-}
-
 // place rates the pod on each named node with the core's Rater, which
 // rates nodes of one shape once.
-func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.Score, map[string]*alloc.Unfit, map[string]error) {
-	fit := make(map[string]alloc.Score, len(names))
+func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.Rating, map[string]*alloc.Unfit, map[string]error) {
+	fit := make(map[string]alloc.Rating, len(names))
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
 	r := s.Placer.NewRater(req, s.Seed)
@@ -213,7 +197,7 @@ func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.
 			unfit[name] = u
 			return
 		}
-		fit[name] = rating.Score
+		fit[name] = rating
 	})
 	return fit, unfit, outside
 }
@@ -224,7 +208,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: map[string]string{}, FailedAndUnresolvableNodes: map[string]string{}}
-	req, err := s.request(c.pod)
+	req, err := decision.Request(s.Model, c.pod)
 	if err != nil {
 		for _, n := range c.names {
 			res.FailedAndUnresolvableNodes[n] = err.Error()
@@ -239,7 +223,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	fit, unfit, outside := s.place(c.names, req)
 	s.remember(c.pod.UID, fit)
 	for n, err := range outside {
-		if reason, resolvable := plugin.OutsideReason(err); resolvable {
+		if reason, resolvable := decision.OutsideReason(err); resolvable {
 			res.FailedNodes[n] = reason
 		} else {
 			res.FailedAndUnresolvableNodes[n] = reason
@@ -254,7 +238,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	}
 	detail := alloc.Diagnose(len(us), us).Detail()
 	for n, u := range unfit {
-		reason := string(u.Reasons[0].Reason)
+		reason := decision.Reason(u)
 		if detail != "" {
 			reason += " (gpushare: " + detail + ")"
 		}
@@ -269,10 +253,10 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		// Only the best go on to scoring: kube-scheduler's own filters
 		// have passed every node named here, so any of them may be
 		// chosen, and the policy's choice is among the best.
-		best := s.rank(fit, req.Key)[:limit]
-		keep = make(map[string]alloc.Score, len(best))
+		best := rank(fit)[:limit]
+		keep = make(map[string]alloc.Rating, len(best))
 		for _, r := range best {
-			keep[r.name] = r.score
+			keep[r.Node] = r.Rating
 		}
 	}
 	passed := make([]string, 0, len(keep))
@@ -327,26 +311,13 @@ func (c *call) finish(res *extenderv1.ExtenderFilterResult, passed []string) *ex
 	return res
 }
 
-// ranked is a node with its rating and tie-break key.
-type ranked struct {
-	name  string
-	score alloc.Score
-	tie   uint64
-}
-
-// rank orders the rated nodes best first, ties broken by the core's hash
-// of (seed, pod, node) as in the plugin.
-func (s *Server) rank(fit map[string]alloc.Score, podKey string) []ranked {
-	out := make([]ranked, 0, len(fit))
-	for n, sc := range fit {
-		out = append(out, ranked{n, sc, alloc.TieBreak(podKey, n, s.Seed)})
+// rank orders the rated nodes best first, as the plugin does.
+func rank(fit map[string]alloc.Rating) []decision.Rated {
+	out := make([]decision.Rated, 0, len(fit))
+	for n, r := range fit {
+		out = append(out, decision.Rated{Node: n, Rating: r})
 	}
-	slices.SortFunc(out, func(a, b ranked) int {
-		if c := b.score.Compare(a.score); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.tie, a.tie)
-	})
+	decision.Rank(out)
 	return out
 }
 
@@ -356,7 +327,7 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	out := make(extenderv1.HostPriorityList, 0, len(c.names))
-	req, err := s.request(c.pod)
+	req, err := decision.Request(s.Model, c.pod)
 	if err != nil || req == nil {
 		for _, n := range c.names {
 			out = append(out, extenderv1.HostPriority{Host: n})
@@ -367,17 +338,13 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 	if fit == nil {
 		fit, _, _ = s.place(c.names, req)
 	}
-	order := s.rank(fit, req.Key)
+	order := rank(fit)
 	score := make(map[string]int64, len(order))
-	for rank, r := range order {
-		n := r.name
+	for i, r := range order {
 		// The best gets 10, the rest step down from 5 to 0: the gap,
 		// times kube-scheduler's x10 scaling and the weight, outweighs the
-		// default plugins, as in the plugin's rankScore.
-		score[n] = int64(5 * (len(order) - 1 - rank) / max(len(order)-1, 1))
-		if rank == 0 {
-			score[n] = extenderv1.MaxExtenderPriority
-		}
+		// default plugins.
+		score[r.Node] = decision.RankScore(i, len(order), extenderv1.MaxExtenderPriority)
 	}
 	for _, n := range c.names {
 		out = append(out, extenderv1.HostPriority{Host: n, Score: score[n]})

@@ -1,7 +1,9 @@
 // Package plugin is gpushare's kube-scheduler framework plugin, GPUShare.
 // It is a thin adapter: the resource model turns the pod into a request,
 // the allocation core places it on each node, and the cache holds what
-// pods hold. Extension points:
+// pods hold; package decision holds what it decides as the extender does,
+// package binding how both bind. Build the plugin factory with
+// New(NewShared(...)): one Shared serves every profile. Extension points:
 //
 //   - PreFilter: translate the pod; skip pods that ask for no GPU; reject
 //     malformed requests with the resource model's message.

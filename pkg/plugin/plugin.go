@@ -1,12 +1,10 @@
 package plugin
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -23,7 +19,9 @@ import (
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/binding"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -57,29 +55,31 @@ var (
 	_ fwk.EnqueueExtensions = (*GPUShare)(nil)
 )
 
-// New is the plugin factory for app.WithPlugin.
-func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := decodeArgs(obj)
-	if err != nil {
-		return nil, err
+// New returns the plugin factory for app.WithPlugin: the plugins it
+// builds, one per profile that runs GPUShare, share s.
+func New(s *Shared) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		args, err := decodeArgs(obj)
+		if err != nil {
+			return nil, err
+		}
+		model, err := resource.New(args.ResourceModel)
+		if err != nil {
+			return nil, err
+		}
+		placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy,
+			NoTopology: args.DisableTopology, Options: alloc.Options{Seed: args.Seed}})
+		if err != nil {
+			return nil, fmt.Errorf("%s args: %w", Name, err)
+		}
+		logger := klog.FromContext(ctx).WithName(Name)
+		if err := s.join(ctx, logger, h, model); err != nil {
+			return nil, err
+		}
+		pl := &GPUShare{handle: h, model: model, placer: placer, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed}
+		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
+		return pl, nil
 	}
-	model, err := resource.New(args.ResourceModel)
-	if err != nil {
-		return nil, err
-	}
-	placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy,
-		NoTopology: args.DisableTopology, Options: alloc.Options{Seed: args.Seed}})
-	if err != nil {
-		return nil, fmt.Errorf("%s args: %w", Name, err)
-	}
-	logger := klog.FromContext(ctx).WithName(Name)
-	c, synced, m, err := shared(ctx, logger, h, model)
-	if err != nil {
-		return nil, err
-	}
-	pl := &GPUShare{handle: h, model: model, placer: placer, cache: c, synced: synced, metrics: m, seed: args.Seed}
-	logger.Info("GPUShare plugin ready", "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
-	return pl, nil
 }
 
 func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
@@ -96,97 +96,6 @@ func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
 	return args, nil
-}
-
-// One cache serves every profile of the scheduler: profiles schedule
-// pods one at a time from one queue, but bind them concurrently, so a
-// booking made under one profile must be seen by the others at once. The
-// metrics, served on the scheduler's /metrics, are shared too. Each
-// profile registers its resource model and event recorder, with which the
-// cache checks and reports the records of that profile's pods.
-var (
-	sharedOnce    sync.Once
-	sharedCache   *gpucache.Cache
-	sharedSynced  func() bool
-	sharedMetrics *metrics
-	sharedErr     error
-	sharedProfile = &profiles{byName: map[string]profile{}}
-)
-
-// profiles are the scheduler's profiles that run GPUShare.
-type profiles struct {
-	mu     sync.RWMutex
-	byName map[string]profile
-	first  string
-}
-
-type profile struct {
-	model    *resource.Model
-	recorder events.EventRecorder
-}
-
-func (ps *profiles) add(name string, p profile) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.first == "" {
-		ps.first = name
-	}
-	ps.byName[name] = p
-}
-
-// of returns the profile that schedules pod: its schedulerName's, or the
-// first profile's for a pod of another scheduler (a record of another
-// gpushare scheduler of the cluster still books its GPUs).
-func (ps *profiles) of(pod *corev1.Pod) profile {
-	ps.mu.RLock()
-	defer ps.mu.RUnlock()
-	name := pod.Spec.SchedulerName
-	if name == "" {
-		name = corev1.DefaultSchedulerName
-	}
-	if p, ok := ps.byName[name]; ok {
-		return p
-	}
-	return ps.byName[ps.first]
-}
-
-// ReasonRecordRefused is the reason of the Warning event on a pod whose
-// allocation record books nothing.
-const ReasonRecordRefused = "GPUAllocationRefused"
-
-func shared(ctx context.Context, logger klog.Logger, h fwk.Handle, model *resource.Model) (*gpucache.Cache, func() bool, *metrics, error) {
-	sharedProfile.add(h.ProfileName(), profile{model: model, recorder: h.EventRecorder()})
-	sharedOnce.Do(func() {
-		defer func() { go gpucache.RunExpiry(ctx, sharedCache) }()
-		sharedCache = gpucache.New(logger, gpucache.Options{
-			Requests: func(pod *corev1.Pod) (*alloc.PodRequest, error) {
-				return sharedProfile.of(pod).model.PodRequest(pod)
-			},
-			Refused: func(pod *corev1.Pod, err error) {
-				RecordRefused(sharedProfile.of(pod).recorder, pod, err)
-			},
-		})
-		sharedSynced, sharedErr = gpucache.Watch(sharedCache, h.SharedInformerFactory())
-		go gpucache.WatchLeases(ctx, sharedCache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
-		sharedMetrics = newMetrics()
-		legacyregistry.RawMustRegister(gpucache.NewCollector(sharedCache))
-		legacyregistry.RawMustRegister(sharedMetrics.collectors()...)
-	})
-	return sharedCache, sharedSynced, sharedMetrics, sharedErr
-}
-
-// RecordRefused emits the Warning event that says why a pod's allocation
-// record books no GPU.
-func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
-	if r == nil {
-		return
-	}
-	if errors.Is(err, gpucache.ErrForeignRecord) {
-		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check", "gpushare cannot adopt this pod's placement: %v", err)
-		return
-	}
-	r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check",
-		"gpushare books no GPU for this pod's %s annotation: %v", gpusharev1.AllocationAnnotation, err)
 }
 
 // activatePending moves every pending pod that asks for GPUs back to the
@@ -266,16 +175,14 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache did not sync: %w", ctx.Err()))
 	}
 	pl.noteLargestGPU()
-	req, err := pl.model.PodRequest(pod)
+	req, err := decision.Request(pl.model, pod)
 	if err != nil {
 		pl.metrics.observe(resultInvalid, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if !req.GPUs() {
+	if req == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	// kube-scheduler's own plugins account for CPU and memory.
-	req.CPUMilli, req.MemoryMiB = 0, 0
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
 	state.Write(stateKey, &cycle{req: req, rater: pl.placer.NewRater(req, pl.seed), start: start,
@@ -305,7 +212,7 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 	defer c.mu.Unlock()
 	if unfit != nil {
 		c.unfits = append(c.unfits, unfit)
-		return fwk.NewStatus(fwk.Unschedulable, reasonOf(unfit))
+		return fwk.NewStatus(fwk.Unschedulable, decision.Reason(unfit))
 	}
 	c.ratings[name] = rating
 	return nil
@@ -317,37 +224,13 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 // clusters; past 1024 the map grows.
 const maxRated = 1024
 
-// Filter reasons for nodes the cache does not offer.
-const (
-	// ReasonNotGPUShareNode is for nodes outside gpushare.
-	ReasonNotGPUShareNode = "node is not a gpushare GPU node"
-	// ReasonDaemonDown is for nodes whose gpushare-node let its lease
-	// expire: nothing there would hand a container its GPUs.
-	ReasonDaemonDown = "gpushare-node is not running on the node (its lease expired)"
-)
-
-// OutsideReason is the Filter reason for a node the cache refused with
-// err, and whether the node may come back without a change to the pod.
-func OutsideReason(err error) (reason string, resolvable bool) {
-	if errors.Is(err, gpucache.ErrDaemonDown) {
-		return ReasonDaemonDown, true
-	}
-	return ReasonNotGPUShareNode, false
-}
-
+// outsideStatus is Filter's status for a node the cache refused with err.
 func outsideStatus(err error) *fwk.Status {
-	reason, resolvable := OutsideReason(err)
+	reason, resolvable := decision.OutsideReason(err)
 	if resolvable {
 		return fwk.NewStatus(fwk.Unschedulable, reason)
 	}
 	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
-}
-
-func reasonOf(u *alloc.Unfit) string {
-	if len(u.Reasons) == 0 {
-		return string(alloc.ReasonNodeRejected)
-	}
-	return string(u.Reasons[0].Reason)
 }
 
 // PostFilter implements fwk.PostFilterPlugin: it preempts nothing, but
@@ -396,37 +279,21 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	type ranked struct {
-		i int
-		alloc.Rating
-	}
-	order := make([]ranked, len(scores))
+	order := make([]decision.Rated, len(scores))
 	c.mu.Lock()
 	for i := range scores {
-		order[i] = ranked{i: i, Rating: c.ratings[scores[i].Name]}
+		order[i] = decision.Rated{Node: scores[i].Name, Rating: c.ratings[scores[i].Name]}
 	}
 	c.mu.Unlock()
-	slices.SortFunc(order, func(a, b ranked) int {
-		if c := b.Score.Compare(a.Score); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Tie, a.Tie)
-	})
-	for rank, r := range order {
-		scores[r.i].Score = rankScore(rank, len(order))
+	decision.Rank(order)
+	rank := make(map[string]int, len(order))
+	for i, r := range order {
+		rank[r.Node] = i
+	}
+	for i := range scores {
+		scores[i].Score = decision.RankScore(rank[scores[i].Name], len(order), fwk.MaxScore)
 	}
 	return nil
-}
-
-// rankScore maps rank 0 to MaxNodeScore and the others evenly from 50
-// down to 0: with the plugin's weight, the gap of 50 points outweighs
-// every default plugin together (spreading alone can give 200), so the
-// node policy's choice is the scheduler's, while the others keep an order.
-func rankScore(rank, n int) int64 {
-	if rank == 0 {
-		return fwk.MaxScore
-	}
-	return int64(50 * (n - 1 - rank) / max(n-1, 1))
 }
 
 // Reserve implements fwk.ReservePlugin: it books the pod's GPUs on the
@@ -453,7 +320,9 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 	c.mu.Lock()
 	c.chosen = p
 	c.mu.Unlock()
-	klog.FromContext(ctx).V(2).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "gpus", describe(p))
+	if v := klog.FromContext(ctx).V(2); v.Enabled() {
+		v.Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "gpus", describe(p))
+	}
 	return nil
 }
 
@@ -463,7 +332,7 @@ func (pl *GPUShare) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.P
 }
 
 // Bind implements fwk.BindPlugin: it binds a pod that asks for GPUs and
-// records its allocation in the same request (see Bind in bind.go). Pods
+// records its allocation in the same request (see binding.Bind). Pods
 // that ask for none are left to DefaultBinder. The profile must list
 // GPUShare under bind so that it comes before DefaultBinder; if
 // DefaultBinder binds first, PostBind adds the record.
@@ -476,7 +345,7 @@ func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if err := Bind(ctx, pl.handle.ClientSet(), pod, nodeName, p); err != nil {
+	if err := binding.Bind(ctx, pl.handle.ClientSet(), pod, nodeName, p); err != nil {
 		return fwk.AsStatus(err)
 	}
 	c.mu.Lock()
@@ -504,7 +373,7 @@ func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *cor
 		"pod", klog.KObj(pod), "node", nodeName)
 	p, err := c.reservation(nodeName)
 	if err == nil {
-		err = Annotate(ctx, pl.handle.ClientSet(), pod, p)
+		err = binding.Annotate(ctx, pl.handle.ClientSet(), pod, p)
 	}
 	if err != nil {
 		logger.Error(err, "Recording the GPU allocation after binding failed", "pod", klog.KObj(pod))
@@ -596,9 +465,6 @@ func (pl *GPUShare) inventoryChanged(_ klog.Logger, pod *corev1.Pod, oldObj, new
 	}
 	return fwk.QueueSkip, nil
 }
-
-// Keep the frameworkruntime import honest: the factory matches its type.
-var _ frameworkruntime.PluginFactory = New
 
 func unwrap(obj any) any {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {

@@ -12,7 +12,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
-	"github.com/gpushare/gpushare/pkg/plugin"
+	"github.com/gpushare/gpushare/pkg/decision"
 )
 
 // TestDaemonLease: gpushare-node, with its least-privilege credentials,
@@ -76,7 +76,7 @@ func TestDaemonLease(t *testing.T) {
 	if _, err := admin.CoreV1().Pods("default").Create(ctx, gpuPod("second", 1024, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	failedSchedulingMessage(t, admin, "default", "second", plugin.ReasonDaemonDown)
+	failedSchedulingMessage(t, admin, "default", "second", decision.ReasonDaemonDown)
 
 	// Back: the pod turned away is retried at once (kube-scheduler would
 	// otherwise leave it for up to five minutes), and new pods land.

@@ -1,0 +1,84 @@
+package decision
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// Request translates pod with model: nil with no error for a pod that
+// asks for no GPU. The request leaves CPU and memory out: kube-scheduler
+// accounts for them itself.
+func Request(model *resource.Model, pod *corev1.Pod) (*alloc.PodRequest, error) {
+	req, err := model.PodRequest(pod)
+	if err != nil {
+		return nil, err
+	}
+	if !req.GPUs() {
+		return nil, nil
+	}
+	req.CPUMilli, req.MemoryMiB = 0, 0
+	return req, nil
+}
+
+// Rated is a node with the core's rating of the pod on it.
+type Rated struct {
+	Node string
+	alloc.Rating
+}
+
+// Rank orders nodes best first: by the node policy's score, ties broken
+// by the core's hash of (seed, pod, node), the higher first.
+func Rank(nodes []Rated) {
+	slices.SortFunc(nodes, func(a, b Rated) int {
+		if c := b.Score.Compare(a.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Tie, a.Tie)
+	})
+}
+
+// RankScore is the score of rank (0 the best) of n ranked nodes, on a
+// scale whose top is top: the best gets top, the others step down evenly
+// from top/2 to 0. With the weight kube-scheduler gives gpushare, the gap
+// of half the scale outweighs every default plugin together, so the node
+// policy's choice is the scheduler's, while the others keep an order.
+func RankScore(rank, n int, top int64) int64 {
+	if rank == 0 {
+		return top
+	}
+	return top / 2 * int64(n-1-rank) / int64(max(n-1, 1))
+}
+
+// Reason is the reason to give kube-scheduler for a node the pod does not
+// fit: the first of the core's reasons.
+func Reason(u *alloc.Unfit) string {
+	if len(u.Reasons) == 0 {
+		return string(alloc.ReasonNodeRejected)
+	}
+	return string(u.Reasons[0].Reason)
+}
+
+// Reasons for nodes the cache does not offer.
+const (
+	// ReasonNotGPUShareNode is for nodes outside gpushare.
+	ReasonNotGPUShareNode = "node is not a gpushare GPU node"
+	// ReasonDaemonDown is for nodes whose gpushare-node let its lease
+	// expire: nothing there would hand a container its GPUs.
+	ReasonDaemonDown = "gpushare-node is not running on the node (its lease expired)"
+)
+
+// OutsideReason is the reason for a node the cache refused with err, and
+// whether the node may come back without a change to the pod.
+func OutsideReason(err error) (reason string, resolvable bool) {
+	if errors.Is(err, gpucache.ErrDaemonDown) {
+		return ReasonDaemonDown, true
+	}
+	return ReasonNotGPUShareNode, false
+}
