@@ -14,7 +14,7 @@ type ShareMode int
 const (
 	// Shared nodes accept fractional and whole-GPU requests.
 	Shared ShareMode = iota
-	// WholeCard nodes accept only whole-GPU requests (seed 002's
+	// WholeCard nodes accept only whole-GPU requests (the Aliyun system's
 	// "by card or by memory, not both on one node").
 	WholeCard
 )

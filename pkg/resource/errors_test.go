@@ -93,7 +93,7 @@ func TestPodRequestErrors(t *testing.T) {
 			pod:     makePod("p").app("c", limits(mem, "40000", "gpushare.io/gpu-count", "2")).obj(),
 			want:    `container "c": gpushare.io/gpu-mem: 40000 MiB over 2 GPUs is 20000 MiB per GPU, more than the largest GPU holds (16384 MiB)`,
 		},
-		"seed 003 under the GiB default: 3500 GiB": {
+		"the Aliyun system's MiB pod under the GiB default: 3500 GiB": {
 			largest: 24576,
 			pod:     fromTemplate(t, "default", "gpu-test-mem-1", aliyunMiB),
 			want:    `container "recommend-system-container": aliyun.com/gpu-mem: 3584000 MiB per GPU is more than the largest GPU holds (24576 MiB); this resource model counts aliyun.com/gpu-mem in GiB: if the device plugin counts MiB (--memory-unit=MiB), configure it with unit MiB`,

@@ -76,7 +76,7 @@ func TestPodRequest(t *testing.T) {
 			}},
 		},
 		"several GPU containers, each its own, models for all": {
-			// The sidecar seed 003 warns about: a pod of several GPU containers.
+			// The sidecar case the Aliyun system warns about: a pod of several GPU containers.
 			pod: makePod("review").annotate("gpushare.io/gpu-models", " NVIDIA A100-SXM4-40GB | NVIDIA H100 80GB HBM3 ").
 				app("model", limits("elasticgpu.io/gpu-memory", "8000", "elasticgpu.io/gpu-core", "40")).
 				app("log", limits("cpu", "50m")).

@@ -9,10 +9,11 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
 
-// The pod templates below are the seeds' own, unchanged, except that seed
-// 004's "// 256MB memory" remarks, which are not YAML, became comments.
+// The pod templates below are the systems' own, unchanged, except that the
+// Elastic GPU Scheduler's "// 256MB memory" remarks, which are not YAML,
+// became comments.
 
-// Seed 000: KETI GPU-Scheduler, Job nbody-benchmark-mps-test in userpod.
+// The KETI system (GPU-Scheduler): Job nbody-benchmark-mps-test in userpod.
 const ketiNbody = `
 spec:
   hostIPC: true
@@ -43,7 +44,7 @@ spec:
   restartPolicy: Never
 `
 
-// Seed 001: Aliyun gpushare, StatefulSet binpack-1 (GiB device plugin).
+// The Aliyun system (gpushare): StatefulSet binpack-1 (GiB device plugin).
 const aliyunBinpack = `
 metadata:
   labels:
@@ -59,7 +60,7 @@ spec:
         aliyun.com/gpu-mem: 3
 `
 
-// Seed 003: Aliyun gpushare with --memory-unit=MiB, Deployment gpu-test-mem.
+// The Aliyun system (gpushare) with --memory-unit=MiB: Deployment gpu-test-mem.
 const aliyunMiB = `
 metadata:
   labels:
@@ -77,7 +78,7 @@ spec:
           aliyun.com/gpu-mem: "3500"
 `
 
-// Seed 004: Elastic GPU Scheduler, Deployment cuda-gpu-test, one GPU shared.
+// The Elastic GPU Scheduler: Deployment cuda-gpu-test, one GPU shared.
 const elasticShared = `
 metadata:
   labels:
@@ -92,7 +93,7 @@ spec:
           elasticgpu.io/gpu-memory: "256" # 256MB memory 
 `
 
-// Seed 004: Elastic GPU Scheduler, Deployment cuda-gpu-test, two GPUs.
+// The Elastic GPU Scheduler: Deployment cuda-gpu-test, two GPUs.
 const elasticTwoGPUs = `
 metadata:
   labels:
@@ -108,7 +109,7 @@ spec:
 `
 
 func TestPodRequestSeeds(t *testing.T) {
-	// Seed 003 switches the Aliyun device plugin to MiB: a config change.
+	// The Aliyun system switches its device plugin to MiB: a config change.
 	mib := &v1alpha1.ResourceModel{Resources: []v1alpha1.Resource{
 		{Name: "aliyun.com/gpu-mem", Kind: v1alpha1.KindMemory, Unit: v1alpha1.MiB},
 		{Name: "aliyun.com/gpu-count", Kind: v1alpha1.KindCount},
@@ -174,7 +175,7 @@ func TestPodRequestSeeds(t *testing.T) {
 	}
 }
 
-// Seeds 001 (GiB) and 003 (MiB) in one cluster: the MiB team's namespace
+// The Aliyun system in GiB and in MiB in one cluster: the MiB team's namespace
 // overrides the unit of aliyun.com/gpu-mem.
 func TestPodRequestUnitOverride(t *testing.T) {
 	m, err := New(&v1alpha1.ResourceModel{UnitOverrides: []v1alpha1.UnitOverride{

@@ -27,7 +27,7 @@ func TestLoad(t *testing.T) {
 			data: "apiVersion: config.gpushare.io/v1alpha1\nkind: ResourceModel\n",
 			want: Default(),
 		},
-		"seed 003: aliyun.com/gpu-mem switched to MiB": {
+		"the Aliyun system's aliyun.com/gpu-mem switched to MiB": {
 			data: `
 apiVersion: config.gpushare.io/v1alpha1
 kind: ResourceModel

@@ -48,7 +48,8 @@ type ResourceModel struct {
 
 	// UnitOverrides give a Memory resource another unit for pods in some
 	// namespaces: for a cluster where one team's pods count
-	// aliyun.com/gpu-mem in GiB (seed 001) and another's in MiB (seed 003).
+	// aliyun.com/gpu-mem in GiB (the Aliyun system's default) and another's in
+	// MiB (the Aliyun system with --memory-unit=MiB).
 	UnitOverrides []UnitOverride `json:"unitOverrides,omitempty"`
 }
 

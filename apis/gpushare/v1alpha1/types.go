@@ -50,7 +50,7 @@ type Mode string
 const (
 	// ModeShared lets several containers share a GPU.
 	ModeShared Mode = "Shared"
-	// ModeWholeCard hands out whole GPUs only (seed 002's exclusive nodes).
+	// ModeWholeCard hands out whole GPUs only (the Aliyun system's exclusive nodes).
 	ModeWholeCard Mode = "WholeCard"
 )
 
