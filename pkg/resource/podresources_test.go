@@ -3,6 +3,8 @@ package resource
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -205,8 +207,12 @@ func TestEffectiveCPUMemoryMatchesReference(t *testing.T) {
 		milli, mebis := effectiveCPUMemory(spec)
 		refMilli, refMebis := referenceCPUMemory(spec)
 		if milli != refMilli || mebis != refMebis {
-			t.Fatalf("pod %d: effectiveCPUMemory() = %dm, %dMi, the hand-written sum %dm, %dMi\nspec: %+v",
-				i, milli, mebis, refMilli, refMebis, spec)
+			var desc []string
+			for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+				desc = append(desc, fmt.Sprintf("%s(sidecar=%t) requests %v limits %v", c.Name, isSidecar(&c), c.Resources.Requests, c.Resources.Limits))
+			}
+			t.Fatalf("pod %d: effectiveCPUMemory() = %dm, %dMi, the hand-written sum %dm, %dMi\ncontainers: %s\noverhead: %v\npod resources: %v",
+				i, milli, mebis, refMilli, refMebis, strings.Join(desc, "; "), spec.Overhead, spec.Resources)
 		}
 	}
 }
