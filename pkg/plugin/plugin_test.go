@@ -1,0 +1,365 @@
+package plugin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/plugin"
+)
+
+const testModel = "NVIDIA A100-SXM4-40GB"
+
+func TestMain(m *testing.M) {
+	// The framework runtime records into kube-scheduler's metrics, which
+	// kube-scheduler registers at start.
+	metrics.Register()
+	os.Exit(m.Run())
+}
+
+// gpuNode returns a gpushare Node in shared mode with one GPU per mib,
+// its inventory in the annotation gpushare-node writes.
+func gpuNode(t *testing.T, name string, mib ...int64) *corev1.Node {
+	t.Helper()
+	inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
+	for i, m := range mib {
+		inv.GPUs = append(inv.GPUs, gpusharev1.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: testModel,
+			MemoryMiB: m, Healthy: true, NUMANode: -1})
+	}
+	value, err := gpusharev1.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        name,
+		Labels:      map[string]string{gpusharev1.NodeLabel: "true", corev1.LabelHostname: name},
+		Annotations: map[string]string{gpusharev1.InventoryAnnotation: value},
+	}}
+}
+
+// gpuPod returns a pending pod of scheduler asking mib of GPU memory
+// (none if 0).
+func gpuPod(name, scheduler string, mib int64) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec:       corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	if mib > 0 {
+		l := corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)}
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}
+	}
+	return p
+}
+
+// cluster is a fake clientset and informers holding nodes, the frameworks
+// of the profiles built over them, the bindings made and the collectors
+// registered.
+type cluster struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	factory  informers.SharedInformerFactory
+	snapshot *schedcache.Snapshot
+	nodes    []*corev1.Node
+	shared   *plugin.Shared
+
+	mu         sync.Mutex
+	bound      map[string]*corev1.Binding
+	registered int
+}
+
+// newCluster returns a cluster holding n1 (one 16 GiB GPU), n2 (8 GiB)
+// and n3 (24 GiB), with one Shared for every profile.
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	nodes := []*corev1.Node{gpuNode(t, "n1", 16384), gpuNode(t, "n2", 8192), gpuNode(t, "n3", 24576)}
+	objs := make([]runtime.Object, len(nodes))
+	for i, n := range nodes {
+		objs[i] = n
+	}
+	c := &cluster{t: t, ctx: t.Context(), client: fake.NewClientset(objs...), nodes: nodes,
+		snapshot: schedcache.NewSnapshot(nil, nodes), bound: map[string]*corev1.Binding{}}
+	c.factory = informers.NewSharedInformerFactory(c.client, 0)
+	c.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.bound[b.Name] = b
+		return true, b, nil
+	})
+	c.shared = plugin.NewShared(func(cs ...prometheus.Collector) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.registered += len(cs)
+	})
+	return c
+}
+
+// profile builds the framework of a profile that runs GPUShare at every
+// extension point it implements.
+func (c *cluster) profile(name string) framework.Framework {
+	c.t.Helper()
+	fw, err := tf.NewFramework(c.ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterPluginAsExtensions(plugin.Name, plugin.New(c.shared),
+			"PreFilter", "Filter", "PostFilter", "PreScore", "Score", "Reserve", "Bind", "PostBind"),
+	}, name,
+		frameworkruntime.WithClientSet(c.client),
+		frameworkruntime.WithInformerFactory(c.factory),
+		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
+	)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return fw
+}
+
+// start starts the informers once every profile is built, as
+// kube-scheduler does.
+func (c *cluster) start() {
+	c.factory.Start(c.ctx.Done())
+	c.factory.WaitForCacheSync(c.ctx.Done())
+	c.t.Cleanup(c.factory.Shutdown)
+}
+
+func (c *cluster) nodeInfo(name string) fwk.NodeInfo {
+	c.t.Helper()
+	ni, err := c.snapshot.NodeInfos().Get(name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return ni
+}
+
+// filter runs PreFilter and then Filter on every node, and returns the
+// cycle state and each node's status (nil: it fits).
+func (c *cluster) filter(fw framework.Framework, pod *corev1.Pod) (fwk.CycleState, map[string]*fwk.Status) {
+	c.t.Helper()
+	state := framework.NewCycleState()
+	if _, s, _ := fw.RunPreFilterPlugins(c.ctx, state, pod); !s.IsSuccess() {
+		c.t.Fatalf("PreFilter: %v", s)
+	}
+	out := map[string]*fwk.Status{}
+	for _, n := range c.nodes {
+		if s := fw.RunFilterPlugins(c.ctx, state, pod, c.nodeInfo(n.Name)); !s.IsSuccess() {
+			out[n.Name] = s
+		} else {
+			out[n.Name] = nil
+		}
+	}
+	return state, out
+}
+
+// feasible returns the nodes the statuses pass.
+func feasible(statuses map[string]*fwk.Status) []string {
+	var out []string
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if s, ok := statuses[n]; ok && s == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestPluginCycle: through the framework, a GPU pod passes the nodes
+// whose GPUs hold it, is turned away from the others with the core's
+// reason, the node policy's best node gets the top score, Reserve books
+// the GPUs (another pod no longer fits there), Unreserve frees them, and
+// Bind binds the pod with its allocation record.
+func TestPluginCycle(t *testing.T) {
+	c := newCluster(t)
+	fw := c.profile("default-scheduler")
+	c.start()
+
+	pod := gpuPod("big", "default-scheduler", 12000)
+	state, statuses := c.filter(fw, pod)
+	if got := feasible(statuses); strings.Join(got, ",") != "n1,n3" {
+		t.Fatalf("Filter passed %v, want n1 and n3", got)
+	}
+	if s := statuses["n2"]; s.Code() != fwk.Unschedulable || s.Message() != string(alloc.ReasonGPUTooSmall) {
+		t.Errorf("Filter on n2: %v, want Unschedulable with %s", s, alloc.ReasonGPUTooSmall)
+	}
+
+	nodes := []fwk.NodeInfo{c.nodeInfo("n1"), c.nodeInfo("n3")}
+	if s := fw.RunPreScorePlugins(c.ctx, state, pod, nodes); !s.IsSuccess() {
+		t.Fatalf("PreScore: %v", s)
+	}
+	scores, s := fw.RunScorePlugins(c.ctx, state, pod, nodes)
+	if !s.IsSuccess() {
+		t.Fatalf("Score: %v", s)
+	}
+	got := map[string]int64{}
+	for _, ns := range scores {
+		got[ns.Name] = ns.TotalScore
+	}
+	// binpack: the 16 GiB GPU is left fuller than the 24 GiB one.
+	if got["n1"] != fwk.MaxNodeScore || got["n3"] != 0 {
+		t.Errorf("scores %v, want n1 %d and n3 0", got, fwk.MaxNodeScore)
+	}
+
+	if s := fw.RunReservePluginsReserve(c.ctx, state, pod, "n1"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	_, statuses = c.filter(fw, gpuPod("second", "default-scheduler", 12000))
+	if got := feasible(statuses); strings.Join(got, ",") != "n3" {
+		t.Errorf("after Reserve on n1, a second pod passed %v, want n3 alone", got)
+	}
+	fw.RunReservePluginsUnreserve(c.ctx, state, pod, "n1")
+	_, statuses = c.filter(fw, gpuPod("second", "default-scheduler", 12000))
+	if got := feasible(statuses); strings.Join(got, ",") != "n1,n3" {
+		t.Errorf("after Unreserve, a second pod passed %v, want n1 and n3", got)
+	}
+
+	if s := fw.RunReservePluginsReserve(c.ctx, state, pod, "n1"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	if s := fw.RunBindPlugins(c.ctx, state, pod, "n1"); !s.IsSuccess() {
+		t.Fatalf("Bind: %v", s)
+	}
+	c.mu.Lock()
+	b := c.bound["big"]
+	c.mu.Unlock()
+	if b == nil || b.Target.Name != "n1" || b.UID != pod.UID {
+		t.Fatalf("binding %v, want pod big (its UID) onto n1", b)
+	}
+	a, err := gpusharev1.ParseAllocation(b.Annotations[gpusharev1.AllocationAnnotation])
+	if err != nil || a.Node != "n1" || len(a.Containers) != 1 || len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].MemoryMiB != 12000 {
+		t.Errorf("the Binding's record %+v (%v), want 12000 MiB of n1's GPU", a, err)
+	}
+}
+
+// TestPluginSkipsPodsWithoutGPUs: a pod that asks for no GPU is left to
+// kube-scheduler's own plugins: PreFilter skips GPUShare, Reserve books
+// nothing and Bind leaves the pod to another bind plugin.
+func TestPluginSkipsPodsWithoutGPUs(t *testing.T) {
+	c := newCluster(t)
+	fw := c.profile("default-scheduler")
+	c.start()
+
+	pod := gpuPod("plain", "default-scheduler", 0)
+	state := framework.NewCycleState()
+	if _, s, _ := fw.RunPreFilterPlugins(c.ctx, state, pod); !s.IsSuccess() {
+		t.Fatalf("PreFilter: %v", s)
+	}
+	if !state.GetSkipFilterPlugins().Has(plugin.Name) {
+		t.Errorf("PreFilter did not skip %s for a pod without GPUs", plugin.Name)
+	}
+	for _, n := range c.nodes {
+		if s := fw.RunFilterPlugins(c.ctx, state, pod, c.nodeInfo(n.Name)); !s.IsSuccess() {
+			t.Errorf("Filter on %s: %v", n.Name, s)
+		}
+	}
+	if s := fw.RunReservePluginsReserve(c.ctx, state, pod, "n2"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	if s := fw.RunBindPlugins(c.ctx, state, pod, "n2"); !s.IsSkip() {
+		t.Errorf("Bind: %v, want Skip", s)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bound) != 0 {
+		t.Errorf("GPUShare bound a pod without GPUs: %v", c.bound)
+	}
+}
+
+// TestPluginRejects: a request no GPU could hold, and a malformed one, are
+// rejected at PreFilter for good with the resource model's message; one
+// no node has room for now gets the numbers of the shortfall.
+func TestPluginRejects(t *testing.T) {
+	c := newCluster(t)
+	fw := c.profile("default-scheduler")
+	c.start()
+
+	t.Run("fits no GPU", func(t *testing.T) {
+		// The largest GPU holds 24576 MiB.
+		pod := gpuPod("huge", "default-scheduler", 30000)
+		_, s, _ := fw.RunPreFilterPlugins(c.ctx, framework.NewCycleState(), pod)
+		if s.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(s.Message(), "30000 MiB per GPU is more than the largest GPU holds (24576 MiB)") {
+			t.Errorf("PreFilter: %v, want a rejection that names the largest GPU", s)
+		}
+	})
+	t.Run("no node has room", func(t *testing.T) {
+		// 20000 MiB fits n3's GPU alone; with n3 full, no node.
+		full := gpuPod("full", "default-scheduler", 24576)
+		state, _ := c.filter(fw, full)
+		if s := fw.RunReservePluginsReserve(c.ctx, state, full, "n3"); !s.IsSuccess() {
+			t.Fatalf("Reserve: %v", s)
+		}
+		defer fw.RunReservePluginsUnreserve(c.ctx, state, full, "n3")
+		pod := gpuPod("wide", "default-scheduler", 20000)
+		state, statuses := c.filter(fw, pod)
+		if got := feasible(statuses); len(got) != 0 {
+			t.Fatalf("Filter passed %v", got)
+		}
+		_, s := fw.RunPostFilterPlugins(c.ctx, state, pod, nil)
+		if s.Code() != fwk.Unschedulable || s.Message() != "gpushare: largest free share on any GPU is 16384 MiB, pod needs 20000 MiB" {
+			t.Errorf("PostFilter: %v, want the numbers of the shortfall", s)
+		}
+	})
+	t.Run("malformed", func(t *testing.T) {
+		pod := gpuPod("bad", "default-scheduler", 0)
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(150, k8sresource.DecimalSI)}
+		_, s, _ := fw.RunPreFilterPlugins(c.ctx, framework.NewCycleState(), pod)
+		if s.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(s.Message(), "gpushare.io/gpu-core: 150 is above 100") {
+			t.Errorf("PreFilter: %v, want UnschedulableAndUnresolvable with the model's message", s)
+		}
+	})
+}
+
+// TestPluginProfilesShareOneCache: the plugins of two profiles built from
+// one Shared book in one cache, so a pod reserved under one profile takes
+// GPUs the other sees taken; the metrics are registered once.
+func TestPluginProfilesShareOneCache(t *testing.T) {
+	c := newCluster(t)
+	first := c.profile("default-scheduler")
+	second := c.profile("gpu-scheduler")
+	c.start()
+
+	a := gpuPod("a", "default-scheduler", 20000)
+	state, _ := c.filter(first, a)
+	if s := first.RunReservePluginsReserve(c.ctx, state, a, "n3"); !s.IsSuccess() {
+		t.Fatalf("Reserve under the first profile: %v", s)
+	}
+	b := gpuPod("b", "gpu-scheduler", 20000)
+	_, statuses := c.filter(second, b)
+	if got := feasible(statuses); len(got) != 0 {
+		t.Errorf("the second profile passed %v for 20000 MiB while the first holds n3", got)
+	}
+	first.RunReservePluginsUnreserve(c.ctx, state, a, "n3")
+	_, statuses = c.filter(second, b)
+	if got := feasible(statuses); strings.Join(got, ",") != "n3" {
+		t.Errorf("after Unreserve the second profile passed %v, want n3", got)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.registered != 3 {
+		t.Errorf("%d collectors registered, want 3 (the cache's and the two of the decisions), once", c.registered)
+	}
+}
