@@ -1,0 +1,154 @@
+package extender
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/pkg/decision"
+)
+
+// call posts body, JSON-encoded, to verb and decodes the answer into out.
+func (ts *testServer) call(t *testing.T, verb string, body, out any) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := ts.post(verb, b)
+	if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), out) != nil {
+		t.Fatalf("%s: %d %s", verb, w.Code, w.Body)
+	}
+}
+
+// TestFilterAnswers: filter fails the nodes the pod does not fit with the
+// core's reason and the cluster-wide numbers, nodes outside gpushare for
+// good, every node for good for a malformed request, and passes every
+// node for a pod without GPUs; the answer takes the form of the call.
+func TestFilterAnswers(t *testing.T) {
+	names := []string{"n1", "n2", "n9"}
+	outside := map[string]string{"n9": decision.ReasonNotGPUShareNode}
+	bad := pod("bad", 0)
+	bad.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(150, k8sresource.DecimalSI)}
+	const short = "GPUTooSmall (gpushare: largest free share on any GPU is 16384 MiB, pod needs 20000 MiB)"
+	const malformed = `container "main": gpushare.io/gpu-core: 150 is above 100`
+	for name, c := range map[string]struct {
+		pod                     *corev1.Pod
+		passed                  []string
+		failed, unresolvable    map[string]string
+		unresolvablePrefixOnAll string
+	}{
+		// BestOnly: a pod without soft preferences goes on to the best alone.
+		"fits":         {pod: pod("small", 1024), passed: []string{"n1"}, failed: map[string]string{}, unresolvable: outside},
+		"fits nowhere": {pod: pod("big", 20000), passed: []string{}, failed: map[string]string{"n1": short, "n2": short}, unresolvable: outside},
+		"no GPUs":      {pod: pod("plain", 0), passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
+		"malformed":    {pod: bad, passed: []string{}, failed: map[string]string{}, unresolvablePrefixOnAll: malformed},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ts := newTestServer(t)
+			var res extenderv1.ExtenderFilterResult
+			ts.call(t, "filter", map[string]any{"pod": c.pod, "nodenames": names}, &res)
+			if res.NodeNames == nil || !slices.Equal(*res.NodeNames, c.passed) {
+				t.Errorf("passed %v, want %v", res.NodeNames, c.passed)
+			}
+			if !equalMaps(res.FailedNodes, c.failed) {
+				t.Errorf("failed %v, want %v", res.FailedNodes, c.failed)
+			}
+			if c.unresolvablePrefixOnAll != "" {
+				for _, n := range names {
+					if !strings.HasPrefix(res.FailedAndUnresolvableNodes[n], c.unresolvablePrefixOnAll) {
+						t.Errorf("node %s failed for good with %q, want %q", n, res.FailedAndUnresolvableNodes[n], c.unresolvablePrefixOnAll)
+					}
+				}
+			} else if !equalMaps(res.FailedAndUnresolvableNodes, c.unresolvable) {
+				t.Errorf("failed for good %v, want %v", res.FailedAndUnresolvableNodes, c.unresolvable)
+			}
+		})
+	}
+	t.Run("Node objects", func(t *testing.T) {
+		ts := newTestServer(t)
+		var res extenderv1.ExtenderFilterResult
+		nodes := corev1.NodeList{}
+		for _, n := range names {
+			nodes.Items = append(nodes.Items, corev1.Node{})
+			nodes.Items[len(nodes.Items)-1].Name = n
+		}
+		ts.call(t, "filter", map[string]any{"pod": pod("plain", 0), "nodes": nodes}, &res)
+		if res.NodeNames != nil || res.Nodes == nil || len(res.Nodes.Items) != len(names) {
+			t.Errorf("answer %+v, want the %d Node objects back", res, len(names))
+		}
+	})
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPrioritize: the node policy's best node gets the top score and the
+// other 0, whether prioritize reuses the filter call's ratings or rates
+// the nodes itself; a pod without GPUs gets 0 everywhere.
+func TestPrioritize(t *testing.T) {
+	// binpack: n1, with 8 GiB taken, is best for the next pod.
+	held := pod("held", 8192)
+	small := pod("small", 1024)
+	for _, afterFilter := range []bool{false, true} {
+		ts := newTestServer(t, held, small)
+		ts.filter(t, held, "n1")
+		if got := ts.bind(t, held, "n1"); got != "" {
+			t.Fatalf("bind: %s", got)
+		}
+		if afterFilter {
+			ts.filter(t, small, "n1", "n2")
+		}
+		var got extenderv1.HostPriorityList
+		ts.call(t, "prioritize", map[string]any{"pod": small, "nodenames": []string{"n1", "n2"}}, &got)
+		want := extenderv1.HostPriorityList{{Host: "n1", Score: extenderv1.MaxExtenderPriority}, {Host: "n2", Score: 0}}
+		if !slices.Equal(got, want) {
+			t.Errorf("after filter %v: %v, want %v", afterFilter, got, want)
+		}
+		ts.call(t, "prioritize", map[string]any{"pod": pod("plain", 0), "nodenames": []string{"n1", "n2"}}, &got)
+		if want := (extenderv1.HostPriorityList{{Host: "n1"}, {Host: "n2"}}); !slices.Equal(got, want) {
+			t.Errorf("pod without GPUs: %v, want %v", got, want)
+		}
+	}
+}
+
+// TestHostileCalls: calls kube-scheduler would never make get 400 with
+// what is wrong, and book nothing.
+func TestHostileCalls(t *testing.T) {
+	for name, c := range map[string]struct{ verb, body, want string }{
+		"filter without a pod":           {"filter", `{"nodenames":["n1"]}`, "request has no pod"},
+		"filter without nodes":           {"filter", `{"pod":{"metadata":{"name":"p"}}}`, "neither nodes nor nodeNames"},
+		"filter with null pod":           {"filter", `{"pod":null,"nodenames":["n1"]}`, "request has no pod"},
+		"prioritize of the wrong shape":  {"prioritize", `[1,2,3]`, "malformed request"},
+		"prioritize with nodes a string": {"prioritize", `{"pod":{},"nodenames":"n1"}`, "malformed request"},
+		"bind of the wrong shape":        {"bind", `{"podName":7}`, "malformed request"},
+		"bind without a namespace":       {"bind", `{"podName":"p","node":"n1"}`, "bind needs"},
+		"bind, not JSON":                 {"bind", `podName=p&node=n1`, "malformed JSON"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ts := newTestServer(t, pod("p", 1024))
+			w := ts.post(c.verb, []byte(c.body))
+			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.want) {
+				t.Errorf("%d %q, want 400 with %q", w.Code, w.Body, c.want)
+			}
+			if p, _ := ts.Cache.Holding("uid-p"); p != nil || ts.boundTo("p") != "" {
+				t.Errorf("a hostile call booked %v or bound the pod to %q", p, ts.boundTo("p"))
+			}
+		})
+	}
+}
