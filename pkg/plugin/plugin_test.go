@@ -220,8 +220,8 @@ func TestPluginCycle(t *testing.T) {
 		got[ns.Name] = ns.TotalScore
 	}
 	// binpack: the 16 GiB GPU is left fuller than the 24 GiB one.
-	if got["n1"] != fwk.MaxNodeScore || got["n3"] != 0 {
-		t.Errorf("scores %v, want n1 %d and n3 0", got, fwk.MaxNodeScore)
+	if got["n1"] != fwk.MaxScore || got["n3"] != 0 {
+		t.Errorf("scores %v, want n1 %d and n3 0", got, fwk.MaxScore)
 	}
 
 	if s := fw.RunReservePluginsReserve(c.ctx, state, pod, "n1"); !s.IsSuccess() {
