@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -128,6 +129,11 @@ func BenchmarkDevicePluginStart100(b *testing.B) { benchStart100(b, gpuNodeOptio
 // device plugin through its hook (deploy/gpu-hook-policy.yaml).
 func BenchmarkDevicePluginStart100BigGPUs(b *testing.B) { benchStart100(b, gpuNodeOptions{big: true}) }
 
+// BenchmarkDevicePluginStart100GiB is BenchmarkDevicePluginStart100 with
+// one device per GiB: the pods ask aliyun.com/gpu-mem 1 (GiB, as in the
+// Aliyun system), so the kubelet counts 128 devices instead of 131,072.
+func BenchmarkDevicePluginStart100GiB(b *testing.B) { benchStart100(b, gpuNodeOptions{gib: true}) }
+
 func benchStart100(b *testing.B, o gpuNodeOptions) {
 	n := startGPUNode(b, o)
 	before := n.calls(b)
@@ -176,6 +182,8 @@ type gpuNode struct {
 	mps *deviceplugin.MPS
 	// podMiB is what burst's pods ask.
 	podMiB int64
+	// gib: burst's pods ask podMiB in GiB of aliyun.com/gpu-mem.
+	gib bool
 }
 
 // fakeMPSControl stands in for nvidia-cuda-mps-control: "-f" marks its
@@ -212,6 +220,9 @@ type gpuNodeOptions struct {
 	// big makes the GPUs 141 GiB, too big to count their MiB in device
 	// plugin devices, with deploy/gpu-hook-policy.yaml in force.
 	big bool
+	// gib serves aliyun.com/gpu-mem, one device per GiB, and burst's
+	// pods ask it.
+	gib bool
 }
 
 // startGPUNode starts gpushare-node for a node of 8 simulated GPUs (16 GiB
@@ -235,6 +246,9 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 	if o.mps {
 		files["args.yaml"] += "  - {name: keti.com/mpsgpu, kind: MPS}\n"
 	}
+	if o.gib {
+		files["args.yaml"] += "  - {name: aliyun.com/gpu-mem, kind: Memory, unit: GiB}\n"
+	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -244,7 +258,7 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &gpuNode{client: client, kubelet: kubelet, cdiDir: filepath.Join(dir, "cdi"), podMiB: 1024,
+	n := &gpuNode{client: client, kubelet: kubelet, cdiDir: filepath.Join(dir, "cdi"), podMiB: 1024, gib: o.gib,
 		metricsURL: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}
 	if n.runtime, err = runtimetest.New(n.cdiDir); err != nil {
 		t.Fatal(err)
@@ -274,6 +288,9 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 		return n
 	}
 	kubelet.WaitAllocatable("gpushare.io/gpu-mem", 8*16384)
+	if o.gib {
+		kubelet.WaitAllocatable("aliyun.com/gpu-mem", 8*16)
+	}
 	if o.mps {
 		kubelet.WaitAllocatable("keti.com/mpsgpu", 8*deviceplugin.DefaultSlotsPerGPU)
 	}
@@ -291,6 +308,10 @@ func (n *gpuNode) burst(t testing.TB, prefix string, count int) ([]corev1.Pod, [
 	ctx := context.Background()
 	for i := range count {
 		pod := gpuPod(fmt.Sprintf("%s-%03d", prefix, i), n.podMiB, 0)
+		if n.gib {
+			pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+				"aliyun.com/gpu-mem": *k8sresource.NewQuantity(n.podMiB/1024, k8sresource.DecimalSI)}
+		}
 		if n.mps != nil && i%2 == 0 {
 			pod = mpsPod(pod.Name, n.podMiB)
 		}

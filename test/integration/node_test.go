@@ -161,9 +161,13 @@ func bareNode(t testing.TB, client kubernetes.Interface, name string) {
 }
 
 // nodeBin builds gpushare-node once per test binary, into the directory
-// TestMain removes.
+// TestMain removes. GPUSHARE_NODE_BIN names a gpushare-node to use
+// instead, for comparing two builds under one test binary.
 func nodeBin(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("GPUSHARE_NODE_BIN"); bin != "" {
+		return bin
+	}
 	nodeBinOnce.Do(func() {
 		nodeBinPath = filepath.Join(binDir, "gpushare-node")
 		build := exec.Command("go", "build", "-o", nodeBinPath, "./cmd/gpushare-node")
