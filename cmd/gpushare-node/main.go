@@ -30,6 +30,8 @@ import (
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/cdi"
+	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/nvml"
@@ -37,7 +39,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/inventory"
 	"github.com/gpushare/gpushare/pkg/lease"
 	"github.com/gpushare/gpushare/pkg/mps"
+	"github.com/gpushare/gpushare/pkg/node"
 	"github.com/gpushare/gpushare/pkg/nodeclient"
+	"github.com/gpushare/gpushare/pkg/podresources"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/usage"
 	"github.com/gpushare/gpushare/pkg/version"
@@ -79,7 +83,7 @@ func main() {
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where CDI specs for containers are written")
 	fs.BoolVar(&o.mps, "mps", false, "share this node's GPUs under NVIDIA MPS: mark them so in the inventory (only they take keti.com/mpsgpu pods), run and supervise the MPS control daemon (with the device plugins), and give containers that ask for MPS the MPS client environment (limits from their own requests) and the pipe mount")
-	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory (seed 000's path)")
+	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory (the KETI system's path)")
 	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory")
 	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
@@ -170,21 +174,6 @@ func run(ctx context.Context, o options) error {
 	}
 	go nodeInformer.Run(ctx.Done())
 	go pub.Run(ctx)
-	publish := func() bool {
-		devs, err := backend.Devices()
-		if err == nil {
-			err = pub.Publish(ctx, inventory.From(inventory.Reserve(devs, args.ReservedMiB), mode, o.mps))
-		}
-		if err != nil {
-			logger.Error(err, "Publishing the GPU inventory")
-		}
-		return err == nil
-	}
-	// The GPUs are published once the device plugins have registered
-	// with the kubelet (at once without them): a pod admitted before
-	// would hold none of the devices through which its containers get
-	// their GPUs.
-	ready := make(chan struct{})
 
 	// The pods of this node, for the device plugin and the metrics.
 	informer := cache.NewSharedIndexInformer(
@@ -209,13 +198,14 @@ func run(ctx context.Context, o options) error {
 		return list
 	}
 
-	errc := make(chan error, 4)
 	// How long the kubelet waits on the device plugin, per call.
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpushare_node_device_plugin_call_duration_seconds",
 		Help:    "Time the device plugin spent in each kubelet call (Allocate, PreStartContainer).",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5},
 	}, []string{"method"})
+	cfg := node.Config{Backend: backend, Publisher: pub, Mode: mode, MPS: o.mps, ReservedMiB: args.ReservedMiB,
+		Resync: o.resync, UsageEvery: o.usageEvery}
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(calls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -228,31 +218,39 @@ func run(ctx context.Context, o options) error {
 		}
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		srv := &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- srv.ListenAndServe() }()
-		go func() {
-			<-ctx.Done()
-			_ = srv.Close()
-		}()
+		cfg.Services = append(cfg.Services, func(ctx context.Context) error {
+			go func() {
+				<-ctx.Done()
+				_ = srv.Close()
+			}()
+			return srv.ListenAndServe()
+		})
 		logger.Info("Serving metrics", "address", o.metricsAddr)
 	}
 	if !o.noPlugin {
-		var mpsEnv *deviceplugin.MPS
+		var mpsEnv *cdi.MPS
 		if o.mps {
-			mpsEnv = &deviceplugin.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
+			mpsEnv = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
 			d := &mps.Daemon{Control: o.mpsControl, PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir, Logger: logger.WithName("mps")}
-			go func() { errc <- d.Run(ctx) }()
+			cfg.Services = append(cfg.Services, d.Run)
 		}
 		model, err := resource.New(args.ResourceModel)
 		if err != nil {
 			return err
 		}
-		m, err := deviceplugin.New(logger, deviceplugin.Config{Node: o.node, Dir: o.pluginDir, PodResourcesSocket: o.podResources,
-			CDIDir: o.cdiDir, Resources: deviceplugin.ResourcesFrom(args.ResourceModel), Backend: backend, MPS: mpsEnv,
-			Requests:    model.PodRequest,
-			UnitMiB:     model.UnitMiB,
-			HookDevices: cmp.Or(o.hookDevices, -1),
-			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
-			NodePods:    nodePods,
+		kubelet, err := podresources.Dial(logger, o.podResources, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = kubelet.Close() }()
+		resources := deviceplugin.ResourcesFrom(args.ResourceModel)
+		var plugins *deviceplugin.Manager
+		c, err := claims.New(logger, claims.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
+			MPSResources: deviceplugin.MPSResources(resources),
+			Served:       func() []string { return plugins.Served() },
+			Requests:     model.PodRequest,
+			UnitMiB:      model.UnitMiB,
+			NodePods:     nodePods,
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.
@@ -264,78 +262,34 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		client.OnNode = warnStale(logger, m.Skipped())
-		go func() { errc <- m.Run(ctx) }()
-		go func(ready chan<- struct{}) {
-			select {
-			case <-m.Registered():
-				close(ready)
-			case <-ctx.Done():
-			}
-		}(ready)
-	} else {
-		close(ready)
+		defer c.Close()
+		plugins, err = deviceplugin.New(logger, deviceplugin.Config{Dir: o.pluginDir, Resources: resources, Backend: backend,
+			HookDevices: cmp.Or(o.hookDevices, -1),
+			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
+		}, c)
+		if err != nil {
+			return err
+		}
+		client.OnNode = warnStale(logger, plugins.Skipped())
+		cfg.Plugins = plugins
+		cfg.Sweeper = &cdi.Sweeper{Dir: o.cdiDir, Claims: c, Logger: logger}
 	}
 	if o.leaseFor > 0 {
 		leases, err := nodeclient.NewLeases(rc)
 		if err != nil {
 			return err
 		}
-		go (&lease.Renewer{Client: leases, Node: o.node, Duration: o.leaseFor}).Run(ctx)
-	}
-	events := make(chan gpu.Event, 16)
-	go func() { errc <- backend.Watch(ctx, events) }()
-	tick := time.NewTicker(o.resync)
-	defer tick.Stop()
-	var usageTick <-chan time.Time
-	if o.usageEvery > 0 {
-		t := time.NewTicker(o.usageEvery)
-		defer t.Stop()
-		usageTick = t.C
-	}
-	publishUsage := func() {
-		devs, err := backend.Devices()
-		if err != nil {
-			logger.Error(err, "Reading GPUs")
-			return
-		}
-		use, err := backend.Usage()
-		if err == nil {
-			err = pub.PublishUsage(ctx, inventory.UsageFrom(use, devs, time.Now()))
-		}
-		if err != nil {
-			logger.Error(err, "Publishing live GPU use")
-		}
-	}
-	if o.usageEvery > 0 {
-		publishUsage()
-	}
-	for {
-		select {
-		case <-ctx.Done():
+		r := &lease.Renewer{Client: leases, Node: o.node, Duration: o.leaseFor}
+		cfg.Services = append(cfg.Services, func(ctx context.Context) error {
+			r.Run(ctx)
 			return nil
-		case err := <-errc:
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-		case <-ready:
-			ready = nil
-			if publish() {
-				logger.Info("Published the GPU inventory", "mode", mode)
-			}
-		case ev := <-events:
-			logger.Info("GPU health changed", "uuid", ev.UUID, "healthy", ev.Healthy, "reason", ev.Reason)
-			if ready == nil {
-				publish()
-			}
-		case <-tick.C:
-			if ready == nil {
-				publish()
-			}
-		case <-usageTick:
-			publishUsage()
-		}
+		})
 	}
+	d, err := node.New(cfg)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
 }
 
 // warnStale returns a check of this node as a patch left it: a resource

@@ -37,7 +37,7 @@ func benchStart(b *testing.B, req share) {
 		omu               sync.Mutex
 		allocs, prestarts []time.Duration
 	)
-	n := startNodeWith(b, func(c *Config) {
+	n := startNodeWith(b, func(c *testConfig) {
 		c.Observe = func(method string, d time.Duration) {
 			omu.Lock()
 			defer omu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // DefaultSlotsPerGPU is how many containers may hold a Count or MPS
@@ -57,23 +58,16 @@ func ResourcesFrom(m *v1alpha1.ResourceModel) []Resource {
 	for _, r := range c.Resources {
 		res := Resource{Name: r.Name, Kind: r.Kind}
 		if r.Kind == v1alpha1.KindMemory {
-			res.UnitMiB = unitMiB(r.Unit)
+			res.UnitMiB = resource.UnitMiB(r.Unit)
 			for _, o := range c.UnitOverrides {
 				if o.Name == r.Name {
-					res.UnitMiB = min(res.UnitMiB, unitMiB(o.Unit))
+					res.UnitMiB = min(res.UnitMiB, resource.UnitMiB(o.Unit))
 				}
 			}
 		}
 		out = append(out, res)
 	}
 	return out
-}
-
-func unitMiB(u v1alpha1.MemoryUnit) int64 {
-	if u == v1alpha1.GiB {
-		return 1024
-	}
-	return 1
 }
 
 // perGPU is how many devices each GPU gives resource r.
@@ -156,4 +150,16 @@ func (r Resource) deviceList(gpus []gpu.Device, z sizing) ([]*pluginapi.Device, 
 		}
 	}
 	return out, nil
+}
+
+// MPSResources returns the names of the resources of kind MPS among rs:
+// a container that asks for one is an MPS client.
+func MPSResources(rs []Resource) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for _, r := range rs {
+		if r.Kind == v1alpha1.KindMPS {
+			out = append(out, r.Name)
+		}
+	}
+	return out
 }

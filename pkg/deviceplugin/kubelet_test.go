@@ -20,9 +20,12 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/podresources"
 )
 
 const testNode = "node-a"
@@ -32,6 +35,7 @@ const testNode = "node-a"
 type node struct {
 	*kubelettest.Kubelet
 	m      *Manager
+	claims *claims.Claims
 	gpus   *sim.Backend
 	cdiDir string
 	// runtime applies the containers' CDI devices.
@@ -42,8 +46,14 @@ type node struct {
 
 func startNode(t testing.TB) *node { return startNodeWith(t, nil) }
 
+// testConfig configures the plugins and the claims they resolve.
+type testConfig struct {
+	Config
+	Claims claims.Config
+}
+
 // startNodeWith is startNode with edit applied to the plugins' Config.
-func startNodeWith(t testing.TB, edit func(*Config)) *node {
+func startNodeWith(t testing.TB, edit func(*testConfig)) *node {
 	t.Helper()
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(tctx)
@@ -62,26 +72,47 @@ func startNodeWith(t testing.TB, edit func(*Config)) *node {
 	if n.runtime, err = runtimetest.New(n.cdiDir); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Node: testNode, Dir: dir, PodResourcesSocket: k.PodResourcesSocket(),
-		CDIDir: n.cdiDir, Resources: ResourcesFrom(nil), Backend: gpus, Pods: k.GetPod, NodePods: k.GetActivePods,
-		MPS: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}}
+	logger := klog.FromContext(ctx)
+	kubelet, err := podresources.Dial(logger, k.PodResourcesSocket(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *Manager
+	cfg := testConfig{
+		Config: Config{Dir: dir, Resources: ResourcesFrom(nil), Backend: gpus},
+		Claims: claims.Config{Node: testNode, CDIDir: n.cdiDir, Kubelet: kubelet, Pods: k.GetPod, NodePods: k.GetActivePods,
+			Served: func() []string { return m.Served() }, MPS: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}},
+	}
 	if edit != nil {
 		edit(&cfg)
 		if b, ok := cfg.Backend.(*sim.Backend); ok {
 			n.gpus = b
 		}
 	}
-	m, err := New(klog.FromContext(ctx), cfg)
+	cfg.Claims.MPSResources = MPSResources(cfg.Resources)
+	c, err := claims.New(logger, cfg.Claims)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.m = m
+	if m, err = New(logger, cfg.Config, c); err != nil {
+		t.Fatal(err)
+	}
+	n.m, n.claims = m, c
 	go func() { n.done <- m.Run(ctx) }()
+	// The node daemon's health watch, passing changes on.
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		watchHealth(ctx, t, n.gpus, m)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-n.done; err != nil {
 			t.Errorf("device plugin manager: %v", err)
 		}
+		<-watchDone
+		c.Close()
+		_ = kubelet.Close()
 	})
 	for _, p := range m.plugins {
 		k.WaitAllocatable(string(p.res.Name), p.devices())
@@ -92,6 +123,33 @@ func startNodeWith(t testing.TB, edit func(*Config)) *node {
 		t.Fatal("the kubelet has every plugin's devices, but Registered is not closed")
 	}
 	return n
+}
+
+// watchHealth passes the GPUs' health changes on to m, as the node
+// daemon does, until ctx ends.
+func watchHealth(ctx context.Context, t testing.TB, b gpu.Backend, m *Manager) {
+	events := make(chan gpu.Event, 16)
+	errc := make(chan error, 1)
+	go func() { errc <- b.Watch(ctx, events) }()
+	for {
+		select {
+		case <-ctx.Done():
+			<-errc
+			return
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("watching GPU health: %v", err)
+			}
+			return
+		case <-events:
+			devs, err := b.Devices()
+			if err != nil {
+				t.Errorf("reading GPUs: %v", err)
+				continue
+			}
+			m.SetGPUs(devs)
+		}
+	}
 }
 
 // gpuUUID is the simulated GPU's UUID.

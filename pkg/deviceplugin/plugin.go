@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,17 +14,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/cdi"
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
-
-// PodGetter returns a pod by namespace and name (from an informer on the
-// node's pods, or the apiserver).
-type PodGetter func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 
 // plugin serves one resource.
 type plugin struct {
@@ -138,10 +133,10 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	for _, c := range req.GetContainerRequests() {
 		// The request is this call's own: sorted in place, not copied.
 		slices.Sort(c.GetDevicesIds())
-		claim := claimOf(string(p.res.Name), c.GetDevicesIds())
-		p.m.noteAllocated(claim)
+		claim := cdi.ClaimOf(string(p.res.Name), c.GetDevicesIds())
+		p.m.resolver.Allocated(claim)
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			CdiDevices: []*pluginapi.CDIDevice{{Name: CDIKind + "=" + claim}},
+			CdiDevices: []*pluginapi.CDIDevice{{Name: cdi.Kind + "=" + claim}},
 		})
 	}
 	return resp, nil
@@ -157,8 +152,8 @@ func (p *plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	// is this call's own.
 	ids := req.GetDevicesIds()
 	slices.Sort(ids)
-	claim := claimOf(string(p.res.Name), ids)
-	h, a, via, err := p.m.containerOf(ctx, string(p.res.Name), claim, ids)
+	claim := cdi.ClaimOf(string(p.res.Name), ids)
+	h, a, via, err := p.m.resolver.Resolve(ctx, string(p.res.Name), claim, ids)
 	if err != nil {
 		p.logger.Error(err, "Refusing to start a container", "resource", p.res.Name, "devices", len(ids), "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container)
 		return nil, err
@@ -228,6 +223,3 @@ func (p *plugin) register(ctx context.Context, kubeletSocket string) error {
 	}
 	return nil
 }
-
-// errNoGPU says the record names a GPU this node does not have.
-var errNoGPU = errors.New("the allocation record names a GPU this node does not have")

@@ -13,6 +13,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/cdi"
+	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
@@ -26,7 +28,7 @@ import (
 func TestConcurrentIdenticalPods(t *testing.T) {
 	t.Run("listings and pods", func(t *testing.T) { concurrentIdenticalPods(t, startNode(t)) })
 	t.Run("listings", func(t *testing.T) {
-		concurrentIdenticalPods(t, startNodeWith(t, func(c *Config) { c.NodePods = nil }))
+		concurrentIdenticalPods(t, startNodeWith(t, func(c *testConfig) { c.Claims.NodePods = nil }))
 	})
 }
 
@@ -135,7 +137,7 @@ func TestMPSMounts(t *testing.T) {
 		"no MPS":                  {asks: "keti.com/mpsgpu", shm: runtimetest.PodShm},
 	} {
 		t.Run(name, func(t *testing.T) {
-			n := startNodeWith(t, func(c *Config) { c.MPS = tc.mps })
+			n := startNodeWith(t, func(c *testConfig) { c.Claims.MPS = tc.mps })
 			amount := map[string]int64{"keti.com/mpsgpu": 1, "gpushare.io/gpu-mem": 4096, "gpushare.io/gpu-core": 30}[tc.asks]
 			p := n.pod("m", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 4096, compute: 30,
 				resource: tc.asks, amount: amount})
@@ -171,7 +173,7 @@ func TestBadRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := startNodeWith(t, func(c *Config) { c.Requests = model.PodRequest })
+	n := startNodeWith(t, func(c *testConfig) { c.Claims.Requests = model.PodRequest })
 	good := n.pod("x", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 0, mib: 512})
 	cases := map[string]struct {
 		edit func(p *corev1Pod)
@@ -182,7 +184,7 @@ func TestBadRecords(t *testing.T) {
 		"other node": {func(p *corev1Pod) { setRecord(t, p, func(a *gpusharev1.Allocation) { a.Node = "node-b" }) }, "allocated on node node-b"},
 		"foreign GPU": {func(p *corev1Pod) {
 			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].GPUs[0].UUID = "GPU-elsewhere" })
-		}, errNoGPU.Error()},
+		}, claims.ErrNoGPU.Error()},
 		// Records written by hand: more than the container asks for, or
 		// on a pod the scheduler did not bind here.
 		"more memory than asked": {func(p *corev1Pod) {
@@ -212,28 +214,6 @@ func TestBadRecords(t *testing.T) {
 				t.Fatalf("start gave %v, %v; want an error containing %q", env, err, c.want)
 			}
 		})
-	}
-}
-
-// An unhealthy GPU leaves the kubelet's allocatable devices, and a
-// container recorded on it does not start, though resolved ahead.
-func TestUnhealthyGPU(t *testing.T) {
-	n := startNode(t)
-	p := n.pod("on-one", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 1024})
-	if err := n.admit(p); err != nil {
-		t.Fatal(err)
-	}
-	// Resolved ahead while healthy: checked again when it starts.
-	if r := (resolveNode{n, t}); !r.ready(r.claim(p.Name)) {
-		t.Fatal("the container was not resolved ahead")
-	}
-	if err := n.gpus.SetHealth(1, false, "XID 79"); err != nil {
-		t.Fatal(err)
-	}
-	n.WaitAllocatable("gpushare.io/gpu-mem", 16384)
-	n.WaitAllocatable("gpushare.io/gpu-core", 100)
-	if _, err := n.start(p, "main"); err == nil || !strings.Contains(err.Error(), "unhealthy") {
-		t.Fatalf("a container recorded on the unhealthy GPU started: %v", err)
 	}
 }
 
@@ -335,7 +315,7 @@ func bigNode(t *testing.T) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startNodeWith(t, func(c *Config) { c.Backend = big })
+	return startNodeWith(t, func(c *testConfig) { c.Backend = big })
 }
 
 // TestBigGPUs: on a node of 8 x 141 GiB GPUs, containers that ask GPU
@@ -405,7 +385,7 @@ func TestBigGPUs(t *testing.T) {
 	if len(names) != 2 || c.Env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(3) || c.Env["GPUSHARE_GPU_MEMORY_MIB"] != "4096" {
 		t.Errorf("GiB devices and a hook: CDI devices %v give %v; want two, for GPU 3 with 4096 MiB", names, c.Env)
 	}
-	gib := CDIKind + "=" + claimOf("aliyun.com/gpu-mem", n.deviceIDs(both, "main", "aliyun.com/gpu-mem"))
+	gib := cdi.Kind + "=" + cdi.ClaimOf("aliyun.com/gpu-mem", n.deviceIDs(both, "main", "aliyun.com/gpu-mem"))
 	if c, err := n.runtime.Create([]string{gib}); err != nil || c.Env["NVIDIA_VISIBLE_DEVICES"] != "" || c.Env["GPUSHARE_GPUS_VIA"] != gpusharev1.HookResource {
 		t.Errorf("the GiB devices' CDI device gives %+v (%v); want only a note that the hook gives the GPUs", c, err)
 	}
@@ -464,7 +444,7 @@ func TestHookedInitContainer(t *testing.T) {
 // it admitted the pod, and it leaves out requests of resources the node
 // does not advertise) gets its GPU through its memory devices.
 func TestHooksNotAllocated(t *testing.T) {
-	n := startNodeWith(t, func(c *Config) { c.HookDevices = -1 })
+	n := startNodeWith(t, func(c *testConfig) { c.HookDevices = -1 })
 	p := n.pod("no-hooks-given", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 2048, hooks: 1})
 	if err := n.admit(p); err != nil {
 		t.Fatal(err)

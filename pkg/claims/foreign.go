@@ -1,4 +1,4 @@
-package deviceplugin
+package claims
 
 import (
 	"fmt"
@@ -16,12 +16,12 @@ import (
 // Scheduler) onto this node's GPUs, so that a container of a pod placed
 // before gpushare took over gets its old GPUs when it (re)starts. It is
 // then checked as gpushare's own records are.
-func (m *Manager) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, error) {
+func (c *Claims) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, error) {
 	sys := gpucache.Foreign(pod)
-	if m.cfg.Requests == nil {
+	if c.cfg.Requests == nil {
 		return nil, fmt.Errorf("%w: no request model to read it by", sys)
 	}
-	req, err := m.cfg.Requests(pod)
+	req, err := c.cfg.Requests(pod)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
 	}
@@ -29,10 +29,10 @@ func (m *Manager) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, er
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	a, err = gpucache.ByIndex(a, req, func(i int) (alloc.GPU, bool) {
-		for _, d := range m.gpus {
+		for _, d := range c.gpus {
 			if d.Index == i {
 				return alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d)}, true
 			}

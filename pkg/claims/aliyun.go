@@ -1,4 +1,4 @@
-package deviceplugin
+package claims
 
 import (
 	"strconv"
@@ -8,6 +8,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // aliyunEnv returns what Aliyun's gpushare device plugin tells a container
@@ -45,29 +46,23 @@ func aliyunEnv(pod *corev1.Pod, container string, c *gpusharev1.ContainerAllocat
 // asksAliyun reports whether the named container of pod, init or app,
 // asks aliyun.com/gpu-mem.
 func asksAliyun(pod *corev1.Pod, container string) bool {
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			if cs[i].Name == container {
-				return containerAsks(&cs[i], string(gpucache.AliyunMemory))
-			}
-		}
-	}
-	return false
+	c := resource.Container(pod, container)
+	return c != nil && resource.ContainerAsks(c, gpucache.AliyunMemory)
 }
 
 // aliyunEnvOf is aliyunEnv for container of pod on this node's GPUs, in
 // the pod's unit (Config.UnitMiB).
-func (m *Manager) aliyunEnvOf(pod *corev1.Pod, container string, c *gpusharev1.ContainerAllocation) []string {
-	if m.cfg.UnitMiB == nil {
+func (c *Claims) aliyunEnvOf(pod *corev1.Pod, container string, a *gpusharev1.ContainerAllocation) []string {
+	if c.cfg.UnitMiB == nil {
 		return nil
 	}
-	gpuMiB := make([]int64, 0, len(c.GPUs))
-	m.mu.Lock()
-	for _, g := range c.GPUs {
-		if d, ok := m.gpus[g.UUID]; ok {
+	gpuMiB := make([]int64, 0, len(a.GPUs))
+	c.mu.Lock()
+	for _, g := range a.GPUs {
+		if d, ok := c.gpus[g.UUID]; ok {
 			gpuMiB = append(gpuMiB, d.MemoryMiB)
 		}
 	}
-	m.mu.Unlock()
-	return aliyunEnv(pod, container, c, m.cfg.UnitMiB(gpucache.AliyunMemory, pod.Namespace), gpuMiB)
+	c.mu.Unlock()
+	return aliyunEnv(pod, container, a, c.cfg.UnitMiB(gpucache.AliyunMemory, pod.Namespace), gpuMiB)
 }

@@ -1,4 +1,4 @@
-package deviceplugin
+package podresources
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
-// A listing is what the kubelet's PodResources API said of the node's
+// A Listing is what the kubelet's PodResources API said of the node's
 // pods (List) or of one pod (Get): which containers hold which devices.
 //
 // It is decoded from the wire by hand, keeping only what find needs. The
@@ -24,7 +24,7 @@ import (
 // of 100 containers holds 100,000 IDs: the generated decoder spends 4-5
 // times the time and 350 times the allocations on such a listing
 // (BenchmarkDecodeListing), and a burst of starts takes many.
-type listing struct {
+type Listing struct {
 	// started is when it was asked for.
 	started time.Time
 	err     error
@@ -36,6 +36,45 @@ type listing struct {
 	// shown holds resource+"\x00"+namespace/name of each pod with a
 	// container holding devices of resource.
 	shown map[string]bool
+}
+
+// Started is when the listing was asked for.
+func (l *Listing) Started() time.Time { return l.started }
+
+// Each calls fn with each device ID set the listing shows a container
+// holding: the container (Hooked set if it holds hooks), the resource and
+// the IDs, sorted.
+func (l *Listing) Each(fn func(h Holder, resource string, ids []string)) {
+	for i := range l.containers {
+		c := &l.containers[i]
+		h := Holder{Namespace: c.namespace, Pod: c.pod, Container: c.name, Hooked: c.hooked()}
+		for _, held := range c.held {
+			fn(h, held.resource, held.ids.sorted())
+		}
+	}
+}
+
+// Holder is the pod container that holds some devices.
+type Holder struct {
+	Namespace, Pod, Container string
+	// Init is set when the devices belong to an init container of the
+	// pod, not yet known which.
+	Init bool
+	// Hooked is set when the kubelet gave the listed container hooks
+	// (gpusharev1.HookResource); an init container it found the devices
+	// within holds them then too, allocated at the same admission.
+	Hooked bool
+}
+
+// ErrNotHeld says no container holds the devices (yet).
+var ErrNotHeld = errors.New("no container holds these devices")
+
+// inOrder returns ids sorted: ids itself if they are, else a sorted copy.
+func inOrder(ids []string) []string {
+	if slices.IsSorted(ids) {
+		return ids
+	}
+	return slices.Sorted(slices.Values(ids))
 }
 
 // listedContainer is a container of a listing.
@@ -103,14 +142,14 @@ func (c *listedContainer) of(resource string) idList {
 // hooked reports whether the kubelet gave c hooks.
 func (c *listedContainer) hooked() bool { return c.of(gpusharev1.HookResource).len() > 0 }
 
-// find returns the container that holds exactly ids of resource. App
+// Find returns the container that holds exactly ids of resource. App
 // containers reuse the devices of init containers, and the listing leaves
 // out init containers that are not sidecars, so devices a listed
-// container holds more of belong to an init container of its pod: find
+// container holds more of belong to an init container of its pod: Find
 // returns that pod with Init set.
-func (l *listing) find(resource string, ids []string) (holder, error) {
+func (l *Listing) Find(resource string, ids []string) (Holder, error) {
 	if len(ids) == 0 {
-		return holder{}, errors.New("no device IDs")
+		return Holder{}, errors.New("no device IDs")
 	}
 	want := inOrder(ids)
 	if h, ok := l.exact(resource, want); ok {
@@ -118,30 +157,30 @@ func (l *listing) find(resource string, ids []string) (holder, error) {
 	}
 	// Not one container's devices: look for a container holding them
 	// among more (an init container's, reused).
-	var within *holder
+	var within *Holder
 	for i := range l.containers {
 		c := &l.containers[i]
 		if held := c.of(resource); held.contains(want[0]) {
 			if subset(want, held.sorted()) {
-				within = &holder{Namespace: c.namespace, Pod: c.pod, Init: true, Hooked: c.hooked()}
+				within = &Holder{Namespace: c.namespace, Pod: c.pod, Init: true, Hooked: c.hooked()}
 			}
 		}
 	}
 	if within != nil {
 		return *within, nil
 	}
-	return holder{}, errNotHeld
+	return Holder{}, ErrNotHeld
 }
 
 // exact returns the container that holds exactly the sorted IDs want of
 // resource.
-func (l *listing) exact(resource string, want []string) (holder, bool) {
+func (l *Listing) exact(resource string, want []string) (Holder, bool) {
 	for _, i := range l.byFirst[resource+"\x00"+want[0]] {
 		if c := &l.containers[i]; same(c.of(resource), want) {
-			return holder{Namespace: c.namespace, Pod: c.pod, Container: c.name, Hooked: c.hooked()}, true
+			return Holder{Namespace: c.namespace, Pod: c.pod, Container: c.name, Hooked: c.hooked()}, true
 		}
 	}
-	return holder{}, false
+	return Holder{}, false
 }
 
 // same reports whether held, in any order, are the IDs of sorted want,
@@ -161,9 +200,9 @@ func same(held idList, want []string) bool {
 	return true
 }
 
-// shows reports whether the listing shows the pod holding devices of
+// Shows reports whether the listing shows the pod holding devices of
 // resource.
-func (l *listing) shows(resource, namespace, name string) bool {
+func (l *Listing) Shows(resource, namespace, name string) bool {
 	return l.shown[resource+"\x00"+namespace+"/"+name]
 }
 
@@ -191,10 +230,10 @@ const (
 	devicesIDs       = 2 // ContainerDevices.device_ids, repeated
 )
 
-// decodeListing decodes a ListPodResourcesResponse (list) or a
+// Decode decodes a ListPodResourcesResponse (list) or a
 // GetPodResourcesResponse.
-func decodeListing(b []byte, list bool) (*listing, error) {
-	d := decoder{l: &listing{}, names: map[string]string{}}
+func Decode(b []byte, list bool) (*Listing, error) {
+	d := decoder{l: &Listing{}, names: map[string]string{}}
 	// Each device entry carries its resource's name with its ID: the
 	// IDs are a small part of the message.
 	d.ids.Grow(len(b) / 4)
@@ -220,7 +259,7 @@ func decodeListing(b []byte, list bool) (*listing, error) {
 
 // decoder builds a listing.
 type decoder struct {
-	l *listing
+	l *Listing
 	// names interns resource names: each device ID comes with one.
 	names map[string]string
 	// ids are the listing's device IDs back to back.

@@ -1,10 +1,9 @@
-package deviceplugin
+package claims
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -15,7 +14,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/cdi"
+	"github.com/gpushare/gpushare/pkg/podresources"
 )
 
 const memResource = "gpushare.io/gpu-mem"
@@ -27,7 +27,7 @@ type resolveNode struct {
 }
 
 func (n resolveNode) pod(name string) *corev1Pod {
-	return n.node.pod(name, share{container: "main", kind: gpusharev1.ContainerApp, gpu: len(name) % 2, mib: 100})
+	return n.node.pod(name, len(name)%2, 100)
 }
 
 func (n resolveNode) admit(names ...string) {
@@ -41,7 +41,7 @@ func (n resolveNode) admit(names ...string) {
 
 // ids are the device IDs the kubelet gave the pod's container.
 func (n resolveNode) ids(pod string) []string {
-	return slices.Collect(maps.Keys(n.Manager().GetDevices("uid-"+pod, "main")[memResource]))
+	return n.deviceIDs(pod, "main", memResource)
 }
 
 // numbered returns count pod names: prefix00, prefix01, ...
@@ -80,15 +80,19 @@ func (n resolveNode) quiet() (lists, gets int) {
 // by listing the node again; past maxGets such pods, ask gives up, asking
 // nothing, and the node is listed.
 func TestAskPods(t *testing.T) {
-	n := resolveNode{startNode(t), t}
+	sk := &staleKubelet{}
+	n := resolveNode{startNodeWith(t, func(c *Config) {
+		sk.Kubelet = c.Kubelet
+		c.Kubelet = sk
+	}), t}
 	// No prefetch: this test takes the listings.
-	n.m.pr.mu.Lock()
-	n.m.pr.after = time.Hour
-	n.m.pr.mu.Unlock()
+	n.c.mu.Lock()
+	n.c.after = time.Hour
+	n.c.mu.Unlock()
 	ctx := context.Background()
-	list := func() *listing {
+	list := func() *podresources.Listing {
 		t.Helper()
-		l, err := n.m.pr.list(ctx, time.Now())
+		l, err := n.client.List(ctx, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,19 +101,14 @@ func TestAskPods(t *testing.T) {
 	n.admit("a", "b")
 	old := list()
 	// stale makes the latest listing one that shows only a and b.
-	stale := func() {
-		n.m.pr.mu.Lock()
-		defer n.m.pr.mu.Unlock()
-		old.started = time.Now()
-		n.m.pr.last = old
-	}
+	stale := func() { sk.set(old, time.Now()) }
 
 	n.admit("c", "d")
 	list()
 	stale()
 	lists, gets := n.calls()
-	h, ok := n.m.ask(ctx, memResource, n.ids("d"), time.Now())
-	if want := (holder{Namespace: "default", Pod: "d", Container: "main"}); !ok || h != want {
+	h, ok := n.c.ask(ctx, memResource, n.ids("d"), time.Now())
+	if want := (podresources.Holder{Namespace: "default", Pod: "d", Container: "main"}); !ok || h != want {
 		t.Errorf("ask for d's devices = %+v, %v; want %+v", h, ok, want)
 	}
 	if l, g := n.calls(); l != lists || g != gets+2 {
@@ -131,7 +130,7 @@ func TestAskPods(t *testing.T) {
 	n.admit(more...)
 	stale()
 	lists, gets = n.calls()
-	if h, ok := n.m.ask(ctx, memResource, n.ids("e00"), time.Now()); ok {
+	if h, ok := n.c.ask(ctx, memResource, n.ids("e00"), time.Now()); ok {
 		t.Errorf("ask among %d pods found %+v; want none asked", len(more), h)
 	}
 	if l, g := n.calls(); l != lists || g != gets {
@@ -244,16 +243,16 @@ func TestPrefetchBoundPods(t *testing.T) {
 }
 
 // claim is the claim of the pod's container's devices.
-func (n resolveNode) claim(pod string) string { return claimOf(memResource, n.ids(pod)) }
+func (n resolveNode) claim(pod string) string { return cdi.ClaimOf(memResource, n.ids(pod)) }
 
 // ready reports whether the claim's container was resolved ahead,
 // waiting up to 10 s for the prefetch.
 func (n resolveNode) ready(claim string) bool {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n.m.mu.Lock()
-		p := n.m.claims[claim]
+		n.c.mu.Lock()
+		p := n.c.pending[claim]
 		ready := p != nil && p.ready != nil
-		n.m.mu.Unlock()
+		n.c.mu.Unlock()
 		if ready || time.Now().After(deadline) {
 			return ready
 		}
@@ -271,7 +270,7 @@ func TestResolvedAhead(t *testing.T) {
 	for _, pod := range pods {
 		claim := n.claim(pod)
 		ready := n.ready(claim)
-		if _, err := os.Stat(SpecPath(n.cdiDir, claim)); err != nil || !ready {
+		if _, err := os.Stat(n.specPath(claim)); err != nil || !ready {
 			t.Errorf("before %s's container starts: spec %v, resolved ahead %v; want written and resolved", pod, err, ready)
 		}
 	}
@@ -280,7 +279,7 @@ func TestResolvedAhead(t *testing.T) {
 		if want := n.gpuUUID(len(pod) % 2); err != nil || env["NVIDIA_VISIBLE_DEVICES"] != want {
 			t.Errorf("starting %s: %v, %v; want GPU %s", pod, env, err, want)
 		}
-		if claim := n.claim(pod); n.m.allocatedAt(claim, time.Time{}) != (time.Time{}) {
+		if claim := n.claim(pod); n.c.allocatedAt(claim, time.Time{}) != (time.Time{}) {
 			t.Errorf("%s started and its claim is still pending", pod)
 		}
 	}
@@ -301,21 +300,21 @@ func TestResolvedAheadReplaced(t *testing.T) {
 		t.Fatal("a was not resolved ahead")
 	}
 	// No more prefetches: this test resolves by hand.
-	n.m.pr.mu.Lock()
-	n.m.pr.after = time.Hour
-	n.m.pr.mu.Unlock()
-	n.m.mu.Lock()
-	old := n.m.claims[claim]
-	n.m.mu.Unlock()
-	n.m.noteAllocated(claim)
-	if r := n.m.takeReady(claim); r != nil {
-		t.Fatalf("a claim allocated again is taken as resolved ahead: %+v", r.holder)
+	n.c.mu.Lock()
+	n.c.after = time.Hour
+	n.c.mu.Unlock()
+	n.c.mu.Lock()
+	old := n.c.pending[claim]
+	n.c.mu.Unlock()
+	n.c.Allocated(claim)
+	if r := n.c.takeReady(claim); r != nil {
+		t.Fatalf("a claim allocated again is taken as resolved ahead: %+v", r.Holder)
 	}
-	path := SpecPath(n.cdiDir, claim)
+	path := n.specPath(claim)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	err := n.m.prepareOne(context.Background(), old, claim, holder{Namespace: "default", Pod: "a", Container: "main"}, memResource)
+	err := n.c.prepareOne(context.Background(), old, claim, podresources.Holder{Namespace: "default", Pod: "a", Container: "main"}, memResource)
 	if !errors.Is(err, errReplaced) {
 		t.Errorf("resolving ahead for a claim allocated again gave %v; want %v", err, errReplaced)
 	}
@@ -371,38 +370,78 @@ func TestStartAfterReallocation(t *testing.T) {
 		}
 	}), t}
 	// No prefetch: a's container is resolved when it starts.
-	n.m.pr.mu.Lock()
-	n.m.pr.after = time.Hour
-	n.m.pr.mu.Unlock()
+	n.c.mu.Lock()
+	n.c.after = time.Hour
+	n.c.mu.Unlock()
 	n.admit("a")
 	claim := n.claim("a")
 	mu.Lock()
-	realloc = func() { n.m.noteAllocated(claim) }
+	realloc = func() { n.c.Allocated(claim) }
 	mu.Unlock()
 	if env, err := n.start(n.pod("a"), "main"); err == nil || !strings.Contains(err.Error(), errReplaced.Error()) {
 		t.Errorf("starting a after its devices were allocated again: %v, %v; want an error containing %q", env, err, errReplaced)
 	}
-	if _, err := os.Stat(SpecPath(n.cdiDir, claim)); !os.IsNotExist(err) {
+	if _, err := os.Stat(n.specPath(claim)); !os.IsNotExist(err) {
 		t.Errorf("a's spec was written after its devices were allocated again (%v)", err)
 	}
 }
 
-// TestPrefetchDuringBurst: allocations that come faster than the prefetch
-// delay do not put the prefetch off until the burst ends; it runs every
-// delay meanwhile.
-func TestPrefetchDuringBurst(t *testing.T) {
-	r := &podResources{after: 20 * time.Millisecond}
-	var fired atomic.Int32
-	fetch := func() { fired.Add(1) }
-	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
-		r.prefetch(fetch, 0)
-		time.Sleep(2 * time.Millisecond)
+// An unhealthy GPU leaves the kubelet's allocatable devices, and a
+// container recorded on it does not start, though resolved ahead.
+func TestUnhealthyGPU(t *testing.T) {
+	n := startNode(t)
+	p := n.pod("on-one", 1, 1024)
+	if err := n.admit(p); err != nil {
+		t.Fatal(err)
 	}
-	r.mu.Lock()
-	r.closed = true
-	r.pre.Stop()
-	r.mu.Unlock()
-	if n := fired.Load(); n < 2 {
-		t.Errorf("a 200 ms burst of allocations, one every 2 ms, prefetched %d times; want about 10 (one every 20 ms)", n)
+	// Resolved ahead while healthy: checked again when it starts.
+	if r := (resolveNode{n, t}); !r.ready(r.claim(p.Name)) {
+		t.Fatal("the container was not resolved ahead")
 	}
+	if err := n.gpus.SetHealth(1, false, "XID 79"); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitAllocatable("gpushare.io/gpu-mem", 16384)
+	n.WaitAllocatable("gpushare.io/gpu-core", 100)
+	if _, err := n.start(p, "main"); err == nil || !strings.Contains(err.Error(), "unhealthy") {
+		t.Fatalf("a container recorded on the unhealthy GPU started: %v", err)
+	}
+}
+
+
+// staleKubelet is the claims' kubelet, but with the latest listing set
+// by the test.
+type staleKubelet struct {
+	Kubelet
+	mu   sync.Mutex
+	last *podresources.Listing
+	at   time.Time
+}
+
+// set makes l, as if asked for at at, the latest listing.
+func (k *staleKubelet) set(l *podresources.Listing, at time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.last, k.at = l, at
+}
+
+func (k *staleKubelet) Latest() *podresources.Listing {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.last != nil {
+		return k.last
+	}
+	return k.Kubelet.Latest()
+}
+
+func (k *staleKubelet) Recent(since time.Time) *podresources.Listing {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.last == nil {
+		return k.Kubelet.Recent(since)
+	}
+	if k.at.After(since) {
+		return k.last
+	}
+	return nil
 }

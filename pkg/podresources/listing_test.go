@@ -1,8 +1,6 @@
-package deviceplugin
+package podresources
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -54,25 +52,25 @@ func marshal(t testing.TB, m proto.Message) []byte {
 // within a container's are an init container's of that pod; others are
 // held by no one.
 func TestListingFind(t *testing.T) {
-	l, err := decodeListing(marshal(t, &podresourcesapi.ListPodResourcesResponse{PodResources: testPods()}), true)
+	l, err := Decode(marshal(t, &podresourcesapi.ListPodResourcesResponse{PodResources: testPods()}), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		resource string
 		ids      []string
-		want     holder
+		want     Holder
 		err      error
 	}{
-		{"mem", []string{"m-05", "m-03", "m-07", "m-04"}, holder{Namespace: "ns", Pod: "a", Container: "main"}, nil},
-		{"core", []string{"c-1"}, holder{Namespace: "ns", Pod: "a", Container: "main"}, nil},
-		{"mem", []string{"m-02", "m-01"}, holder{Namespace: "ns", Pod: "b", Container: "main"}, nil},
-		{"mem", []string{"m-03", "m-04"}, holder{Namespace: "ns", Pod: "a", Init: true}, nil},
-		{"mem", []string{"m-01", "m-03"}, holder{}, errNotHeld},
-		{"core", []string{"m-01", "m-02"}, holder{}, errNotHeld},
-		{"mem", []string{"m-09"}, holder{}, errNotHeld},
+		{"mem", []string{"m-05", "m-03", "m-07", "m-04"}, Holder{Namespace: "ns", Pod: "a", Container: "main"}, nil},
+		{"core", []string{"c-1"}, Holder{Namespace: "ns", Pod: "a", Container: "main"}, nil},
+		{"mem", []string{"m-02", "m-01"}, Holder{Namespace: "ns", Pod: "b", Container: "main"}, nil},
+		{"mem", []string{"m-03", "m-04"}, Holder{Namespace: "ns", Pod: "a", Init: true}, nil},
+		{"mem", []string{"m-01", "m-03"}, Holder{}, ErrNotHeld},
+		{"core", []string{"m-01", "m-02"}, Holder{}, ErrNotHeld},
+		{"mem", []string{"m-09"}, Holder{}, ErrNotHeld},
 	} {
-		got, err := l.find(c.resource, c.ids)
+		got, err := l.Find(c.resource, c.ids)
 		if got != c.want || !errors.Is(err, c.err) {
 			t.Errorf("find(%s, %v) = %+v, %v; want %+v, %v", c.resource, c.ids, got, err, c.want, c.err)
 		}
@@ -81,7 +79,7 @@ func TestListingFind(t *testing.T) {
 		resource, pod string
 		want          bool
 	}{{"mem", "a", true}, {"core", "a", true}, {"mem", "b", true}, {"core", "b", false}, {"mem", "c", false}} {
-		if got := l.shows(c.resource, "ns", c.pod); got != c.want {
+		if got := l.Shows(c.resource, "ns", c.pod); got != c.want {
 			t.Errorf("shows(%s, ns/%s) = %v, want %v", c.resource, c.pod, got, c.want)
 		}
 	}
@@ -89,7 +87,7 @@ func TestListingFind(t *testing.T) {
 
 // A Get answer decodes to a listing of its one pod.
 func TestDecodeGet(t *testing.T) {
-	l, err := decodeListing(marshal(t, &podresourcesapi.GetPodResourcesResponse{PodResources: testPods()[1]}), false)
+	l, err := Decode(marshal(t, &podresourcesapi.GetPodResourcesResponse{PodResources: testPods()[1]}), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,14 +109,14 @@ func TestDecodeListing(t *testing.T) {
 			Namespace: "default", Name: fmt.Sprintf("p%d", p), Containers: []*podresourcesapi.ContainerResources{c}})
 	}
 	b := marshal(t, want)
-	l, err := decodeListing(b, true)
+	l, err := Decode(b, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := held(l), held(generated(t, want.PodResources)); !maps.Equal(got, want) {
 		t.Errorf("decoded %d containers' devices, the generated decoder %d; they differ", len(got), len(want))
 	}
-	if _, err := decodeListing(b[:len(b)-3], true); err == nil {
+	if _, err := Decode(b[:len(b)-3], true); err == nil {
 		t.Error("a truncated listing decoded without error")
 	}
 }
@@ -129,7 +127,7 @@ func FuzzDecodeListing(f *testing.F) {
 	f.Add(marshal(f, &podresourcesapi.ListPodResourcesResponse{PodResources: testPods()}))
 	f.Add([]byte{0x0a, 0x05, 0x1a, 0x03, 0x12, 0x01, 0x0a})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, err := decodeListing(b, true)
+		l, err := Decode(b, true)
 		var resp podresourcesapi.ListPodResourcesResponse
 		if err != nil || proto.Unmarshal(b, &resp) != nil {
 			return
@@ -141,9 +139,9 @@ func FuzzDecodeListing(f *testing.F) {
 }
 
 // generated is a listing of pods as the generated decoder reads them.
-func generated(t testing.TB, pods []*podresourcesapi.PodResources) *listing {
+func generated(t testing.TB, pods []*podresourcesapi.PodResources) *Listing {
 	t.Helper()
-	l := &listing{}
+	l := &Listing{}
 	for _, p := range pods {
 		for _, c := range p.GetContainers() {
 			lc := listedContainer{namespace: p.GetNamespace(), pod: p.GetName(), name: c.GetName()}
@@ -169,7 +167,7 @@ func generated(t testing.TB, pods []*podresourcesapi.PodResources) *listing {
 
 // held flattens a listing: each container's device IDs by resource,
 // sorted.
-func held(l *listing) map[string]string {
+func held(l *Listing) map[string]string {
 	out := map[string]string{}
 	for i, c := range l.containers {
 		for _, h := range c.held {
@@ -200,7 +198,7 @@ func BenchmarkDecodeListing(b *testing.B) {
 	b.Run("gpushare", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeListing(data, true); err != nil {
+			if _, err := Decode(data, true); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -214,23 +212,4 @@ func BenchmarkDecodeListing(b *testing.B) {
 			}
 		}
 	})
-}
-
-// A claim names the CDI device in the kubelet's checkpoint of Allocate,
-// so it must not change between versions of the daemon: the first 10
-// bytes of the SHA-256 of the resource name and the sorted IDs, each
-// after a zero byte, in hex.
-func TestClaimStable(t *testing.T) {
-	ids := []string{"1-7", "0-12", "0-3", "1-10"}
-	h := sha256.New()
-	for _, part := range []string{"gpushare.io/gpu-mem", "\x000-12", "\x000-3", "\x001-10", "\x001-7"} {
-		h.Write([]byte(part))
-	}
-	want := hex.EncodeToString(h.Sum(nil)[:10])
-	if got := claimOf("gpushare.io/gpu-mem", ids); got != want {
-		t.Errorf("claimOf = %s, want %s", got, want)
-	}
-	if !slices.Equal(ids, []string{"1-7", "0-12", "0-3", "1-10"}) {
-		t.Errorf("claimOf reordered its argument: %v", ids)
-	}
 }
