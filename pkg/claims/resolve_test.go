@@ -408,7 +408,6 @@ func TestUnhealthyGPU(t *testing.T) {
 	}
 }
 
-
 // staleKubelet is the claims' kubelet, but with the latest listing set
 // by the test.
 type staleKubelet struct {

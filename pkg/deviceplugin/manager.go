@@ -268,4 +268,3 @@ func (m *Manager) observe(method string, start time.Time) {
 		m.cfg.Observe(method, time.Since(start))
 	}
 }
-
