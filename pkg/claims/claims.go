@@ -93,9 +93,14 @@ type Claims struct {
 	pending map[string]*pending
 	// retries counts the prefetches since the latest Allocate.
 	retries int
-	// fetching is set while a prefetch runs; fetchAgain when another
-	// was due meanwhile, and it runs once that one is done.
-	fetching, fetchAgain bool
+	// due is set while a prefetch is scheduled and has not begun;
+	// fetching while a prefetch runs; fetchAgain when another was due
+	// meanwhile, and it runs once that one is done.
+	due, fetching, fetchAgain bool
+	// changed is closed, and replaced, whenever due, fetching or a
+	// claim's readiness changes: who waits for the prefetch to settle
+	// waits on it.
+	changed chan struct{}
 	// pre calls fetch (prefetch) after (prefetchAfter) an Allocate, at
 	// preAt.
 	fetch func()
@@ -119,7 +124,17 @@ func New(logger klog.Logger, cfg Config) (*Claims, error) {
 		c.clock = clock.RealClock{}
 	}
 	c.fetch = c.prefetch
+	c.changed = make(chan struct{})
 	return c, nil
+}
+
+// notify tells who waits on c.changed that the prefetch's state changed
+// (c.mu held).
+func (c *Claims) notify() {
+	if c.changed != nil {
+		close(c.changed)
+	}
+	c.changed = make(chan struct{})
 }
 
 // Close stops the prefetches.

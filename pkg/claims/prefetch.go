@@ -43,6 +43,8 @@ func (c *Claims) schedule(retry int) {
 		c.pre.Reset(after)
 	}
 	c.preAt = at
+	c.due = true
+	c.notify()
 }
 
 // maxGets bounds the pods asked about one at a time for a container;
@@ -58,6 +60,11 @@ const maxGets = 16
 // Allocates) runs right after it.
 func (c *Claims) prefetch() {
 	c.mu.Lock()
+	if !c.preAt.After(c.clock.Now()) {
+		// Begun, and not scheduled again since.
+		c.due = false
+	}
+	c.notify()
 	if c.fetching {
 		// One at a time: the one under way runs again when done.
 		c.fetchAgain = true
@@ -83,6 +90,7 @@ func (c *Claims) prefetch() {
 			c.retries++
 			c.schedule(c.retries)
 		}
+		c.notify()
 		c.mu.Unlock()
 		return
 	}
@@ -247,6 +255,7 @@ func (c *Claims) prepareOne(ctx context.Context, p *pending, claim string, h pod
 	}
 	c.mu.Lock()
 	p.ready = r
+	c.notify()
 	c.mu.Unlock()
 	return nil
 }

@@ -59,20 +59,38 @@ func (n resolveNode) calls() (lists, gets int) {
 	return c["List"], c["Get"]
 }
 
-// quiet waits until the kubelet has served no PodResources call for
-// 250 ms, and returns how many List and Get calls it served.
+// quiet waits until the prefetches have ended, none due (and with them
+// their calls to the kubelet), and returns how many List and Get calls
+// the kubelet served.
 func (n resolveNode) quiet() (lists, gets int) {
-	lists, gets = n.calls()
-	for still := 0; still < 5; {
-		time.Sleep(50 * time.Millisecond)
-		l, g := n.calls()
-		if l == lists && g == gets {
-			still++
-			continue
-		}
-		lists, gets, still = l, g, 0
+	n.t.Helper()
+	if !n.c.waitFor(n.c.settled) {
+		n.t.Fatal("the prefetches did not end within 10 s")
 	}
-	return lists, gets
+	return n.calls()
+}
+
+// settled reports whether no prefetch is due or running (c.mu held).
+func (c *Claims) settled() bool { return !c.due && !c.fetching && !c.fetchAgain }
+
+// waitFor waits until cond, checked under c.mu, holds, up to 10 s, and
+// reports whether it does: woken by each change of the prefetch's state,
+// not by polling.
+func (c *Claims) waitFor(cond func() bool) bool {
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		ok, changed := cond(), c.changed
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return false
+		}
+	}
 }
 
 // A container whose pod the latest listing does not show is found by
@@ -246,17 +264,16 @@ func TestPrefetchBoundPods(t *testing.T) {
 func (n resolveNode) claim(pod string) string { return cdi.ClaimOf(memResource, n.ids(pod)) }
 
 // ready reports whether the claim's container was resolved ahead,
-// waiting up to 10 s for the prefetch.
+// waiting for the prefetches to end (up to 10 s).
 func (n resolveNode) ready(claim string) bool {
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n.c.mu.Lock()
+	ready := func() bool {
 		p := n.c.pending[claim]
-		ready := p != nil && p.ready != nil
-		n.c.mu.Unlock()
-		if ready || time.Now().After(deadline) {
-			return ready
-		}
+		return p != nil && p.ready != nil
 	}
+	n.c.waitFor(func() bool { return ready() || n.c.settled() })
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return ready()
 }
 
 // The prefetch resolves the containers it finds ahead of their start and
