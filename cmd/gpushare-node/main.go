@@ -63,6 +63,7 @@ type options struct {
 	mpsControl   string
 	noPlugin     bool
 	hookDevices  int
+	hookMemory   bool
 	resync       time.Duration
 	metricsAddr  string
 	profiling    bool
@@ -89,6 +90,8 @@ func main() {
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
 	fs.IntVar(&o.hookDevices, "hook-devices", deviceplugin.DefaultHookDevices, "devices of "+gpusharev1.HookResource+
 		", the devices through which GPU containers get their GPUs where deploy/gpu-hook-policy.yaml is in force (the n-th GPU container of a pod holds n: one in most pods); 0 serves none")
+	fs.BoolVar(&o.hookMemory, "hook-memory", false, "serve no device per MiB of GPU memory: gpushare's scheduler counts the MiB, and GPU containers get their GPUs through "+
+		gpusharev1.HookResource+" (needs the GPU hook admission policies, deploy/gpu-hook-policy.yaml). The kubelet starts containers several times faster than with a device per MiB. Resources counted in GiB keep their devices")
 	fs.BoolVar(&o.noPlugin, "no-device-plugin", false, "publish the inventory only (simulated nodes without a kubelet, e.g. kwok)")
 	fs.DurationVar(&o.resync, "resync", time.Minute, "how often the inventory is read and published even without a health event")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
@@ -121,6 +124,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.hookDevices < 0 || o.hookDevices > deviceplugin.DefaultMaxDevices {
 		return fmt.Errorf("--hook-devices=%d: want 0 to %d", o.hookDevices, deviceplugin.DefaultMaxDevices)
+	}
+	if o.hookMemory && o.hookDevices == 0 {
+		return errors.New("--hook-memory needs hooks: --hook-devices=0 serves none")
 	}
 	backend, err := openBackend(o.simConfig, o.node)
 	if err != nil {
@@ -264,8 +270,8 @@ func run(ctx context.Context, o options) error {
 		}
 		defer c.Close()
 		plugins, err = deviceplugin.New(logger, deviceplugin.Config{Dir: o.pluginDir, Resources: resources, Backend: backend,
-			HookDevices: cmp.Or(o.hookDevices, -1),
-			Observe:     func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
+			HookDevices: cmp.Or(o.hookDevices, -1), HookMemory: o.hookMemory,
+			Observe: func(method string, took time.Duration) { calls.WithLabelValues(method).Observe(took.Seconds()) },
 		}, c)
 		if err != nil {
 			return err

@@ -121,6 +121,12 @@ func ApplyHookPolicy(ctx context.Context, client kubernetes.Interface, manifest 
 	if err := Apply(ctx, client, manifest); err != nil {
 		return err
 	}
+	return WaitHookPolicy(ctx, client)
+}
+
+// WaitHookPolicy waits up to a minute until the API server enforces the
+// GPU hook policies, as ApplyHookPolicy does after applying them.
+func WaitHookPolicy(ctx context.Context, client kubernetes.Interface) error {
 	gpu := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpushare-hook-probe", Namespace: metav1.NamespaceDefault},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",

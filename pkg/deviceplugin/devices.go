@@ -87,6 +87,8 @@ type sizing struct {
 	// slots per GPU of a Count or MPS resource; hooks on the node; at
 	// most maxDevices of one resource.
 	slots, hooks, maxDevices int
+	// hookMemory: no devices for Memory resources in MiB (Config).
+	hookMemory bool
 }
 
 // size is how many devices r has on gpus: hooks are a fixed number, for
@@ -112,6 +114,11 @@ const preferredMaxDevices = 4096
 // would be more than z.maxDevices.
 func (r Resource) count(gpus []gpu.Device, z sizing) (int64, error) {
 	total := r.size(gpus, z)
+	if z.hookMemory && r.Kind == v1alpha1.KindMemory && r.UnitMiB == 1 {
+		return total, fmt.Errorf("%s is counted by gpushare's scheduler, not in devices (--hook-memory): "+
+			"the kubelet admits pods without counting it and their containers get their GPUs through %s",
+			r.Name, gpusharev1.HookResource)
+	}
 	if total > int64(z.maxDevices) {
 		return total, fmt.Errorf("%s would need %d devices, over the %d that fit the kubelet's 4 MiB message limit: "+
 			"it is not a device plugin resource on this node, so the kubelet admits pods without counting it "+

@@ -52,13 +52,18 @@ type Config struct {
 	// (gpusharev1.HookResource) has, served besides Resources:
 	// DefaultHookDevices if 0, none if negative.
 	HookDevices int
+	// HookMemory serves no devices for Memory resources counted in MiB:
+	// the kubelet then leaves their counting to gpushare's scheduler, and
+	// their containers reach the plugins through their hooks (the GPU hook
+	// admission policies give them). Resources in GiB keep their devices.
+	HookMemory bool
 	// Observe, if set, is told how long each Allocate and
 	// PreStartContainer call took ("Allocate", "PreStartContainer").
 	Observe func(method string, took time.Duration)
 }
 
 func (c *Config) sizing() sizing {
-	return sizing{slots: c.SlotsPerGPU, hooks: c.HookDevices, maxDevices: c.MaxDevices}
+	return sizing{slots: c.SlotsPerGPU, hooks: c.HookDevices, maxDevices: c.MaxDevices, hookMemory: c.HookMemory}
 }
 
 // Manager runs a plugin for each resource and keeps them registered.

@@ -460,3 +460,33 @@ func TestHooksNotAllocated(t *testing.T) {
 		t.Errorf("the container sees %v; its record gives it GPU 1 with 2048 MiB", env)
 	}
 }
+
+// TestHookMemory: with HookMemory (gpushare-node --hook-memory) a node of
+// small GPUs serves no device per MiB, as a node of big GPUs must: the
+// kubelet admits a container asking GPU memory in MiB without counting
+// it, and the container gets its recorded GPU and MiB through its hook.
+// Resources counted in GiB keep their devices.
+func TestHookMemory(t *testing.T) {
+	n := startNodeWith(t, func(c *testConfig) { c.HookMemory = true })
+	skipped := slices.Sorted(maps.Keys(n.m.Skipped()))
+	if want := []string{"elasticgpu.io/gpu-memory", "gpushare.io/gpu-mem"}; !slices.Equal(skipped, want) {
+		t.Fatalf("resources not served: %v, want %v", skipped, want)
+	}
+	if got := n.Allocatable("gpushare.io/gpu-mem"); got != 0 {
+		t.Errorf("gpushare.io/gpu-mem allocatable %d, want none", got)
+	}
+	if got := n.Allocatable("aliyun.com/gpu-mem"); got != 2*16 {
+		t.Errorf("aliyun.com/gpu-mem allocatable %d, want 32 (GiB of two 16 GiB GPUs)", got)
+	}
+	p := n.pod("hooked", share{container: "main", kind: gpusharev1.ContainerApp, gpu: 1, mib: 3500, hooks: 1})
+	if err := n.admit(p); err != nil {
+		t.Fatal(err)
+	}
+	env, err := n.start(p, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env["NVIDIA_VISIBLE_DEVICES"] != n.gpuUUID(1) || env["GPUSHARE_GPU_MEMORY_MIB"] != "3500" {
+		t.Errorf("a container recorded on GPU 1 with 3500 MiB sees %v", env)
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -83,6 +85,17 @@ func installChart(t *testing.T, values ...string) *chartInstall {
 	}
 	if s := ds.Status; s.DesiredNumberScheduled != int32(len(seedNodes)) || s.NumberReady != s.DesiredNumberScheduled {
 		t.Fatalf("DaemonSet gpushare-node: %d scheduled, %d ready; want %d", s.DesiredNumberScheduled, s.NumberReady, len(seedNodes))
+	}
+	// The API server takes up the two hook policies one by one; until
+	// both are in force GPU pods may be refused (docs/install.md).
+	_, err = in.client.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, "gpushare-gpu-hook", metav1.GetOptions{})
+	switch {
+	case err == nil:
+		if err := controlplane.WaitHookPolicy(ctx, in.client); err != nil {
+			t.Fatal(err)
+		}
+	case !apierrors.IsNotFound(err):
+		t.Fatal(err)
 	}
 	return in
 }
@@ -224,6 +237,51 @@ func (in *chartInstall) startScheduler(t *testing.T, pod corev1.Pod) *controlpla
 	return p
 }
 
+// checkHookRoute fails the test unless GPU memory took the hook route, the
+// chart's default on a new install where the API server serves
+// MutatingAdmissionPolicy v1: the node daemons serve no device per MiB,
+// and every GPU container of the seed examples holds its hooks.
+func (in *chartInstall) checkHookRoute(t *testing.T) {
+	t.Helper()
+	for _, pod := range in.pods(t, "node") {
+		if !slices.Contains(pod.Spec.Containers[0].Args, "--hook-memory") {
+			t.Errorf("gpushare-node pod %s runs with %v; want --hook-memory", pod.Name, pod.Spec.Containers[0].Args)
+		}
+	}
+	pods, err := in.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuPods := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Namespace == chartNamespace || !asksForGPU(p) {
+			continue
+		}
+		gpuPods++
+		for c, h := range hooks(p) {
+			if h[0] == "-" && containerAsksGPU(p, c) {
+				t.Errorf("pod %s/%s: GPU container %s holds no hook", p.Namespace, p.Name, c)
+			}
+		}
+	}
+	if gpuPods == 0 {
+		t.Error("no GPU pods to check")
+	}
+}
+
+// containerAsksGPU reports whether pod's container name asks for a GPU
+// resource.
+func containerAsksGPU(pod *corev1.Pod, name string) bool {
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		if c.Name == name {
+			one := corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
+			return asksForGPU(&one)
+		}
+	}
+	return false
+}
+
 // checkNotForbidden fails the test if RBAC refused a component a request:
 // a verb missing from its role.
 func (in *chartInstall) checkNotForbidden(t *testing.T) {
@@ -252,6 +310,7 @@ func TestChartInstall(t *testing.T) {
 	sched := in.startScheduler(t, in.pods(t, "scheduler")[0])
 	checkSeedPods(t, in.client)
 	in.checkNotForbidden(t)
+	in.checkHookRoute(t)
 
 	// helm upgrade to the spread policy: the scheduler's pod is replaced
 	// (its configuration's checksum changed), and the new one spreads.

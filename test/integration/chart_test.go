@@ -129,6 +129,7 @@ func TestChartLint(t *testing.T) {
 		"two extenders":        {[]string{"mode=extender", "extender.replicas=2"}, "extender.replicas: must be 1"},
 		"two without election": {[]string{"scheduler.leaderElection.enabled=false", "scheduler.replicas=2"}, "needs scheduler.leaderElection.enabled"},
 		"no profile":           {[]string{"scheduler.schedulerNames=null"}, "gpushare-scheduler would serve no pod"},
+		"hook route unknown":   {[]string{"hookPolicy.enabled=maybe"}, `hookPolicy.enabled: "maybe" is not true, false or auto`},
 	} {
 		args := []string{"template", "gpushare", chart}
 		for _, s := range c.set {
@@ -136,6 +137,31 @@ func TestChartLint(t *testing.T) {
 		}
 		if _, err := helmErr(t, args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s (--set %v): got %v; want an error saying %q", name, c.set, err, c.want)
+		}
+	}
+}
+
+// TestChartHookRoute: GPU memory takes the hook route (the admission
+// policies, and gpushare-node without a device per MiB) where the values
+// say so, and by default on a new install where the API server serves
+// MutatingAdmissionPolicy v1; the policies and the daemon's flag always
+// go together.
+func TestChartHookRoute(t *testing.T) {
+	const mapV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+	for name, c := range map[string]struct {
+		args  []string
+		hooks bool
+	}{
+		"auto, no MutatingAdmissionPolicy": {nil, false},
+		"auto, Kubernetes 1.36":            {[]string{"--api-versions", mapV1}, true},
+		"on":                               {[]string{"--set", "hookPolicy.enabled=true"}, true},
+		"off, Kubernetes 1.36":             {[]string{"--api-versions", mapV1, "--set", "hookPolicy.enabled=false"}, false},
+	} {
+		out := string(helm(t, append([]string{"template", "gpushare", chart}, c.args...)...))
+		policy := strings.Contains(out, "\nkind: MutatingAdmissionPolicy\n") && strings.Contains(out, "name: gpushare-gpu-hook\n")
+		flag := strings.Contains(out, "- --hook-memory\n")
+		if policy != c.hooks || flag != c.hooks {
+			t.Errorf("%s: hook policy %v, gpushare-node --hook-memory %v; want both %v", name, policy, flag, c.hooks)
 		}
 	}
 }

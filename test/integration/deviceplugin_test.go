@@ -111,6 +111,30 @@ func TestBigGPUsEndToEnd(t *testing.T) {
 	t.Logf("%d containers started with %d MiB booked in all, GPUs by index: %v", pods, booked, perGPU)
 }
 
+// TestHookMemoryEndToEnd: gpushare-node --hook-memory on 16 GiB GPUs, with
+// deploy/gpu-hook-policy.yaml in force: the kubelet has no device per MiB,
+// and 50 pods of 1 GiB, scheduled and started at once, each get the GPU
+// and MiB of their records through their hooks, as the chart installs
+// gpushare on Kubernetes 1.36.
+func TestHookMemoryEndToEnd(t *testing.T) {
+	n := startGPUNode(t, gpuNodeOptions{hookMemory: true})
+	if got := n.kubelet.Allocatable("gpushare.io/gpu-mem"); got != 0 {
+		t.Errorf("the kubelet has %d gpushare.io/gpu-mem devices; want none", got)
+	}
+	const pods = 50
+	bound, _ := n.burst(t, "hooked", pods)
+	for i := range bound {
+		if got := hooks(&bound[i])["main"]; got != [2]string{"1", "1"} {
+			t.Errorf("pod %s holds hooks (limits, requests) %v; want 1 and 1", bound[i].Name, got)
+		}
+	}
+	calls := n.calls(t)
+	if calls["Allocate"].count != pods || calls["PreStartContainer"].count != pods {
+		t.Errorf("gpushare-node counted %d Allocate and %d PreStartContainer calls; want %d each (hooks)",
+			calls["Allocate"].count, calls["PreStartContainer"].count, pods)
+	}
+}
+
 // BenchmarkDevicePluginStart100 is the node daemon's latency target as
 // deployed: gpushare-node in a process of its own, the kubelet's device
 // manager in this one. Each op schedules 100 identical 1 GiB pods,
@@ -133,6 +157,13 @@ func BenchmarkDevicePluginStart100BigGPUs(b *testing.B) { benchStart100(b, gpuNo
 // one device per GiB: the pods ask aliyun.com/gpu-mem 1 (GiB, as in the
 // Aliyun system), so the kubelet counts 128 devices instead of 131,072.
 func BenchmarkDevicePluginStart100GiB(b *testing.B) { benchStart100(b, gpuNodeOptions{gib: true}) }
+
+// BenchmarkDevicePluginStart100Hooks is BenchmarkDevicePluginStart100
+// through hooks (gpushare-node --hook-memory, deploy/gpu-hook-policy.yaml):
+// the same 16 GiB GPUs and 1 GiB pods, no device per MiB.
+func BenchmarkDevicePluginStart100Hooks(b *testing.B) {
+	benchStart100(b, gpuNodeOptions{hookMemory: true})
+}
 
 func benchStart100(b *testing.B, o gpuNodeOptions) {
 	n := startGPUNode(b, o)
@@ -223,6 +254,9 @@ type gpuNodeOptions struct {
 	// gib serves aliyun.com/gpu-mem, one device per GiB, and burst's
 	// pods ask it.
 	gib bool
+	// hookMemory serves no device per MiB (--hook-memory), with
+	// deploy/gpu-hook-policy.yaml in force.
+	hookMemory bool
 }
 
 // startGPUNode starts gpushare-node for a node of 8 simulated GPUs (16 GiB
@@ -234,8 +268,10 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 	dir := socketDir(t)
 	kubelet := kubelettest.Start(t, dir)
 	gpus := "gpus:\n- {model: Tesla T4, memoryMiB: 16384, count: 8, numaNodes: 2, nvlink: pairs}\n"
-	if o.big {
+	if o.big || o.hookMemory {
 		applyHookPolicy(t, client)
+	}
+	if o.big {
 		gpus = "gpus:\n- {model: NVIDIA H200, memoryMiB: 144384, count: 8, numaNodes: 2, nvlink: all}\n"
 	}
 	files := map[string]string{
@@ -276,6 +312,9 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 		args = append(args, "--mps", "--mps-control="+control, "--mps-pipe-dir="+n.mps.PipeDir,
 			"--mps-log-dir="+n.mps.LogDir, "--mps-shm-dir="+n.mps.ShmDir)
 	}
+	if o.hookMemory {
+		args = append(args, "--hook-memory")
+	}
 	n.daemon, err = c.Run("gpushare-node", nodeBin(t), args...)
 	if err != nil {
 		t.Fatal(err)
@@ -284,6 +323,10 @@ func startGPUNode(t testing.TB, o gpuNodeOptions) *gpuNode {
 		// The pods' MiB are left to the scheduler; each container holds
 		// a hook.
 		n.podMiB = 10_000
+		kubelet.WaitAllocatable(gpusharev1.HookResource, deviceplugin.DefaultHookDevices)
+		return n
+	}
+	if o.hookMemory {
 		kubelet.WaitAllocatable(gpusharev1.HookResource, deviceplugin.DefaultHookDevices)
 		return n
 	}

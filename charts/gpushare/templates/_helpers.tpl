@@ -49,9 +49,30 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if and (eq .Values.mode "scheduler") (gt (int .Values.scheduler.replicas) 1) (not .Values.scheduler.leaderElection.enabled) -}}
 {{- fail "scheduler.replicas: more than 1 needs scheduler.leaderElection.enabled (two schedulers would book the same GPUs)" -}}
 {{- end -}}
+{{- if not (has (toString .Values.hookPolicy.enabled) (list "true" "false" "auto")) -}}
+{{- fail (printf "hookPolicy.enabled: %q is not true, false or auto" (toString .Values.hookPolicy.enabled)) -}}
+{{- end -}}
 {{- if and (eq .Values.mode "scheduler") (not .Values.scheduler.replaceDefault) (empty .Values.scheduler.schedulerNames) -}}
 {{- fail "scheduler.schedulerNames: empty, and scheduler.replaceDefault is false: gpushare-scheduler would serve no pod" -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+"true" when GPU memory takes the hook route: the GPU hook admission
+policies are installed and gpushare-node serves no device per MiB
+(--hook-memory). hookPolicy.enabled auto turns it on for a new install
+where the API server serves MutatingAdmissionPolicy
+(admissionregistration.k8s.io/v1, Kubernetes 1.36); an upgrade keeps
+what the release had (whether its policy exists), as a node that served
+MiB devices refuses pods asking for them once it stops.
+*/}}
+{{- define "gpushare.hooks" -}}
+{{- $e := toString .Values.hookPolicy.enabled -}}
+{{- if eq $e "auto" -}}
+{{- if .Release.IsInstall -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
+{{- else if lookup "admissionregistration.k8s.io/v1" "MutatingAdmissionPolicy" "" "gpushare-gpu-hook" -}}true{{- end -}}
+{{- else if eq $e "true" -}}true{{- end -}}
 {{- end -}}
 
 {{/* The profiles gpushare-scheduler serves. */}}
