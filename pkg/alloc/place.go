@@ -45,6 +45,9 @@ type Placer struct {
 	// shapes pools pickRange's maps.
 	byShape bool
 	shapes  *sync.Pool
+	// scratch holds Raters' buffers: rating a node allocates nothing
+	// but the reasons a pod does not fit.
+	scratch *sync.Pool
 	// bounder is the node policy if it can bound scores (see pickRange).
 	bounder bounder
 }

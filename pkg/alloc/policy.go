@@ -142,7 +142,8 @@ func NewPlacer(c Config) (*Placer, error) {
 			return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
 		}
 	}
-	pl := &Placer{node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs)}
+	pl := &Placer{node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs),
+		scratch: &sync.Pool{New: func() any { return new(scratch) }}}
 	pl.bounder, _ = ns.(bounder)
 	if pl.byShape {
 		pl.shapes = &sync.Pool{New: func() any { return make(map[uint64]shapeRating) }}

@@ -69,8 +69,8 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 	if hit {
 		return r.rate(s)
 	}
-	sc := raterScratch.Get().(*scratch)
-	defer raterScratch.Put(sc)
+	sc := r.pl.scratch.Get().(*scratch)
+	defer r.pl.scratch.Put(sc)
 	got = r.pl.rate(sc, s, e, r.pod)
 	r.mu.Lock()
 	if _, taken := r.seen[k]; !taken {
@@ -85,8 +85,8 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 
 // rate is Rate without the shape lookup.
 func (r *Rater) rate(s *NodeState) (Rating, *Unfit) {
-	sc := raterScratch.Get().(*scratch)
-	defer raterScratch.Put(sc)
+	sc := r.pl.scratch.Get().(*scratch)
+	defer r.pl.scratch.Put(sc)
 	score, failed := r.pl.evaluate(sc, s, r.pod)
 	switch {
 	case failed == len(r.pod.Containers):
@@ -97,7 +97,3 @@ func (r *Rater) rate(s *NodeState) (Rating, *Unfit) {
 	// evaluate left s's memo entry, with its node key, in sc.work.
 	return Rating{Score: score, Tie: r.tb.of(sc.work.origin.nodeKey)}, nil
 }
-
-// raterScratch holds Raters' buffers: rating a node allocates nothing
-// but the reasons a pod does not fit.
-var raterScratch = sync.Pool{New: func() any { return new(scratch) }}
