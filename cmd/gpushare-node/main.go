@@ -97,7 +97,7 @@ func main() {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; empty to disable")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address")
 	fs.DurationVar(&o.leaseFor, "lease-duration", 40*time.Second, "the daemon's heartbeat: it renews its Lease (kube-system/"+gpusharev1.LeasePrefix+"<node>) every quarter of this, and the scheduler sends no GPU pod to the node once the lease is this old; 0 disables it")
-	fs.DurationVar(&o.usageEvery, "usage-interval", 30*time.Second, "how often live GPU use is published for load-aware scheduling; 0 to disable")
+	fs.DurationVar(&o.usageEvery, "usage-interval", 30*time.Second, "how often live GPU use is sampled for load-aware scheduling; 0 to disable. It is published on the daemon's Lease with each renewal, at once when it moved enough to matter (on the Node without a lease)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -286,6 +286,8 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		r := &lease.Renewer{Client: leases, Node: o.node, Duration: o.leaseFor}
+		// Live use rides on the lease, not the Node (pkg/lease).
+		cfg.Usage = r
 		cfg.Services = append(cfg.Services, func(ctx context.Context) error {
 			r.Run(ctx)
 			return nil

@@ -74,10 +74,22 @@ func UsageFrom(use []gpu.Usage, devices []gpu.Device, at time.Time) *gpusharev1.
 	return u
 }
 
-// PublishUsage writes the node's live GPU use. The daemon calls it once
-// per interval, which bounds the rate of writes; the scheduler ignores a
-// sample older than a few intervals.
+// PublishUsage writes the node's live GPU use on its Node, the path of a
+// daemon without a lease (--lease-duration=0) and of daemons before the
+// use moved to the lease (pkg/lease Renewer.PublishUsage). The daemon
+// calls it once per interval; a sample is written only when it differs
+// from the last one written by DefaultUsageThreshold, or when that one is
+// UsageRefresh old, so that a node whose use holds steady does not
+// rewrite its Node, and every watcher of Nodes is not sent the node,
+// each interval. The scheduler ignores a sample older than a few
+// minutes.
 func (p *Publisher) PublishUsage(ctx context.Context, u *gpusharev1.GPUUsage) error {
+	p.usageMu.Lock()
+	defer p.usageMu.Unlock()
+	if p.lastUsage != nil && !DefaultUsageThreshold.Matters(p.lastUsage, u) &&
+		u.Time.Sub(p.lastUsage.Time.Time) < UsageRefresh {
+		return nil
+	}
 	value, err := gpusharev1.Marshal(u)
 	if err != nil {
 		return err
@@ -91,5 +103,6 @@ func (p *Publisher) PublishUsage(ctx context.Context, u *gpusharev1.GPUUsage) er
 	if _, err := p.client.PatchNode(ctx, p.node, patch); err != nil {
 		return fmt.Errorf("publishing the GPU usage of node %s: %w", p.node, err)
 	}
+	p.lastUsage = u
 	return nil
 }

@@ -58,6 +58,11 @@ type Publisher struct {
 	lastRestore time.Time
 	failed      bool
 	interval    time.Duration
+
+	// usageMu guards lastUsage, the live use last written on the node
+	// (PublishUsage).
+	usageMu   sync.Mutex
+	lastUsage *gpusharev1.GPUUsage
 }
 
 // NewPublisher returns a Publisher of node's inventory through client.

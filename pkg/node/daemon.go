@@ -19,6 +19,13 @@ import (
 // (inventory.Publisher).
 type Publisher interface {
 	Publish(ctx context.Context, inv *gpusharev1.GPUInventory) error
+	UsagePublisher
+}
+
+// UsagePublisher publishes the node's live GPU use: on the daemon's Lease
+// (lease.Renewer), or on its Node (inventory.Publisher) for a daemon
+// without a lease.
+type UsagePublisher interface {
 	PublishUsage(ctx context.Context, u *gpusharev1.GPUUsage) error
 }
 
@@ -36,6 +43,10 @@ type Plugins interface {
 type Config struct {
 	Backend   gpu.Backend
 	Publisher Publisher
+	// Usage, if set, publishes live use instead of Publisher: the
+	// daemon's lease renewer, so that live use, which changes often,
+	// does not write the Node.
+	Usage UsagePublisher
 	// Mode and MPS are published with the inventory; ReservedMiB, if
 	// set, is the memory of a model kept from the pods.
 	Mode        gpusharev1.Mode
@@ -176,7 +187,11 @@ func (d *Daemon) publishUsage(ctx context.Context) {
 	}
 	use, err := d.cfg.Backend.Usage()
 	if err == nil {
-		err = d.cfg.Publisher.PublishUsage(ctx, inventory.UsageFrom(use, devs, time.Now()))
+		var to UsagePublisher = d.cfg.Publisher
+		if d.cfg.Usage != nil {
+			to = d.cfg.Usage
+		}
+		err = to.PublishUsage(ctx, inventory.UsageFrom(use, devs, time.Now()))
 	}
 	if err != nil {
 		logger.Error(err, "Publishing live GPU use")
