@@ -78,6 +78,17 @@ func (p *Process) Stop(grace time.Duration) {
 	}
 }
 
+// Kill sends SIGKILL to the process alone, by its PID, as `kill -9 PID`
+// does: it gets no chance to clean up (a leader keeps its lease until the
+// lease runs out). Kill returns once the process has ended.
+func (p *Process) Kill() {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // Tail returns the last n bytes of the process's log.
 func (p *Process) Tail(n int64) string {
 	b, err := os.ReadFile(p.Log)
