@@ -42,6 +42,9 @@ type Cache struct {
 	gpuSizes map[int64]int
 	// leases holds, per node, when its daemon's lease expires.
 	leases map[string]time.Time
+	// leaseLive holds, per node, the live use its daemon's lease
+	// carries (SetLive).
+	leaseLive map[string]*gpusharev1.GPUUsage
 	// now is the clock live samples are judged by.
 	now func() time.Time
 }
@@ -70,6 +73,10 @@ type nodeEntry struct {
 	state     *alloc.NodeState
 	// liveAt is when state.Live was sampled.
 	liveAt time.Time
+	// nodeUsage is the live use the Node's own annotation holds, parsed:
+	// what daemons before the use moved to the lease write, kept as the
+	// fallback of a node whose lease carries none.
+	nodeUsage *gpusharev1.GPUUsage
 	// pods holds every entry on this node, booked or not, so that a new
 	// inventory can be rebuilt with their bookings.
 	pods map[types.UID]*podEntry
@@ -110,15 +117,16 @@ type podEntry struct {
 // New returns an empty cache.
 func New(logger klog.Logger, o Options) *Cache {
 	return &Cache{
-		logger:   logger,
-		opts:     o,
-		nodes:    make(map[string]*nodeEntry),
-		rejected: make(map[string]error),
-		pods:     make(map[types.UID]*podEntry),
-		refused:  make(map[types.UID]string),
-		gpuSizes: make(map[int64]int),
-		leases:   make(map[string]time.Time),
-		now:      time.Now,
+		logger:    logger,
+		opts:      o,
+		nodes:     make(map[string]*nodeEntry),
+		rejected:  make(map[string]error),
+		pods:      make(map[types.UID]*podEntry),
+		refused:   make(map[types.UID]string),
+		gpuSizes:  make(map[int64]int),
+		leases:    make(map[string]time.Time),
+		leaseLive: make(map[string]*gpusharev1.GPUUsage),
+		now:       time.Now,
 	}
 }
 
@@ -141,10 +149,11 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	delete(c.rejected, n.Name)
 	if old != nil && sameInventory(old.inventory, node) {
-		old.setLive(c.live(n, node))
+		old.nodeUsage = c.nodeUsage(n)
+		c.applyLive(n.Name, old)
 		return
 	}
-	e := &nodeEntry{inventory: node, pods: make(map[types.UID]*podEntry)}
+	e := &nodeEntry{inventory: node, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
 	c.dropNode(n.Name)
 	c.nodes[n.Name] = e
 	c.countGPUs(node, 1)
@@ -154,7 +163,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 		}
 	}
 	c.rebuild(e)
-	e.setLive(c.live(n, node))
+	c.applyLive(n.Name, e)
 	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
 }
 
@@ -172,9 +181,9 @@ func sameInventory(a, b *alloc.Node) bool {
 	return true
 }
 
-// live reads the node's GPUUsage annotation into samples parallel to its
-// GPUs, with the sample's time; nil when absent, malformed or stale.
-func (c *Cache) live(n *corev1.Node, node *alloc.Node) *liveSample {
+// nodeUsage parses the GPUUsage annotation on the Node; nil when absent
+// or malformed.
+func (c *Cache) nodeUsage(n *corev1.Node) *gpusharev1.GPUUsage {
 	value, ok := n.Annotations[gpusharev1.UsageAnnotation]
 	if !ok {
 		return nil
@@ -184,7 +193,40 @@ func (c *Cache) live(n *corev1.Node, node *alloc.Node) *liveSample {
 		c.logger.V(2).Info("Ignoring the node's GPU usage", "node", klog.KObj(n), "err", err)
 		return nil
 	}
-	if c.now().Sub(u.Time.Time) > LiveStaleAfter {
+	return u
+}
+
+// SetLive records the live use node's daemon published on its lease (nil:
+// none). It is the node's live use from then on unless the Node's own
+// annotation holds a newer sample (a daemon that predates the lease's
+// use, in a mixed cluster).
+func (c *Cache) SetLive(node string, u *gpusharev1.GPUUsage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u == nil {
+		delete(c.leaseLive, node)
+	} else {
+		c.leaseLive[node] = u
+	}
+	if e := c.nodes[node]; e != nil {
+		c.applyLive(node, e)
+	}
+}
+
+// applyLive sets e's live use from the newer of its lease's sample and
+// its Node's.
+func (c *Cache) applyLive(node string, e *nodeEntry) {
+	u := c.leaseLive[node]
+	if n := e.nodeUsage; n != nil && (u == nil || n.Time.After(u.Time.Time)) {
+		u = n
+	}
+	e.setLive(c.live(u, e.inventory))
+}
+
+// live reads u into samples parallel to the node's GPUs, with the
+// sample's time; nil when u is nil or stale.
+func (c *Cache) live(u *gpusharev1.GPUUsage, node *alloc.Node) *liveSample {
+	if u == nil || c.now().Sub(u.Time.Time) > LiveStaleAfter {
 		return nil
 	}
 	live := make([]alloc.Live, len(node.GPUs))
@@ -650,11 +692,17 @@ func (c *Cache) SetLease(node string, expires time.Time) (recovered bool) {
 	return had && now.After(old) && !now.After(expires)
 }
 
-// RemoveLease forgets node's lease.
+// RemoveLease forgets node's lease, and the live use it carried.
 func (c *Cache) RemoveLease(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.leases, node)
+	if _, ok := c.leaseLive[node]; ok {
+		delete(c.leaseLive, node)
+		if e := c.nodes[node]; e != nil {
+			c.applyLive(node, e)
+		}
+	}
 }
 
 // downLocked says whether node's daemon let its lease expire by now.

@@ -64,9 +64,15 @@ func WaitSynced(ctx context.Context, synced func() bool) bool {
 // schedules: a scheduler not allowed to list leases there (the role
 // kubeadm gives kube-scheduler is not) then schedules as before, judging
 // no node by a lease, and logs why. When the lease of a node whose daemon
-// had stopped is renewed, recovered (if not nil) is told.
+// had stopped is renewed, recovered (if not nil) is told. The live GPU
+// use a lease carries (gpusharev1.UsageAnnotation) goes to c.SetLive,
+// parsed only when it changed.
 func WatchLeases(ctx context.Context, c *Cache, client kubernetes.Interface, recovered func(node string)) {
 	inf := coordinationinformers.NewFilteredLeaseInformer(client, gpusharev1.LeaseNamespace, 0, toolscache.Indexers{}, nil)
+	// usage holds each node's usage annotation as last parsed: most
+	// renewals carry the sample the one before did. The informer calls
+	// the handlers one at a time.
+	usage := make(map[string]string)
 	set := func(obj any) {
 		l, ok := obj.(*coordinationv1.Lease)
 		if !ok || !strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
@@ -76,6 +82,11 @@ func WatchLeases(ctx context.Context, c *Cache, client kubernetes.Interface, rec
 		var expires time.Time
 		if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
 			expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		}
+		if value, seen := usage[node]; !seen || value != l.Annotations[gpusharev1.UsageAnnotation] {
+			value = l.Annotations[gpusharev1.UsageAnnotation]
+			usage[node] = value
+			c.SetLive(node, leaseUsage(ctx, l, value))
 		}
 		if c.SetLease(node, expires) && recovered != nil {
 			klog.FromContext(ctx).Info("gpushare-node renewed its lease again; retrying pending GPU pods", "node", node)
@@ -87,7 +98,9 @@ func WatchLeases(ctx context.Context, c *Cache, client kubernetes.Interface, rec
 		UpdateFunc: func(_, obj any) { set(obj) },
 		DeleteFunc: func(obj any) {
 			if l, ok := unwrap(obj).(*coordinationv1.Lease); ok && strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
-				c.RemoveLease(strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix))
+				node := strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix)
+				delete(usage, node)
+				c.RemoveLease(node)
 			}
 		},
 	})
@@ -96,6 +109,20 @@ func WatchLeases(ctx context.Context, c *Cache, client kubernetes.Interface, rec
 		return
 	}
 	inf.Run(ctx.Done())
+}
+
+// leaseUsage parses value, the usage annotation of lease l; nil when
+// empty or malformed.
+func leaseUsage(ctx context.Context, l *coordinationv1.Lease, value string) *gpusharev1.GPUUsage {
+	if value == "" {
+		return nil
+	}
+	u, err := gpusharev1.ParseUsage(value)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Ignoring the GPU usage on a node daemon's lease", "lease", klog.KObj(l), "err", err)
+		return nil
+	}
+	return u
 }
 
 // RunExpiry drops stale live GPU samples from c every 30 s until ctx
