@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,15 +46,16 @@ type GPUShare struct {
 }
 
 var (
-	_ fwk.PreFilterPlugin   = (*GPUShare)(nil)
-	_ fwk.FilterPlugin      = (*GPUShare)(nil)
-	_ fwk.PostFilterPlugin  = (*GPUShare)(nil)
-	_ fwk.PreScorePlugin    = (*GPUShare)(nil)
-	_ fwk.ScorePlugin       = (*GPUShare)(nil)
-	_ fwk.ReservePlugin     = (*GPUShare)(nil)
-	_ fwk.BindPlugin        = (*GPUShare)(nil)
-	_ fwk.PostBindPlugin    = (*GPUShare)(nil)
-	_ fwk.EnqueueExtensions = (*GPUShare)(nil)
+	_ fwk.PreFilterPlugin     = (*GPUShare)(nil)
+	_ fwk.PreFilterExtensions = (*GPUShare)(nil)
+	_ fwk.FilterPlugin        = (*GPUShare)(nil)
+	_ fwk.PostFilterPlugin    = (*GPUShare)(nil)
+	_ fwk.PreScorePlugin      = (*GPUShare)(nil)
+	_ fwk.ScorePlugin         = (*GPUShare)(nil)
+	_ fwk.ReservePlugin       = (*GPUShare)(nil)
+	_ fwk.BindPlugin          = (*GPUShare)(nil)
+	_ fwk.PostBindPlugin      = (*GPUShare)(nil)
+	_ fwk.EnqueueExtensions   = (*GPUShare)(nil)
 )
 
 // New returns the plugin factory for app.WithPlugin: the plugins it
@@ -144,11 +147,28 @@ type cycle struct {
 	// has bound the pod with its record.
 	chosen   *alloc.Placement
 	recorded bool
+	// deltas holds, per node, the pods AddPod and RemovePod added to and
+	// removed from this state (preemption's dry runs, nominated pods).
+	deltas map[string]*nodeDelta
 }
 
-// Clone implements fwk.StateData. The state is written by Filter for each
-// node, so copies share it.
-func (c *cycle) Clone() fwk.StateData { return c }
+// Clone implements fwk.StateData: kube-scheduler clones the state for
+// preemption's dry runs and for nominated pods, and what AddPod, RemovePod
+// and Filter write on a copy stays there. The request and the rater are
+// read-only and shared.
+func (c *cycle) Clone() fwk.StateData {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := &cycle{req: c.req, rater: c.rater, start: c.start, ratings: maps.Clone(c.ratings),
+		unfits: slices.Clone(c.unfits), chosen: c.chosen, recorded: c.recorded}
+	if c.deltas != nil {
+		out.deltas = make(map[string]*nodeDelta, len(c.deltas))
+		for n, d := range c.deltas {
+			out.deltas[n] = d.clone()
+		}
+	}
+	return out
+}
 
 // readCycle returns the cycle PreFilter wrote. It wraps fwk.ErrNotFound
 // when PreFilter wrote none: the pod asks for no GPU (or was rejected),
@@ -190,11 +210,8 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	return nil, nil
 }
 
-// PreFilterExtensions implements fwk.PreFilterPlugin.
-func (pl *GPUShare) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
-
 // Filter implements fwk.FilterPlugin.
-func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	c, err := readCycle(state)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -204,8 +221,13 @@ func (pl *GPUShare) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Po
 		rating alloc.Rating
 		unfit  *alloc.Unfit
 	)
-	err = pl.cache.Read(name, func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) })
-	if err != nil {
+	if d := c.deltaOf(name); d != nil {
+		var s *fwk.Status
+		rating, unfit, s = pl.filterChanged(ctx, c, name, d)
+		if s != nil {
+			return s
+		}
+	} else if err := pl.cache.Read(name, func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) }); err != nil {
 		return outsideStatus(err)
 	}
 	c.mu.Lock()

@@ -95,13 +95,22 @@ type cluster struct {
 // and n3 (24 GiB), with one Shared for every profile.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	nodes := []*corev1.Node{gpuNode(t, "n1", 16384), gpuNode(t, "n2", 8192), gpuNode(t, "n3", 24576)}
-	objs := make([]runtime.Object, len(nodes))
-	for i, n := range nodes {
-		objs[i] = n
+	return newClusterOf(t, []*corev1.Node{gpuNode(t, "n1", 16384), gpuNode(t, "n2", 8192), gpuNode(t, "n3", 24576)})
+}
+
+// newClusterOf returns a cluster holding nodes and pods, with one Shared
+// for every profile.
+func newClusterOf(t *testing.T, nodes []*corev1.Node, pods ...*corev1.Pod) *cluster {
+	t.Helper()
+	objs := make([]runtime.Object, 0, len(nodes)+len(pods))
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	for _, p := range pods {
+		objs = append(objs, p)
 	}
 	c := &cluster{t: t, ctx: t.Context(), client: fake.NewClientset(objs...), nodes: nodes,
-		snapshot: schedcache.NewSnapshot(nil, nodes), bound: map[string]*corev1.Binding{}}
+		snapshot: schedcache.NewSnapshot(pods, nodes), bound: map[string]*corev1.Binding{}}
 	c.factory = informers.NewSharedInformerFactory(c.client, 0)
 	c.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "binding" {
@@ -123,17 +132,19 @@ func newCluster(t *testing.T) *cluster {
 
 // profile builds the framework of a profile that runs GPUShare at every
 // extension point it implements.
-func (c *cluster) profile(name string) framework.Framework {
+func (c *cluster) profile(name string, opts ...frameworkruntime.Option) framework.Framework {
 	c.t.Helper()
 	fw, err := tf.NewFramework(c.ctx, []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
 		tf.RegisterPluginAsExtensions(plugin.Name, plugin.New(c.shared),
 			"PreFilter", "Filter", "PostFilter", "PreScore", "Score", "Reserve", "Bind", "PostBind"),
 	}, name,
-		frameworkruntime.WithClientSet(c.client),
-		frameworkruntime.WithInformerFactory(c.factory),
-		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
-		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
+		append([]frameworkruntime.Option{
+			frameworkruntime.WithClientSet(c.client),
+			frameworkruntime.WithInformerFactory(c.factory),
+			frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+			frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
+		}, opts...)...,
 	)
 	if err != nil {
 		c.t.Fatal(err)

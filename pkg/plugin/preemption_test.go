@@ -1,0 +1,214 @@
+package plugin_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+)
+
+// runningPod returns pod name of priority prio bound to node, started at
+// start, holding mib of GPU gpu by its allocation record.
+func runningPod(t *testing.T, name, node string, gpu int, mib int64, prio int32, start time.Time) *corev1.Pod {
+	t.Helper()
+	p := gpuPod(name, "default-scheduler", mib)
+	p.Spec.NodeName = node
+	p.Spec.Priority = &prio
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: start}}
+	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
+		Name: "main", Kind: gpusharev1.ContainerApp,
+		GPUs: []gpusharev1.GPUShare{{Index: gpu, UUID: "GPU-" + node + "-" + string(rune('0'+gpu)), MemoryMiB: mib}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
+	return p
+}
+
+// highPod returns a pending pod of priority 1000 asking mib.
+func highPod(name string, mib int64) *corev1.Pod {
+	p := gpuPod(name, "default-scheduler", mib)
+	prio := int32(1000)
+	p.Spec.Priority = &prio
+	return p
+}
+
+func podInfo(t *testing.T, p *corev1.Pod) fwk.PodInfo {
+	t.Helper()
+	pi, err := framework.NewPodInfo(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pi
+}
+
+// preemptionCluster returns a cluster of node n with two 16 GiB GPUs:
+// GPU 0 holds a (12 GiB, the oldest) and f (4 GiB); GPU 1 holds c, d and
+// e (4 GiB each). All are of priority 0.
+func preemptionCluster(t *testing.T) (*cluster, map[string]*corev1.Pod) {
+	t.Helper()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pods := []*corev1.Pod{
+		runningPod(t, "a", "n", 0, 12288, 0, t0),
+		runningPod(t, "c", "n", 1, 4096, 0, t0.Add(1*time.Minute)),
+		runningPod(t, "d", "n", 1, 4096, 0, t0.Add(2*time.Minute)),
+		runningPod(t, "e", "n", 1, 4096, 0, t0.Add(3*time.Minute)),
+		runningPod(t, "f", "n", 0, 4096, 0, t0.Add(4*time.Minute)),
+	}
+	byName := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		byName[p.Name] = p
+	}
+	return newClusterOf(t, []*corev1.Node{gpuNode(t, "n", 16384, 16384)}, pods...), byName
+}
+
+func preFilter(t *testing.T, c *cluster, fw framework.Framework, pod *corev1.Pod) fwk.CycleState {
+	t.Helper()
+	state := framework.NewCycleState()
+	if _, s, _ := fw.RunPreFilterPlugins(c.ctx, state, pod); !s.IsSuccess() {
+		t.Fatalf("PreFilter: %v", s)
+	}
+	return state
+}
+
+// TestPreemptionCloneIsIndependent: pods removed on a clone of the cycle
+// state free their GPUs for Filter on the clone only; the original state,
+// and a new cycle, still see the node full.
+func TestPreemptionCloneIsIndependent(t *testing.T) {
+	c, pods := preemptionCluster(t)
+	fw := c.profile("default-scheduler")
+	c.start()
+
+	pod := highPod("high", 12288)
+	state := preFilter(t, c, fw, pod)
+	ni := c.nodeInfo("n")
+	if s := fw.RunFilterPlugins(c.ctx, state, pod, ni); s.IsSuccess() {
+		t.Fatal("Filter passed a 12 GiB pod on a node with 4 GiB free per GPU")
+	}
+	clone := state.Clone()
+	if s := fw.RunPreFilterExtensionRemovePod(c.ctx, clone, pod, podInfo(t, pods["a"]), ni); !s.IsSuccess() {
+		t.Fatalf("RemovePod: %v", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, clone, pod, ni); !s.IsSuccess() {
+		t.Errorf("Filter on the clone with a removed: %v, want a pass", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, state, pod, ni); s.IsSuccess() {
+		t.Error("Filter on the original state passed: the clone's RemovePod leaked into it")
+	}
+	if s := fw.RunFilterPlugins(c.ctx, preFilter(t, c, fw, pod), pod, ni); s.IsSuccess() {
+		t.Error("Filter in a new cycle passed: the dry run wrote the cache")
+	}
+}
+
+// TestPreemptionAddAndRemovePod: RemovePod frees the pod's GPU for
+// Filter, AddPod of the same pod takes it again, and AddPod of a
+// nominated pod, which holds no GPU yet, books where it would go.
+func TestPreemptionAddAndRemovePod(t *testing.T) {
+	c, pods := preemptionCluster(t)
+	fw := c.profile("default-scheduler")
+	c.start()
+	ni := c.nodeInfo("n")
+
+	pod := highPod("high", 8192)
+	state := preFilter(t, c, fw, pod)
+	a := podInfo(t, pods["a"])
+	if s := fw.RunPreFilterExtensionRemovePod(c.ctx, state, pod, a, ni); !s.IsSuccess() {
+		t.Fatalf("RemovePod: %v", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, state, pod, ni); !s.IsSuccess() {
+		t.Errorf("Filter with a removed: %v, want a pass (GPU 0 has 12 GiB free)", s)
+	}
+	if s := fw.RunPreFilterExtensionAddPod(c.ctx, state, pod, a, ni); !s.IsSuccess() {
+		t.Fatalf("AddPod: %v", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, state, pod, ni); s.IsSuccess() {
+		t.Error("Filter passed with a added back")
+	}
+
+	// With a removed again, a nominated pod of 10 GiB takes GPU 0's room.
+	if s := fw.RunPreFilterExtensionRemovePod(c.ctx, state, pod, a, ni); !s.IsSuccess() {
+		t.Fatalf("RemovePod: %v", s)
+	}
+	nominated := highPod("nominated", 10240)
+	if s := fw.RunPreFilterExtensionAddPod(c.ctx, state, pod, podInfo(t, nominated), ni); !s.IsSuccess() {
+		t.Fatalf("AddPod of a nominated pod: %v", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, state, pod, ni); s.IsSuccess() {
+		t.Error("Filter passed though the nominated pod takes the freed GPU")
+	}
+	if s := fw.RunPreFilterExtensionRemovePod(c.ctx, state, pod, podInfo(t, nominated), ni); !s.IsSuccess() {
+		t.Fatalf("RemovePod of the nominated pod: %v", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, state, pod, ni); !s.IsSuccess() {
+		t.Errorf("Filter with the nominated pod gone again: %v, want a pass", s)
+	}
+}
+
+// TestPreemptionVictimsFreeOneGPU: kube-scheduler's DefaultPreemption,
+// run over the plugin, evicts the cheapest set that frees one GPU. A 12
+// GiB pod fits GPU 0 once a (one pod) goes, or GPU 1 once two of c, d and
+// e go. DefaultPreemption alone returns pods oldest first (a, c, d, e, f)
+// and would evict d and e; the plugin's plan makes it evict a alone. The
+// dry run leaves the cache as it was.
+func TestPreemptionVictimsFreeOneGPU(t *testing.T) {
+	c, _ := preemptionCluster(t)
+	fw := c.profile("default-scheduler", frameworkruntime.WithPodNominator(nominator{}))
+	c.start()
+	dp, err := defaultpreemption.New(c.ctx, &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, fw, feature.Features{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pod := highPod("high", 12288)
+	state := preFilter(t, c, fw, pod)
+	ni := c.nodeInfo("n").Snapshot()
+	victims, _, s := dp.SelectVictimsOnNode(c.ctx, state.Clone(), pod, ni, nil)
+	if !s.IsSuccess() {
+		t.Fatalf("SelectVictimsOnNode: %v", s)
+	}
+	var names []string
+	for _, v := range victims {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"a"}) {
+		t.Errorf("victims %v, want [a]: the one pod whose eviction frees a GPU for 12 GiB", names)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, preFilter(t, c, fw, pod), pod, c.nodeInfo("n")); s.IsSuccess() {
+		t.Error("after the dry run a new cycle passed the node: the dry run wrote the cache")
+	}
+
+	t.Run("a smaller pod", func(t *testing.T) {
+		// 8 GiB fits GPU 1 once one of c, d, e goes (e, the youngest),
+		// or GPU 0 once a goes: both one pod; e frees less memory.
+		pod := highPod("mid", 8192)
+		state := preFilter(t, c, fw, pod)
+		victims, _, s := dp.SelectVictimsOnNode(c.ctx, state.Clone(), pod, c.nodeInfo("n").Snapshot(), nil)
+		if !s.IsSuccess() {
+			t.Fatalf("SelectVictimsOnNode: %v", s)
+		}
+		if len(victims) != 1 || victims[0].Name != "e" {
+			t.Errorf("victims %v, want e alone", victims)
+		}
+	})
+}
+
+// nominator is a PodNominator that holds the nominated pods by node.
+type nominator map[string][]fwk.PodInfo
+
+func (nominator) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
+func (nominator) DeleteNominatedPodIfExists(*corev1.Pod)                        {}
+func (nominator) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)      {}
+func (n nominator) NominatedPodsForNode(node string) []fwk.PodInfo              { return n[node] }
