@@ -5,7 +5,10 @@ import (
 	"sort"
 	"time"
 
+	"strings"
+
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -18,6 +21,11 @@ import (
 type Input struct {
 	Nodes []corev1.Node
 	Pods  []corev1.Pod
+	// Leases are the node daemons' leases (gpusharev1.LeaseNamespace),
+	// which carry their nodes' live GPU use; the Node's own usage
+	// annotation, from daemons before the move, is read too, the newer
+	// sample winning. Other leases are ignored.
+	Leases []coordinationv1.Lease
 	// Now judges the age of usage samples.
 	Now time.Time
 	// Requests translates a pod's spec into what it asks of GPUs, the
@@ -60,11 +68,12 @@ func Build(in Input) *Cluster {
 		c.SetPod(p)
 	}
 
+	usage := leaseUsage(in.Leases)
 	out := &Cluster{Nodes: make([]Node, 0, len(byName))}
 	index := make(map[string]int, len(byName))
 	for name, n := range byName {
 		index[name] = len(out.Nodes)
-		out.Nodes = append(out.Nodes, nodeView(c, n, in.Now))
+		out.Nodes = append(out.Nodes, nodeView(c, n, usage[name], in.Now))
 	}
 	for _, p := range recorded {
 		key := p.Namespace + "/" + p.Name
@@ -97,9 +106,52 @@ func Build(in Input) *Cluster {
 	return out
 }
 
+// leaseUsage returns the usage annotation of each node daemon's lease, by
+// node.
+func leaseUsage(leases []coordinationv1.Lease) map[string]string {
+	out := make(map[string]string)
+	for _, l := range leases {
+		if l.Namespace != gpusharev1.LeaseNamespace || !strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
+			continue
+		}
+		if v, ok := l.Annotations[gpusharev1.UsageAnnotation]; ok {
+			out[strings.TrimPrefix(l.Name, gpusharev1.LeasePrefix)] = v
+		}
+	}
+	return out
+}
+
+// usageOf returns the newer of the usage samples on the node's lease
+// (onLease, empty if none) and on the Node, or the error of the one there
+// is when it cannot be read; nil, nil when there is none.
+func usageOf(n *corev1.Node, onLease string) (*gpusharev1.GPUUsage, error) {
+	var fromLease, fromNode *gpusharev1.GPUUsage
+	var errLease, errNode error
+	if onLease != "" {
+		fromLease, errLease = gpusharev1.ParseUsage(onLease)
+	}
+	if v, ok := n.Annotations[gpusharev1.UsageAnnotation]; ok {
+		fromNode, errNode = gpusharev1.ParseUsage(v)
+	}
+	switch {
+	case fromLease != nil && fromNode != nil:
+		if fromNode.Time.After(fromLease.Time.Time) {
+			return fromNode, nil
+		}
+		return fromLease, nil
+	case fromLease != nil:
+		return fromLease, nil
+	case fromNode != nil:
+		return fromNode, nil
+	case errLease != nil:
+		return nil, errLease
+	}
+	return nil, errNode
+}
+
 // nodeView is the node's inventory and bookings as the cache holds them,
-// with its usage sample.
-func nodeView(c *gpucache.Cache, n *corev1.Node, now time.Time) Node {
+// with its usage sample (onLease is the one its daemon's lease carries).
+func nodeView(c *gpucache.Cache, n *corev1.Node, onLease string, now time.Time) Node {
 	v := Node{Name: n.Name, Address: address(n)}
 	err := c.Read(n.Name, func(s *alloc.NodeState) {
 		v.Mode = string(gpusharev1.ModeShared)
@@ -116,13 +168,12 @@ func nodeView(c *gpucache.Cache, n *corev1.Node, now time.Time) Node {
 		v.Error = err.Error()
 		return v
 	}
-	value, ok := n.Annotations[gpusharev1.UsageAnnotation]
-	if !ok {
-		return v
-	}
-	u, err := gpusharev1.ParseUsage(value)
+	u, err := usageOf(n, onLease)
 	if err != nil {
 		v.Usage = &Usage{Error: err.Error()}
+		return v
+	}
+	if u == nil {
 		return v
 	}
 	v.Usage = &Usage{Time: u.Time.UTC(), Stale: now.Sub(u.Time.Time) > gpucache.LiveStaleAfter}

@@ -4,18 +4,23 @@ import (
 	"context"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
 // pageSize is how many objects one list call asks for.
 const pageSize = 500
 
 type snapshot struct {
-	nodes []corev1.Node
-	pods  []corev1.Pod
+	nodes  []corev1.Node
+	pods   []corev1.Pod
+	leases []coordinationv1.Lease
 }
 
 // list reads the nodes matching selector and every pod, in pages, the two
@@ -48,6 +53,16 @@ func list(ctx context.Context, client kubernetes.Interface, selector string) (*s
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	s.nodes = nodes
+	// The node daemons' leases carry live GPU use. A user who may not
+	// list them sees the use only of nodes whose daemons still write it
+	// on the Node.
+	leases, err := client.CoordinationV1().Leases(gpusharev1.LeaseNamespace).List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		s.leases = leases.Items
+	case !apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("listing the node daemons' leases: %w", err)
+	}
 	return s, nil
 }
 

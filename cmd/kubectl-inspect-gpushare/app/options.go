@@ -146,7 +146,7 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 		return err
 	}
 	now := o.Clock.Now()
-	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Now: now, SetLargestGPU: model.SetLargestGPU}
+	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Leases: snap.leases, Now: now, SetLargestGPU: model.SetLargestGPU}
 	if checked {
 		in.Requests = model.PodRequest
 	}
