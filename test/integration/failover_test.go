@@ -91,6 +91,8 @@ func failoverBurst(n int) []*corev1.Pod {
 type bindings struct {
 	mu   sync.Mutex
 	seen map[string]map[string]bool
+	// third is closed once a third of the burst is bound.
+	third chan struct{}
 }
 
 func (b *bindings) observe(obj any) {
@@ -104,6 +106,9 @@ func (b *bindings) observe(obj any) {
 		b.seen[pod.Name] = map[string]bool{}
 	}
 	b.seen[pod.Name][pod.Spec.NodeName+" "+pod.Annotations[gpusharev1.AllocationAnnotation]] = true
+	if len(b.seen) == failoverPods/3 {
+		close(b.third)
+	}
 }
 
 func (b *bindings) of(name string) []string {
@@ -193,7 +198,7 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("the standby's cache never held the %d MiB of the nodes' GPUs: %v", capacityMiB, err)
 	}
 
-	seen := &bindings{seen: map[string]map[string]bool{}}
+	seen := &bindings{seen: map[string]map[string]bool{}, third: make(chan struct{})}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "app=failover" }))
 	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -207,23 +212,36 @@ func TestFailover(t *testing.T) {
 	factory.Start(stop)
 	factory.WaitForCacheSync(stop)
 
-	// The burst: one pod every 20 ms from a goroutine, so that the kill
-	// lands while pods are still coming and in flight.
+	// The burst: all pods at once from four goroutines, faster than the
+	// leader binds them, so that the kill lands while pods are still
+	// coming and others are queued or being bound.
 	pods := failoverBurst(failoverPods)
 	var created atomic.Int32
 	createErr := make(chan error, 1)
 	go func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for _, p := range pods {
-			<-tick.C
-			if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				createErr <- err
-				return
-			}
-			created.Add(1)
+		var (
+			wg   sync.WaitGroup
+			errs = make(chan error, len(pods))
+			next = make(chan *corev1.Pod)
+		)
+		for range 4 {
+			wg.Go(func() {
+				for p := range next {
+					if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+						errs <- err
+						continue
+					}
+					created.Add(1)
+				}
+			})
 		}
-		createErr <- nil
+		for _, p := range pods {
+			next <- p
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		createErr <- <-errs
 	}()
 	countBound := func() (int, error) {
 		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=failover"})
@@ -238,16 +256,17 @@ func TestFailover(t *testing.T) {
 		}
 		return n, nil
 	}
-	var boundAtKill int
-	if err := waitFor(time.Minute, func() (bool, error) {
-		n, err := countBound()
-		boundAtKill = n
-		return n >= failoverPods/3, err
-	}); err != nil {
-		t.Fatalf("waiting for a third of the burst to be bound: %v (%d bound)", err, boundAtKill)
+	select {
+	case <-seen.third:
+	case <-time.After(time.Minute):
+		t.Fatalf("a third of the burst was not bound within a minute")
 	}
 	leader.Kill()
 	killed := time.Now()
+	boundAtKill, err := countBound()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("killed %s (pid %d, SIGKILL) with %d of %d pods created and %d bound", leader.Name, leader.Cmd.Process.Pid, created.Load(), failoverPods, boundAtKill)
 
 	// While it still stands by, the standby books what the dead leader
