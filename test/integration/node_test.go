@@ -130,7 +130,12 @@ func TestLoadAware(t *testing.T) {
 			return false, err
 		}
 		_, inv := n.Annotations[gpusharev1.InventoryAnnotation]
-		_, use := n.Annotations[gpusharev1.UsageAnnotation]
+		// Live use is on the daemon's lease (pkg/lease).
+		l, err := client.CoordinationV1().Leases(gpusharev1.LeaseNamespace).Get(ctx, gpusharev1.LeasePrefix+"t4-0", metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // not created yet
+		}
+		_, use := l.Annotations[gpusharev1.UsageAnnotation]
 		return inv && use, nil
 	})
 	if err != nil {
