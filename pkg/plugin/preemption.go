@@ -172,12 +172,11 @@ func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d 
 		added = append(added, p)
 	}
 	slices.SortFunc(added, func(a, b *corev1.Pod) int { return cmp.Compare(a.UID, b.UID) })
-	addedHeld := map[types.UID]*alloc.Placement{}
-	for _, p := range added {
-		if h, _ := pl.cache.Holding(p.UID); h != nil && h.Node == name {
-			addedHeld[p.UID] = h
-		}
-	}
+	// An added pod the cache books on this node is in its state already.
+	added = slices.DeleteFunc(added, func(p *corev1.Pod) bool {
+		h, _ := pl.cache.Holding(p.UID)
+		return h != nil && h.Node == name
+	})
 	var base *alloc.NodeState
 	if err := pl.cache.Read(name, func(s *alloc.NodeState) { base = s.Clone() }); err != nil {
 		return alloc.Rating{}, nil, outsideStatus(err)
@@ -192,7 +191,7 @@ func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d 
 		}
 	}
 	for _, p := range added {
-		pl.bookAdded(logger, base, p, addedHeld[p.UID])
+		pl.bookAdded(logger, base, p)
 	}
 	var candidates []held
 	for uid, p := range ever {
@@ -219,13 +218,10 @@ func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d 
 	return rating, nil, nil
 }
 
-// bookAdded books an added pod on s: what the cache books for it, or,
-// for a pod that holds no GPU yet (nominated), where the placer would put
-// it. A pod that does not fit is left out.
-func (pl *GPUShare) bookAdded(logger klog.Logger, s *alloc.NodeState, pod *corev1.Pod, p *alloc.Placement) {
-	if p != nil && s.Apply(p) == nil {
-		return
-	}
+// bookAdded books an added pod that holds no GPU on s's node (a
+// nominated pod) where the placer would put it. A pod that does not fit
+// is left out.
+func (pl *GPUShare) bookAdded(logger klog.Logger, s *alloc.NodeState, pod *corev1.Pod) {
 	req, err := decision.Request(pl.model, pod)
 	if err != nil || req == nil {
 		return

@@ -121,8 +121,19 @@ func TestPreemptionAddAndRemovePod(t *testing.T) {
 	c.start()
 	ni := c.nodeInfo("n")
 
+	// GPU 1 has 4 GiB free; adding c, which the cache books there
+	// already, changes nothing.
+	small := highPod("small", 4096)
+	state := preFilter(t, c, fw, small)
+	if s := fw.RunPreFilterExtensionAddPod(c.ctx, state, small, podInfo(t, pods["c"]), ni); !s.IsSuccess() {
+		t.Fatalf("AddPod: %v", s)
+	}
+	if s := fw.RunFilterPlugins(c.ctx, state, small, ni); !s.IsSuccess() {
+		t.Errorf("Filter after AddPod of a pod the cache holds: %v, want a pass (booked once, not twice)", s)
+	}
+
 	pod := highPod("high", 8192)
-	state := preFilter(t, c, fw, pod)
+	state = preFilter(t, c, fw, pod)
 	a := podInfo(t, pods["a"])
 	if s := fw.RunPreFilterExtensionRemovePod(c.ctx, state, pod, a, ni); !s.IsSuccess() {
 		t.Fatalf("RemovePod: %v", s)
@@ -203,6 +214,27 @@ func TestPreemptionVictimsFreeOneGPU(t *testing.T) {
 			t.Errorf("victims %v, want e alone", victims)
 		}
 	})
+}
+
+// TestPreemptionNominatedPodHoldsItsGPU: a pod nominated to a node after
+// its preemption keeps the GPU it freed from a pod of no higher priority
+// that comes meanwhile, through RunFilterPluginsWithNominatedPods.
+func TestPreemptionNominatedPodHoldsItsGPU(t *testing.T) {
+	c := newClusterOf(t, []*corev1.Node{gpuNode(t, "n", 16384)})
+	nominated := highPod("nominated", 12288)
+	fw := c.profile("default-scheduler", frameworkruntime.WithPodNominator(nominator{"n": {podInfo(t, nominated)}}))
+	c.start()
+
+	for _, pod := range []*corev1.Pod{gpuPod("low", "default-scheduler", 8192), highPod("peer", 8192)} {
+		s := fw.RunFilterPluginsWithNominatedPods(c.ctx, preFilter(t, c, fw, pod), pod, c.nodeInfo("n"))
+		if s.IsSuccess() {
+			t.Errorf("pod %s passed the node whose GPU a nominated pod of 12 GiB holds", pod.Name)
+		}
+	}
+	pod := gpuPod("fits", "default-scheduler", 4096)
+	if s := fw.RunFilterPluginsWithNominatedPods(c.ctx, preFilter(t, c, fw, pod), pod, c.nodeInfo("n")); !s.IsSuccess() {
+		t.Errorf("a 4 GiB pod beside the nominated pod: %v, want a pass", s)
+	}
 }
 
 // nominator is a PodNominator that holds the nominated pods by node.
