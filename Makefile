@@ -184,6 +184,10 @@ bench-deviceplugin: cluster-tools ## Device plugin latency with 100 pods startin
 bench-inspect: cluster-tools ## kubectl inspect gpushare on 5000 nodes x 8 GPUs and 40000 pods against a real apiserver (ROUNDS).
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkInspect$$' -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
 
+.PHONY: bench-usage
+bench-usage: cluster-tools ## Live GPU use from 5000 nodes' publishers, on the Node (before) and on the Lease (after): apiserver CPU and watch events.
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkUsagePublishing5000$$' -benchtime 1x -timeout 30m ./test/integration
+
 .PHONY: clean
 clean: ## Remove build outputs.
 	rm -rf $(BIN)
