@@ -17,8 +17,12 @@ const (
 	InventoryAnnotation = "gpushare.io/gpu-inventory"
 	// AllocationAnnotation on a Pod holds its Allocation.
 	AllocationAnnotation = "gpushare.io/allocation"
-	// UsageAnnotation on a Node holds its GPUUsage, the node daemon's
-	// summary of live use for load-aware scheduling.
+	// UsageAnnotation holds a node's GPUUsage, the node daemon's summary
+	// of live use for load-aware scheduling. The daemon writes it on its
+	// Lease (LeaseNamespace/LeasePrefix+node), with each renewal and when
+	// use moved enough to matter, so that live use does not write the
+	// Node; daemons before that, and a daemon without a lease, write it on
+	// the Node, which readers still take when its sample is the newer.
 	UsageAnnotation = "gpushare.io/gpu-usage"
 	// NodeLabel, set to "true", opts a node in to gpushare.
 	NodeLabel = "gpushare"
