@@ -7,7 +7,12 @@
 //
 //   - PreFilter: translate the pod; skip pods that ask for no GPU; reject
 //     malformed requests with the resource model's message.
-//   - Filter: place the pod on the node's GPUs, or say why not.
+//   - PreFilterExtensions (AddPod / RemovePod): note on the cycle state
+//     the pods kube-scheduler adds to or removes from a node for
+//     nominated pods and preemption's dry runs (see preemption.go).
+//   - Filter: place the pod on the node's GPUs, or say why not; on a
+//     node AddPod or RemovePod changed, on a copy of its state with
+//     those changes, keeping preemption to one victim plan.
 //   - PostFilter: sum up why no node fits, in numbers, for the pod event.
 //   - Score: the node policy's rating, ranked by NormalizeScore.
 //   - Reserve / Unreserve: book the placement in the cache / drop it.

@@ -68,9 +68,8 @@ type planMemo struct {
 }
 
 // victimPlan is the set of pods whose eviction frees the GPUs of one
-// placement of the pod, or says that none does.
+// placement of the pod; empty when none does, or none is needed.
 type victimPlan struct {
-	fits    bool
 	victims map[types.UID]bool
 	// gpus are the GPUs the victims free, for the log and the message.
 	gpus []int
@@ -267,7 +266,7 @@ func candidateKey(candidates []held) string {
 // priorities, then the least GPU memory, then the lowest GPU.
 func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *victimPlan {
 	if _, unfit := r.Rate(base); unfit != nil {
-		return &victimPlan{}
+		return &victimPlan{victims: map[types.UID]bool{}}
 	}
 	slices.SortFunc(candidates, func(a, b held) int { return moreImportant(a.pod, b.pod) })
 	gpus := map[int]bool{}
@@ -299,7 +298,7 @@ func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *vict
 	}
 	if best == nil {
 		// No candidate holds a GPU: evicting them frees none.
-		return &victimPlan{fits: true, victims: map[types.UID]bool{}}
+		return &victimPlan{victims: map[types.UID]bool{}}
 	}
 	return best
 }
@@ -308,7 +307,7 @@ func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *vict
 // each one the pod still fits beside; the others are the victims.
 func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held) (*victimPlan, planCost) {
 	work := base.Clone()
-	plan := &victimPlan{fits: true, victims: map[types.UID]bool{}}
+	plan := &victimPlan{victims: map[types.UID]bool{}}
 	var cost planCost
 	freed := map[int]bool{}
 	for _, h := range order {
