@@ -104,11 +104,11 @@ func (b *bindings) observe(obj any) {
 	defer b.mu.Unlock()
 	if b.seen[pod.Name] == nil {
 		b.seen[pod.Name] = map[string]bool{}
+		if len(b.seen) == failoverPods/3 {
+			close(b.third)
+		}
 	}
 	b.seen[pod.Name][pod.Spec.NodeName+" "+pod.Annotations[gpusharev1.AllocationAnnotation]] = true
-	if len(b.seen) == failoverPods/3 {
-		close(b.third)
-	}
 }
 
 func (b *bindings) of(name string) []string {
@@ -128,6 +128,13 @@ func (b *bindings) of(name string) []string {
 // takes the lease within the lease duration and a margin and schedules
 // the rest: every pod that fits binds with a record, no GPU is
 // over-committed, and no pod's binding or record changes once made.
+//
+// The standby is warm because kube-scheduler v1.36 starts and syncs its
+// informers before it runs for the lease (cmd/kube-scheduler/app/server.go:
+// "if !cc.ComponentConfig.DelayCacheUntilActive || cc.LeaderElection == nil {
+// startInformersAndWaitForSync(ctx) }" comes before leaderElector.Run, and
+// DelayCacheUntilActive is false by default), and GPUShare's cache is fed
+// by handlers on those informers from the moment the plugin is made.
 func TestFailover(t *testing.T) {
 	ctx := context.Background()
 	c := startCluster(t)
