@@ -258,28 +258,59 @@ func candidateKey(candidates []held) string {
 
 // planVictims chooses the pods of candidates to evict so that the pod
 // fits on base with the others returned. For each GPU a candidate holds,
-// it returns the candidates in an order that leaves that GPU for last:
-// first those that hold none of it, then those that do, each group most
-// important first; a candidate whose return makes the pod unfit is a
-// victim. Of these sets of victims it keeps the cheapest: the lowest
-// highest priority, then the fewest pods, then the lowest sum of
-// priorities, then the least GPU memory, then the lowest GPU.
+// it returns the candidates in an order that leaves that GPU for last;
+// a candidate whose return makes the pod unfit is a victim. Of these sets
+// of victims it keeps the cheapest (planCost).
+//
+// The order: first the candidates that hold none of the GPU, those on
+// GPUs dear to clear first (dear: what evicting all of a GPU's
+// candidates costs), so that a pod that needs several GPUs gets the
+// cheap ones besides; then those on the GPU. Within a GPU, the most
+// important first. For a pod that needs one GPU, the victims
+// are then all on the GPU left for last, as nothing else is returned
+// while it is free.
 func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *victimPlan {
 	if _, unfit := r.Rate(base); unfit != nil {
 		return &victimPlan{victims: map[types.UID]bool{}}
 	}
-	slices.SortFunc(candidates, func(a, b held) int { return moreImportant(a.pod, b.pod) })
-	gpus := map[int]bool{}
+	dear := map[int]planCost{}
 	for _, h := range candidates {
 		for _, b := range h.placement.Booked {
-			gpus[b.GPU] = true
+			dear[b.GPU] = dear[b.GPU].add(h, b.MemoryMiB)
 		}
 	}
+	// A candidate's key is its cheapest GPU: it goes early only if all
+	// its GPUs are dear.
+	cheapest := func(h held) int {
+		g := h.placement.Booked[0].GPU
+		for _, b := range h.placement.Booked[1:] {
+			if dear[b.GPU].less(dear[g]) {
+				g = b.GPU
+			}
+		}
+		return g
+	}
+	slices.SortFunc(candidates, func(a, b held) int {
+		if len(a.placement.Booked) == 0 || len(b.placement.Booked) == 0 {
+			return cmp.Or(-cmp.Compare(len(a.placement.Booked), len(b.placement.Booked)), moreImportant(a.pod, b.pod))
+		}
+		ga, gb := cheapest(a), cheapest(b)
+		if ga != gb {
+			if dear[gb].less(dear[ga]) {
+				return -1
+			}
+			if dear[ga].less(dear[gb]) {
+				return 1
+			}
+			return cmp.Compare(ga, gb)
+		}
+		return moreImportant(a.pod, b.pod)
+	})
 	var (
 		best     *victimPlan
 		bestCost planCost
 	)
-	for _, g := range slices.Sorted(maps.Keys(gpus)) {
+	for _, g := range slices.Sorted(maps.Keys(dear)) {
 		order := make([]held, 0, len(candidates))
 		for _, h := range candidates {
 			if !holds(h, g) {
@@ -318,16 +349,12 @@ func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held) (*victimPlan,
 			_ = work.Release(h.placement)
 		}
 		plan.victims[h.pod.UID] = true
-		prio := int64(corev1helpers.PodPriority(h.pod))
-		if cost.pods == 0 || prio > cost.highest {
-			cost.highest = prio
-		}
-		cost.pods++
-		cost.sum += prio
+		var mib int64
 		for _, b := range h.placement.Booked {
-			cost.memory += b.MemoryMiB
+			mib += b.MemoryMiB
 			freed[b.GPU] = true
 		}
+		cost = cost.add(h, mib)
 	}
 	plan.gpus = slices.Sorted(maps.Keys(freed))
 	if len(plan.gpus) > 0 {
@@ -336,12 +363,26 @@ func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held) (*victimPlan,
 	return plan, cost
 }
 
-// planCost orders victim sets, cheapest first.
+// planCost orders victim sets, cheapest first: the lowest highest
+// priority, then the fewest pods, then the lowest sum of priorities,
+// then the least GPU memory, then the lowest GPU.
 type planCost struct {
 	highest, sum int64
 	pods         int
 	memory       int64
 	gpu          int
+}
+
+// add is the cost with pod h evicted too, freeing mib of GPU memory.
+func (a planCost) add(h held, mib int64) planCost {
+	prio := int64(corev1helpers.PodPriority(h.pod))
+	if a.pods == 0 || prio > a.highest {
+		a.highest = prio
+	}
+	a.pods++
+	a.sum += prio
+	a.memory += mib
+	return a
 }
 
 func (a planCost) less(b planCost) bool {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -234,6 +235,47 @@ func TestPreemptionNominatedPodHoldsItsGPU(t *testing.T) {
 	pod := gpuPod("fits", "default-scheduler", 4096)
 	if s := fw.RunFilterPluginsWithNominatedPods(c.ctx, preFilter(t, c, fw, pod), pod, c.nodeInfo("n")); !s.IsSuccess() {
 		t.Errorf("a 4 GiB pod beside the nominated pod: %v, want a pass", s)
+	}
+}
+
+// TestPreemptionVictimsFreeTheGPUsOfOnePlacement: a pod that needs two
+// GPUs of 12 GiB on a node whose four 16 GiB GPUs hold a (12 GiB), b (12
+// GiB), c, d, e (4 GiB each) and f, g (8 GiB each), oldest first, evicts
+// a and b, the cheapest two GPUs to free, not a GPU of two or three
+// pods.
+func TestPreemptionVictimsFreeTheGPUsOfOnePlacement(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var pods []*corev1.Pod
+	for i, p := range []struct {
+		name string
+		gpu  int
+		gib  int64
+	}{{"a", 0, 12}, {"b", 1, 12}, {"c", 2, 4}, {"d", 2, 4}, {"e", 2, 4}, {"f", 3, 8}, {"g", 3, 8}} {
+		pods = append(pods, runningPod(t, p.name, "n", p.gpu, p.gib*1024, 0, t0.Add(time.Duration(i)*time.Minute)))
+	}
+	c := newClusterOf(t, []*corev1.Node{gpuNode(t, "n", 16384, 16384, 16384, 16384)}, pods...)
+	fw := c.profile("default-scheduler", frameworkruntime.WithPodNominator(nominator{}))
+	c.start()
+	dp, err := defaultpreemption.New(c.ctx, &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, fw, feature.Features{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pod := highPod("pair", 24576)
+	count := *k8sresource.NewQuantity(2, k8sresource.DecimalSI)
+	pod.Spec.Containers[0].Resources.Limits["gpushare.io/gpu-count"] = count
+	pod.Spec.Containers[0].Resources.Requests["gpushare.io/gpu-count"] = count
+	victims, _, s := dp.SelectVictimsOnNode(c.ctx, preFilter(t, c, fw, pod).Clone(), pod, c.nodeInfo("n").Snapshot(), nil)
+	if !s.IsSuccess() {
+		t.Fatalf("SelectVictimsOnNode: %v", s)
+	}
+	var names []string
+	for _, v := range victims {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("victims %v, want [a b]: the two pods whose eviction frees two GPUs", names)
 	}
 }
 
