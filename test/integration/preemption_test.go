@@ -90,7 +90,7 @@ func TestPreemption(t *testing.T) {
 		t.Fatalf("pod high recorded %s, want one GPU", describeAllocation(a))
 	}
 	target := gpuKey{a.Node, a.Containers[0].GPUs[0].UUID}
-	t.Logf("placement: pod high bound to GPU %s (%s), nominated node %q", target, describeAllocation(a), bound.Status.NominatedNodeName)
+	t.Logf("placement: pod high bound to GPU %s (%s)", target, describeAllocation(a))
 
 	// The pods gone or going since the high-priority pod came.
 	list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=low"})
@@ -127,6 +127,17 @@ func TestPreemption(t *testing.T) {
 	}
 	if n, _ := checkNoOvercommit(t, client); n != len(alive)+1 {
 		t.Errorf("%d pods hold GPUs, want %d (the low pods left and high)", n, len(alive)+1)
+	}
+	// kube-scheduler says so on the victim, and on no other pod.
+	t.Logf("event on the victim: %s", eventNote(t, client, "default", "low-00-12g", "Preempted", "Preempted by"))
+	evs, err := client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == "Preempted" && e.Regarding.Name != "low-00-12g" {
+			t.Errorf("pod %s was preempted too: %s", e.Regarding.Name, e.Note)
+		}
 	}
 	// The victim is gone for good once kwok has let it terminate.
 	err = waitFor(30*time.Second, func() (bool, error) {
