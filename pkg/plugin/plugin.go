@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -43,6 +44,9 @@ type GPUShare struct {
 	// synced reports whether the cache has taken in the informers'
 	// first lists; PreFilter waits for it once.
 	synced func() bool
+	// pdbs lists the PodDisruptionBudgets, which preemption's victim
+	// plan spares where it can.
+	pdbs policylisters.PodDisruptionBudgetLister
 }
 
 var (
@@ -79,7 +83,8 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		if err := s.join(ctx, logger, h, model); err != nil {
 			return nil, err
 		}
-		pl := &GPUShare{handle: h, model: model, placer: placer, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed}
+		pl := &GPUShare{handle: h, model: model, placer: placer, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
+			pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
 		return pl, nil
 	}

@@ -10,6 +10,9 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -207,7 +210,13 @@ func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d 
 	if unfit != nil || len(d.removed) == 0 {
 		return rating, unfit, nil
 	}
-	plan := d.plans.get(candidates, func() *victimPlan { return planVictims(c.rater, base, candidates) })
+	plan := d.plans.get(candidates, func() *victimPlan {
+		pdbs, err := pl.pdbs.List(labels.Everything())
+		if err != nil {
+			logger.V(4).Info("Listing PodDisruptionBudgets failed; planning victims without them", "err", err)
+		}
+		return planVictims(c.rater, base, candidates, pdbs)
+	})
 	for uid := range plan.victims {
 		if _, removed := d.removed[uid]; !removed {
 			return alloc.Rating{}, nil, fwk.NewStatus(fwk.Unschedulable,
@@ -269,7 +278,7 @@ func candidateKey(candidates []held) string {
 // important first. For a pod that needs one GPU, the victims
 // are then all on the GPU left for last, as nothing else is returned
 // while it is free.
-func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *victimPlan {
+func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held, pdbs []*policyv1.PodDisruptionBudget) *victimPlan {
 	if _, unfit := r.Rate(base); unfit != nil {
 		return &victimPlan{victims: map[types.UID]bool{}}
 	}
@@ -322,7 +331,7 @@ func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *vict
 				order = append(order, h)
 			}
 		}
-		plan, cost := reprieve(r, base, order)
+		plan, cost := reprieve(r, base, order, pdbs)
 		if best == nil || cost.less(bestCost) {
 			best, bestCost = plan, cost
 		}
@@ -336,7 +345,7 @@ func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held) *vict
 
 // reprieve returns the candidates in order to a copy of base, keeping
 // each one the pod still fits beside; the others are the victims.
-func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held) (*victimPlan, planCost) {
+func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held, pdbs []*policyv1.PodDisruptionBudget) (*victimPlan, planCost) {
 	work := base.Clone()
 	plan := &victimPlan{victims: map[types.UID]bool{}}
 	var cost planCost
@@ -356,6 +365,7 @@ func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held) (*victimPlan,
 		}
 		cost = cost.add(h, mib)
 	}
+	cost.violations = pdbViolations(order, plan.victims, pdbs)
 	plan.gpus = slices.Sorted(maps.Keys(freed))
 	if len(plan.gpus) > 0 {
 		cost.gpu = plan.gpus[0]
@@ -363,10 +373,12 @@ func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held) (*victimPlan,
 	return plan, cost
 }
 
-// planCost orders victim sets, cheapest first: the lowest highest
-// priority, then the fewest pods, then the lowest sum of priorities,
-// then the least GPU memory, then the lowest GPU.
+// planCost orders victim sets, cheapest first: the fewest evictions a
+// PodDisruptionBudget forbids, then the lowest highest priority, then the
+// fewest pods, then the lowest sum of priorities, then the least GPU
+// memory, then the lowest GPU.
 type planCost struct {
+	violations   int
 	highest, sum int64
 	pods         int
 	memory       int64
@@ -387,6 +399,7 @@ func (a planCost) add(h held, mib int64) planCost {
 
 func (a planCost) less(b planCost) bool {
 	return cmp.Or(
+		cmp.Compare(a.violations, b.violations),
 		compareZero(a.pods, b.pods, a.highest, b.highest),
 		cmp.Compare(a.pods, b.pods),
 		cmp.Compare(a.sum, b.sum),
@@ -404,6 +417,49 @@ func compareZero(pa, pb int, ha, hb int64) int {
 	default:
 		return cmp.Compare(ha, hb)
 	}
+}
+
+// pdbViolations counts the victims whose eviction a PodDisruptionBudget
+// does not allow, as kube-scheduler's DefaultPreemption counts them:
+// each victim a budget selects (and has not counted as disrupted yet)
+// takes one of its allowed disruptions, most important victim first.
+func pdbViolations(order []held, victims map[types.UID]bool, pdbs []*policyv1.PodDisruptionBudget) int {
+	if len(pdbs) == 0 || len(victims) == 0 {
+		return 0
+	}
+	pods := make([]*corev1.Pod, 0, len(victims))
+	for _, h := range order {
+		if victims[h.pod.UID] {
+			pods = append(pods, h.pod)
+		}
+	}
+	slices.SortFunc(pods, moreImportant)
+	allowed := make([]int32, len(pdbs))
+	selectors := make([]labels.Selector, len(pdbs))
+	for i, pdb := range pdbs {
+		allowed[i] = pdb.Status.DisruptionsAllowed
+		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && !sel.Empty() {
+			selectors[i] = sel
+		}
+	}
+	n := 0
+	for _, pod := range pods {
+		violated := false
+		for i, pdb := range pdbs {
+			if selectors[i] == nil || pdb.Namespace != pod.Namespace || !selectors[i].Matches(labels.Set(pod.Labels)) {
+				continue
+			}
+			if _, disrupted := pdb.Status.DisruptedPods[pod.Name]; disrupted {
+				continue
+			}
+			allowed[i]--
+			violated = violated || allowed[i] < 0
+		}
+		if violated {
+			n++
+		}
+	}
+	return n
 }
 
 func holds(h held, gpu int) bool {

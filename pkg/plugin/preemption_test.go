@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -26,6 +27,7 @@ func runningPod(t *testing.T, name, node string, gpu int, mib int64, prio int32,
 	p := gpuPod(name, "default-scheduler", mib)
 	p.Spec.NodeName = node
 	p.Spec.Priority = &prio
+	p.Labels = map[string]string{"app": name}
 	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: start}}
 	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
 		Name: "main", Kind: gpusharev1.ContainerApp,
@@ -235,6 +237,41 @@ func TestPreemptionNominatedPodHoldsItsGPU(t *testing.T) {
 	pod := gpuPod("fits", "default-scheduler", 4096)
 	if s := fw.RunFilterPluginsWithNominatedPods(c.ctx, preFilter(t, c, fw, pod), pod, c.nodeInfo("n")); !s.IsSuccess() {
 		t.Errorf("a 4 GiB pod beside the nominated pod: %v, want a pass", s)
+	}
+}
+
+// TestPreemptionSparesBudgetedPods: when a PodDisruptionBudget allows
+// no disruption of a, the 12 GiB pod goes to GPU 1 at the cost of d and
+// e, whose eviction no budget forbids.
+func TestPreemptionSparesBudgetedPods(t *testing.T) {
+	c, _ := preemptionCluster(t)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep-a", Namespace: "default"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0},
+	}
+	if _, err := c.client.PolicyV1().PodDisruptionBudgets("default").Create(c.ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fw := c.profile("default-scheduler", frameworkruntime.WithPodNominator(nominator{}))
+	c.start()
+	dp, err := defaultpreemption.New(c.ctx, &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, fw, feature.Features{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pod := highPod("high", 12288)
+	victims, violations, s := dp.SelectVictimsOnNode(c.ctx, preFilter(t, c, fw, pod).Clone(), pod, c.nodeInfo("n").Snapshot(), []*policyv1.PodDisruptionBudget{pdb})
+	if !s.IsSuccess() {
+		t.Fatalf("SelectVictimsOnNode: %v", s)
+	}
+	var names []string
+	for _, v := range victims {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"d", "e"}) || violations != 0 {
+		t.Errorf("victims %v with %d budget violations, want [d e] with none", names, violations)
 	}
 }
 
