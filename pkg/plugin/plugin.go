@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -153,8 +154,11 @@ type cycle struct {
 	chosen   *alloc.Placement
 	recorded bool
 	// deltas holds, per node, the pods AddPod and RemovePod added to and
-	// removed from this state (preemption's dry runs, nominated pods).
-	deltas map[string]*nodeDelta
+	// removed from this state (preemption's dry runs, nominated pods);
+	// changed is set once there are any, so that Filter in a plain cycle
+	// takes no lock for them.
+	deltas  map[string]*nodeDelta
+	changed atomic.Bool
 }
 
 // Clone implements fwk.StateData: kube-scheduler clones the state for
@@ -171,6 +175,7 @@ func (c *cycle) Clone() fwk.StateData {
 		for n, d := range c.deltas {
 			out.deltas[n] = d.clone()
 		}
+		out.changed.Store(true)
 	}
 	return out
 }

@@ -128,6 +128,7 @@ func (pl *GPUShare) RemovePod(_ context.Context, state fwk.CycleState, _ *corev1
 func (c *cycle) delta(node string) *nodeDelta {
 	if c.deltas == nil {
 		c.deltas = map[string]*nodeDelta{}
+		c.changed.Store(true)
 	}
 	d := c.deltas[node]
 	if d == nil {
@@ -140,6 +141,9 @@ func (c *cycle) delta(node string) *nodeDelta {
 // deltaOf returns a copy of node's delta, nil if the state changed
 // nothing there.
 func (c *cycle) deltaOf(node string) *nodeDelta {
+	if !c.changed.Load() {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d := c.deltas[node]; d != nil && (len(d.ever) > 0 || len(d.added) > 0) {
