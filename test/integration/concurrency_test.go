@@ -30,12 +30,11 @@ func concurrencyNodes() []controlplane.NodeSpec {
 	return specs
 }
 
-// concurrencyPods returns n pods of a seeded mix: memory shares, memory
-// and compute shares, one and two whole GPUs (by gpu-core and by
-// gpu-count), and two-container pods. They ask for more GPUs than the 50
-// nodes have, so some must stay Pending.
-func concurrencyPods(n int) []*corev1.Pod {
-	rng := rand.New(rand.NewPCG(42, 500))
+// mixedPods returns n pods of a seeded mix, named prefix-NNN and labelled
+// app=app: memory shares, memory and compute shares, one and two whole
+// GPUs (by gpu-core and by gpu-count), and two-container pods.
+func mixedPods(n int, seed uint64, prefix, app string) []*corev1.Pod {
+	rng := rand.New(rand.NewPCG(seed, 500))
 	q := func(v int64) k8sresource.Quantity { return *k8sresource.NewQuantity(v, k8sresource.DecimalSI) }
 	container := func(name string, limits corev1.ResourceList) corev1.Container {
 		return corev1.Container{Name: name, Image: "busybox", Resources: corev1.ResourceRequirements{Limits: limits}}
@@ -61,7 +60,7 @@ func concurrencyPods(n int) []*corev1.Pod {
 			}
 		}
 		pods[i] = &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mixed-%03d", i), Namespace: "default", Labels: map[string]string{"app": "mixed"}},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%03d", prefix, i), Namespace: "default", Labels: map[string]string{"app": app}},
 			Spec:       corev1.PodSpec{Containers: cs},
 		}
 	}
@@ -92,7 +91,8 @@ func checkConcurrent(t *testing.T, c *controlplane.Cluster) {
 		t.Fatal(err)
 	}
 	createNodes(t, client, concurrencyNodes()...)
-	pods := concurrencyPods(500)
+	// More GPUs than the 50 nodes have: some must stay Pending.
+	pods := mixedPods(500, 42, "mixed", "mixed")
 	start := time.Now()
 	createAll(t, client, pods)
 	bound := waitSettled(t, client, "app=mixed", 10*time.Second, 3*time.Minute)

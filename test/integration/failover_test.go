@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -49,40 +47,6 @@ func failoverConfig(t *testing.T) []byte {
 	return bytes.Replace(config, []byte(election), fmt.Appendf(nil,
 		"  leaderElect: true\n  resourceNamespace: kube-system\n  resourceName: %s\n"+
 			"  leaseDuration: %v\n  renewDeadline: 3s\n  retryPeriod: 1s\n", failoverLease, failoverLeaseDuration), 1)
-}
-
-// failoverBurst returns n GPU pods of a seeded mix: memory shares of 2 to
-// 8 GiB, memory and compute shares, whole GPUs and two-container pods.
-func failoverBurst(n int) []*corev1.Pod {
-	rng := rand.New(rand.NewPCG(21, 2))
-	q := func(v int64) k8sresource.Quantity { return *k8sresource.NewQuantity(v, k8sresource.DecimalSI) }
-	container := func(name string, limits corev1.ResourceList) corev1.Container {
-		return corev1.Container{Name: name, Image: "busybox", Resources: corev1.ResourceRequirements{Limits: limits}}
-	}
-	pods := make([]*corev1.Pod, n)
-	for i := range pods {
-		var cs []corev1.Container
-		switch r := rng.IntN(100); {
-		case r < 45:
-			cs = []corev1.Container{container("main", corev1.ResourceList{"gpushare.io/gpu-mem": q(1024 * (2 + rng.Int64N(5)))})}
-		case r < 65:
-			cs = []corev1.Container{container("main", corev1.ResourceList{"gpushare.io/gpu-mem": q(4096), "gpushare.io/gpu-core": q(30)})}
-		case r < 80:
-			cs = []corev1.Container{container("main", corev1.ResourceList{"gpushare.io/gpu-core": q(100)})}
-		case r < 90:
-			cs = []corev1.Container{container("main", corev1.ResourceList{"gpushare.io/gpu-mem": q(8192)})}
-		default:
-			cs = []corev1.Container{
-				container("model", corev1.ResourceList{"gpushare.io/gpu-mem": q(2048)}),
-				container("sidecar", corev1.ResourceList{"gpushare.io/gpu-mem": q(2048)}),
-			}
-		}
-		pods[i] = &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%02d", i), Namespace: "default", Labels: map[string]string{"app": "failover"}},
-			Spec:       corev1.PodSpec{Containers: cs},
-		}
-	}
-	return pods
 }
 
 // bindings records every binding (node and allocation record) a watch
@@ -222,7 +186,7 @@ func TestFailover(t *testing.T) {
 	// The burst: all pods at once from four goroutines, faster than the
 	// leader binds them, so that the kill lands while pods are still
 	// coming and others are queued or being bound.
-	pods := failoverBurst(failoverPods)
+	pods := mixedPods(failoverPods, 21, "burst", "failover")
 	var created atomic.Int32
 	createErr := make(chan error, 1)
 	go func() {
