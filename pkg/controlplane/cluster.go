@@ -57,6 +57,11 @@ type Cluster struct {
 	qps    float32
 	burst  int
 	procs  []*Process
+	// apiArgs are kube-apiserver's flags and apiIndex its place in procs,
+	// for RestartAPIServer; apiRestarts counts the restarts.
+	apiArgs     []string
+	apiIndex    int
+	apiRestarts int
 }
 
 // Start starts etcd, kube-apiserver, kube-controller-manager and kwok and
@@ -166,25 +171,28 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		}
 	}
 	c.Host = "https://" + hostPort(port)
-	p, err := start(c.Dir, "kube-apiserver", c.Tools.Bin("kube-apiserver"),
-		"--client-ca-file="+c.path("pki", "client-ca.crt"),
-		"--requestheader-client-ca-file="+c.path("pki", "front-proxy-ca.crt"), "--requestheader-allowed-names=front-proxy-client",
+	c.apiArgs = []string{
+		"--client-ca-file=" + c.path("pki", "client-ca.crt"),
+		"--requestheader-client-ca-file=" + c.path("pki", "front-proxy-ca.crt"), "--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
-		"--etcd-servers=http://"+hostPort(etcdPort),
+		"--etcd-servers=http://" + hostPort(etcdPort),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port), "--cert-dir="+c.path("pki"),
-		"--token-auth-file="+c.path("pki", "tokens.csv"),
+		"--secure-port=" + strconv.Itoa(port), "--cert-dir=" + c.path("pki"),
+		"--token-auth-file=" + c.path("pki", "tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+c.path("pki", "sa.key"),
-		"--service-account-signing-key-file="+c.path("pki", "sa.key"),
+		"--service-account-key-file=" + c.path("pki", "sa.key"),
+		"--service-account-signing-key-file=" + c.path("pki", "sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
-		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000")
+		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+	}
+	p, err := start(c.Dir, "kube-apiserver", c.Tools.Bin("kube-apiserver"), c.apiArgs...)
 	if err != nil {
 		return err
 	}
+	c.apiIndex = len(c.procs)
 	c.procs = append(c.procs, p)
 	if err := WaitHTTP(ctxTimeout(ctx, 2*time.Minute), p, c.Host+"/readyz", c.Token); err != nil {
 		return err
@@ -195,6 +203,27 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		return err
 	}
 	return c.writeKubeconfig(c.Kubeconfig, "admin", c.Token)
+}
+
+// RestartAPIServer kills kube-apiserver (SIGKILL: on SIGTERM it waits for
+// its clients' long requests, half a minute and more) and starts it again
+// with the same flags: the same port, etcd, keys and
+// tokens, so that every client, and every token handed out, works again
+// once it is back. It returns when the new one is ready. Its log is
+// logs/kube-apiserver-N.log for the Nth restart. Not safe for use
+// concurrently with Run or Stop.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	if c.apiArgs == nil {
+		return errors.New("kube-apiserver was not started")
+	}
+	c.procs[c.apiIndex].Kill()
+	c.apiRestarts++
+	p, err := start(c.Dir, fmt.Sprintf("kube-apiserver-%d", c.apiRestarts), c.Tools.Bin("kube-apiserver"), c.apiArgs...)
+	if err != nil {
+		return err
+	}
+	c.procs[c.apiIndex] = p
+	return WaitHTTP(ctxTimeout(ctx, 2*time.Minute), p, c.Host+"/readyz", c.Token)
 }
 
 // SchedulerUser is the user the cluster's schedulers run as.
