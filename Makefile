@@ -188,6 +188,10 @@ bench-inspect: cluster-tools ## kubectl inspect gpushare on 5000 nodes x 8 GPUs 
 bench-usage: cluster-tools ## Live GPU use from 5000 nodes' publishers, on the Node (before) and on the Lease (after): apiserver CPU and watch events.
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkUsagePublishing5000$$' -benchtime 1x -timeout 30m ./test/integration
 
+.PHONY: soak
+soak: cluster-tools ## Churn soak, 30 minutes on 50 nodes: scheduler, node daemons and kube-apiserver killed under load (the short version is in integration).
+	GPUSHARE_SOAK=$(or $(SOAK),30m) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -run '^TestSoak$$' -timeout 45m -v ./test/integration 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+
 .PHONY: clean
 clean: ## Remove build outputs.
 	rm -rf $(BIN)
