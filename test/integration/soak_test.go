@@ -60,6 +60,7 @@ type soakResult struct {
 	FitButPending30s   int     `json:"fit_but_pending_30s"`
 	MetricsMismatch    int     `json:"metrics_mismatch"`
 	MetricsChecks      int     `json:"metrics_checks"`
+	MaxPendingS        float64 `json:"max_pending_s"`
 	SchedulerKills     int     `json:"scheduler_kills"`
 	DaemonKills        int     `json:"daemon_kills"`
 	APIServerRestarts  int     `json:"apiserver_restarts"`
@@ -206,6 +207,10 @@ func TestSoak(t *testing.T) {
 		// fitSince is when each Pending pod was first seen fitting,
 		// since when it has fitted at every check.
 		fitSince = map[string]time.Time{}
+		// created is when each pod was created, and maxPending the
+		// longest a pod was seen Pending, fitting or not.
+		created    = map[string]time.Time{}
+		maxPending time.Duration
 	)
 	// check takes a snapshot and counts what it finds; nil while the
 	// apiserver cannot be reached.
@@ -243,6 +248,9 @@ func TestSoak(t *testing.T) {
 		pending := map[string]bool{}
 		for _, p := range snap.pending {
 			pending[p.Name] = true
+			if at, ok := created[p.Name]; ok {
+				maxPending = max(maxPending, now.Sub(at))
+			}
 			req, err := model.PodRequest(p)
 			if err != nil {
 				t.Fatalf("pod %s: %v", p.Name, err)
@@ -306,7 +314,6 @@ func TestSoak(t *testing.T) {
 		nextDaemon  = start.Add(15 * time.Second)
 		restartAt   = start.Add(duration / 2)
 		nextMetrics = start.Add(30 * time.Second)
-		created     = map[string]time.Time{}
 		snap        *soakSnapshot
 		tick        = time.NewTicker(time.Second)
 		seq         int
@@ -406,6 +413,7 @@ func TestSoak(t *testing.T) {
 	res.Seconds = churn.Round(time.Second).Seconds()
 	res.PodsBound = len(bound)
 	res.PodsPerS = float64(int(float64(res.PodsBound)/churn.Seconds()*100)) / 100
+	res.MaxPendingS = maxPending.Round(time.Second).Seconds()
 	res.OvercommittedGPUs, res.BoundWithoutRecord, res.FitButPending30s = len(over), len(noRecord), len(lateFit)
 	line, err := json.Marshal(res)
 	if err != nil {
