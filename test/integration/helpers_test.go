@@ -89,6 +89,19 @@ func boundPods(t *testing.T, client kubernetes.Interface, ns, selector string, n
 
 func boundPod(t *testing.T, client kubernetes.Interface, ns, name string) *corev1.Pod {
 	t.Helper()
+	return waitPod(t, client, ns, name, "to be bound", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+}
+
+// waitRunning waits until the pod is Running.
+func waitRunning(t *testing.T, client kubernetes.Interface, ns, name string) *corev1.Pod {
+	t.Helper()
+	return waitPod(t, client, ns, name, "to run", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+}
+
+// waitPod waits up to a minute until the pod exists and done says so of
+// it, and returns it; the test fails, saying what it waited for, if not.
+func waitPod(t *testing.T, client kubernetes.Interface, ns, name, what string, done func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
 	err := waitFor(60*time.Second, func() (bool, error) {
 		p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -96,10 +109,10 @@ func boundPod(t *testing.T, client kubernetes.Interface, ns, name string) *corev
 			return false, nil
 		}
 		pod = p
-		return p.Spec.NodeName != "", nil
+		return done(p), nil
 	})
 	if err != nil {
-		t.Fatalf("waiting for pod %s/%s to be bound: %v", ns, name, err)
+		t.Fatalf("waiting for pod %s/%s %s: %v", ns, name, what, err)
 	}
 	return pod
 }

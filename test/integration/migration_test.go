@@ -11,7 +11,6 @@ import (
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -154,22 +153,4 @@ func TestMigrationFromAliyun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "only gpushare's scheduler may set ALIYUN_COM_GPU_MEM_IDX") {
 		t.Fatalf("a tenant added Aliyun's record to a pod: %v", err)
 	}
-}
-
-// waitRunning waits until the pod is Running.
-func waitRunning(t *testing.T, client kubernetes.Interface, ns, name string) *corev1.Pod {
-	t.Helper()
-	var pod *corev1.Pod
-	err := waitFor(60*time.Second, func() (bool, error) {
-		p, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		pod = p
-		return p.Status.Phase == corev1.PodRunning, nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s is not running: %v", ns, name, err)
-	}
-	return pod
 }
