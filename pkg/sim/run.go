@@ -117,10 +117,10 @@ type seedRun struct {
 	pods                           int
 }
 
-// order returns the arrival order for a seed: pods sorted by name,
+// Order returns the arrival order for a seed: pods sorted by name,
 // shuffled, then random draws from the trace until the requested GPU
 // reaches 130% of capacity.
-func order(w *Workload, seed uint64) []int {
+func Order(w *Workload, seed uint64) []int {
 	idx := make([]int, len(w.Pods))
 	for i := range idx {
 		idx[i] = i
@@ -154,12 +154,12 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, pl *alloc.Pla
 	var arrived, allocated int64
 	seen100, seen130, seen90 := false, false, false
 	next := 1
-	for k, i := range order(w, seed) {
+	for k, i := range Order(w, seed) {
 		if k%256 == 0 && ctx.Err() != nil {
 			return run, ctx.Err()
 		}
 		p := &w.Pods[i]
-		req := request(p)
+		req := Request(p)
 		t0 := time.Now()
 		d := pl.Pick(states, &req, seed)
 		run.decisions = append(run.decisions, time.Since(t0))

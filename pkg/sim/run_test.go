@@ -12,7 +12,7 @@ import (
 func TestOrderReachesArrivalLimit(t *testing.T) {
 	nodes, pods := trace.Synthetic(1, 20)
 	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
-	idx := order(w, 42)
+	idx := Order(w, 42)
 	var total int64
 	for _, i := range idx {
 		total += w.Pods[i].RequestedMilli()
@@ -20,10 +20,10 @@ func TestOrderReachesArrivalLimit(t *testing.T) {
 	if limit := int64(arrivalEnd * float64(w.Capacity())); total < limit {
 		t.Errorf("arrivals ask %d milli-GPU, want at least %d", total, limit)
 	}
-	if diff := cmp.Diff(idx, order(w, 42)); diff != "" {
+	if diff := cmp.Diff(idx, Order(w, 42)); diff != "" {
 		t.Errorf("order is not repeatable for one seed:\n%s", diff)
 	}
-	if cmp.Equal(idx, order(w, 43)) {
+	if cmp.Equal(idx, Order(w, 43)) {
 		t.Error("seeds 42 and 43 gave the same order")
 	}
 }

@@ -47,10 +47,10 @@ func (w *Workload) nodes() ([]*alloc.Node, error) {
 	return out, nil
 }
 
-// request converts a trace pod. A fractional pod asks GPUMilli/10 percent
+// Request converts a trace pod. A fractional pod asks GPUMilli/10 percent
 // of one GPU's compute; the trace ties memory to the same fraction, so
 // booking compute alone is exact (a share fits exactly when both would).
-func request(p *trace.Pod) alloc.PodRequest {
+func Request(p *trace.Pod) alloc.PodRequest {
 	r := alloc.PodRequest{Key: p.Name, CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB}
 	if p.GPUs == 0 {
 		return r
@@ -101,7 +101,7 @@ func Shapes(pods []trace.Pod, coverage float64) []alloc.Shape {
 		if k.models != "" {
 			p.Models = strings.Split(k.models, "|")
 		}
-		r := request(&p)
+		r := Request(&p)
 		sh := alloc.Shape{CPUMilli: k.cpu, MemoryMiB: k.mem, Count: k.gpus, Weight: counts[k]}
 		if len(r.Containers) > 0 {
 			sh.Demand = r.Containers[0].PerGPU()
