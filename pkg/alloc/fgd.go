@@ -74,7 +74,7 @@ func (f *fgd) ratesShape() bool { return f.mode == fgdPlain }
 
 func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	if len(o.Workload) == 0 {
-		return nil, errors.New("the fragmentation-aware policy needs a workload of pod shapes")
+		return nil, errNoWorkload
 	}
 	var total int64
 	for _, q := range o.Workload {
