@@ -6,20 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
-	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/resource"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // check validates the flags and returns the scheduler names and the TLS
@@ -64,8 +67,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy,
-		NoTopology: args.DisableTopology, Options: alloc.Options{Seed: args.Seed}})
+	policy, err := decision.Policy(args, model)
 	if err != nil {
 		return err
 	}
@@ -81,7 +83,7 @@ func run(ctx context.Context, o options) error {
 	}
 	cache := gpucache.New(logger, gpucache.Options{Requests: model.PodRequest, Refused: func(pod *corev1.Pod, err error) {
 		logger.Info("Not booking the GPU record of a pod", "pod", klog.KObj(pod), "err", err)
-	}})
+	}, Resources: resource.PodCPUMemory})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cacheSynced, err := gpucache.Watch(cache, factory)
 	if err != nil {
@@ -90,7 +92,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpucache.NewCollector(cache))
 	synced := make(chan struct{})
-	srv := &extender.Server{Model: model, Placer: placer, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
+	srv := &extender.Server{Model: model, Policy: policy, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
 		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, MaxInflight: o.maxInflight, MaxBindsInflight: o.maxBinds,
 		SchedulerNames: schedulers, Metrics: extender.NewMetrics(reg), MaxNodes: o.maxNodes, BestOnly: o.bestOnly,
 		Ready: func() bool {
@@ -114,8 +116,33 @@ func run(ctx context.Context, o options) error {
 	if !gpucache.WaitSynced(ctx, cacheSynced) {
 		return fmt.Errorf("the GPU cache did not sync: %w", ctx.Err())
 	}
+	if err := learnWorkload(logger, policy, model, factory, schedulers); err != nil {
+		return err
+	}
 	close(synced)
 	logger.Info("Serving", "address", servers[0].Addr, "tls", tlsConfig != nil, "clientCertificates", o.serving.ClientCAFile != "",
-		"urlPrefix", o.prefix, "schedulers", schedulers, "nodePolicy", args.NodePolicy, "resources", model.Names())
+		"urlPrefix", o.prefix, "schedulers", schedulers, "nodePolicy", args.NodePolicy, "learnsWorkload", policy.Learns(),
+		"resources", model.Names())
 	return serve(ctx, servers)
+}
+
+// learnWorkload has policy learn the workload from the pods of the
+// extender's schedulers in the cluster, oldest first, before it serves:
+// a restarted extender starts from what runs, not from its prior.
+func learnWorkload(logger klog.Logger, policy *workload.Policy, model *resource.Model, factory informers.SharedInformerFactory, schedulers []string) error {
+	if !policy.Learns() {
+		return nil
+	}
+	all, err := factory.Core().V1().Pods().Lister().List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing pods to learn the workload from: %w", err)
+	}
+	var mine []*corev1.Pod
+	for _, p := range all {
+		if slices.Contains(schedulers, p.Spec.SchedulerName) {
+			mine = append(mine, p)
+		}
+	}
+	logger.V(1).Info("Learned the workload from the cluster's pods", "pods", decision.Learn(policy, model, mine))
+	return nil
 }

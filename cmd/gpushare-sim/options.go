@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/sim"
 	"github.com/gpushare/gpushare/pkg/trace"
 	"github.com/gpushare/gpushare/pkg/version"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // Defaults of the built-in synthetic workload.
@@ -36,6 +37,8 @@ type options struct {
 	parallel    int
 	cpuProfile  string
 	version     bool
+	source      string
+	halfLife    int64
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -51,6 +54,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.parallel, "parallel", 0, "seeds replayed at once; 0 means one per CPU (use 1 for clean decision times)")
 	fs.StringVar(&o.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file")
 	fs.IntVar(&o.synthNodes, "synthetic-nodes", defaultNodes, "nodes in the built-in synthetic cluster")
+	fs.StringVar(&o.source, "workload", sim.Oracle, "where fragmentation-aware policies get the pod shapes they weigh: oracle (the trace's own mix) or online (learned from the pods as they arrive, as the scheduler does)")
+	fs.Int64Var(&o.halfLife, "half-life", workload.DefaultHalfLife, "with --workload online: pods after which an observed pod weighs half")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -70,6 +75,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.parallel < 0 {
 		return nil, errors.New("--parallel must not be negative")
+	}
+	if o.source != sim.Oracle && o.source != sim.Online {
+		return nil, fmt.Errorf("--workload %q: want %s or %s", o.source, sim.Oracle, sim.Online)
+	}
+	if o.halfLife <= 0 {
+		return nil, errors.New("--half-life must be positive")
 	}
 	if o.synthNodes <= 0 {
 		return nil, errors.New("--synthetic-nodes must be positive")
@@ -164,9 +175,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var results []*sim.Result
 	for _, p := range o.policies {
 		start := time.Now()
-		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Progress: func(done, total int) {
-			fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
-		}})
+		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Workload: o.source,
+			Learn: workload.Config{HalfLife: o.halfLife}, Progress: func(done, total int) {
+				fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
+			}})
 		fmt.Fprintln(stderr)
 		if err != nil {
 			return fmt.Errorf("policy %s: %w", p, err)

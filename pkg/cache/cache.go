@@ -47,6 +47,17 @@ type Cache struct {
 	leaseLive map[string]*gpusharev1.GPUUsage
 	// now is the clock live samples are judged by.
 	now func() time.Time
+	// bound holds the CPU and memory of each bound pod that has not
+	// ended (Options.Resources), and requested their sum per node: what
+	// kube-scheduler counts against the node's allocatable.
+	bound     map[types.UID]podResources
+	requested map[string]podResources
+}
+
+// podResources is a pod's CPU and memory request on a node.
+type podResources struct {
+	node          string
+	cpu, memoryMi int64
 }
 
 // Options are the cache's dependencies on the adapter that feeds it.
@@ -55,6 +66,11 @@ type Options struct {
 	// measure its record is checked against. Nil checks a record's
 	// shape against its node only.
 	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
+	// Resources, if set, gives a pod's CPU (milli) and memory (MiB)
+	// request: the cache then counts every bound pod's against its node,
+	// so that a node's state shows the CPU and memory left, which
+	// fragmentation-aware policies weigh. Nil counts none.
+	Resources func(*corev1.Pod) (cpuMilli, memoryMiB int64)
 	// Refused, if set, is told once per record value that the cache does
 	// not book, with why (the adapter emits an event on the pod).
 	Refused func(pod *corev1.Pod, err error)
@@ -127,6 +143,8 @@ func New(logger klog.Logger, o Options) *Cache {
 		leases:    make(map[string]time.Time),
 		leaseLive: make(map[string]*gpusharev1.GPUUsage),
 		now:       time.Now,
+		bound:     make(map[types.UID]podResources),
+		requested: make(map[string]podResources),
 	}
 }
 
@@ -168,7 +186,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 }
 
 func sameInventory(a, b *alloc.Node) bool {
-	if a.Mode != b.Mode || len(a.GPUs) != len(b.GPUs) {
+	if a.Mode != b.Mode || len(a.GPUs) != len(b.GPUs) || a.CPUMilli != b.CPUMilli || a.MemoryMiB != b.MemoryMiB {
 		return false
 	}
 	for i := range a.GPUs {
@@ -313,6 +331,8 @@ func (c *Cache) rebuild(e *nodeEntry) {
 	pods := sortedEntries(e.pods)
 	node := withVanished(e.inventory, pods)
 	e.state = alloc.NewNodeState(node)
+	r := c.requested[node.Name]
+	e.state.CPUMilli, e.state.MemoryMiB = r.cpu, r.memoryMi
 	// Live samples are by inventory index; vanished GPUs have none.
 	e.state.Live = live
 	e.over = make([]alloc.Usage, len(node.GPUs))
@@ -530,6 +550,11 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		c.RemovePod(pod.UID)
 		return
 	}
+	if c.opts.Resources != nil && pod.Spec.NodeName != "" {
+		c.mu.Lock()
+		c.countLocked(pod)
+		c.mu.Unlock()
+	}
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
 	foreign := false
 	if !ok {
@@ -666,10 +691,47 @@ func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
 func (c *Cache) RemovePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.uncountLocked(uid)
 	delete(c.refused, uid)
 	if p := c.pods[uid]; p != nil {
 		c.unbook(uid, p)
 		delete(c.pods, uid)
+	}
+}
+
+// countLocked counts a bound pod's CPU and memory against its node, once:
+// a bound pod's requests and node do not change.
+func (c *Cache) countLocked(pod *corev1.Pod) {
+	if _, ok := c.bound[pod.UID]; ok {
+		return
+	}
+	cpu, mem := c.opts.Resources(pod)
+	r := podResources{node: pod.Spec.NodeName, cpu: max(cpu, 0), memoryMi: max(mem, 0)}
+	c.bound[pod.UID] = r
+	c.addRequested(r, 1)
+}
+
+func (c *Cache) uncountLocked(uid types.UID) {
+	if r, ok := c.bound[uid]; ok {
+		delete(c.bound, uid)
+		c.addRequested(r, -1)
+	}
+}
+
+// addRequested adds (sign 1) or takes away (-1) r on its node, in the
+// sums and in the node's state.
+func (c *Cache) addRequested(r podResources, sign int64) {
+	sum := c.requested[r.node]
+	sum.cpu += sign * r.cpu
+	sum.memoryMi += sign * r.memoryMi
+	if sum.cpu == 0 && sum.memoryMi == 0 {
+		delete(c.requested, r.node)
+	} else {
+		c.requested[r.node] = sum
+	}
+	if e := c.nodes[r.node]; e != nil {
+		e.state.CPUMilli += sign * r.cpu
+		e.state.MemoryMiB += sign * r.memoryMi
 	}
 }
 

@@ -9,9 +9,11 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
 
-// NodeFrom returns the core's description of a Node's GPUs, or why the node
-// takes no part: it does not opt in, or its inventory is missing or
-// invalid. CPU and memory are left to kube-scheduler.
+// NodeFrom returns the core's description of a Node's GPUs, CPU and
+// memory, or why the node takes no part: it does not opt in, or its
+// inventory is missing or invalid. CPU and memory are the node's
+// allocatable amounts (memory rounded up to a MiB); one the node does not
+// report is Unlimited: kube-scheduler judges it alone.
 func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 	if n.Labels[gpusharev1.NodeLabel] != "true" {
 		return nil, fmt.Errorf("node %s does not opt in to gpushare (label %s=true)", n.Name, gpusharev1.NodeLabel)
@@ -24,7 +26,13 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	node := &alloc.Node{Name: n.Name, GPUs: make([]alloc.GPU, len(inv.GPUs))}
+	node := &alloc.Node{Name: n.Name, CPUMilli: Unlimited, MemoryMiB: Unlimited, GPUs: make([]alloc.GPU, len(inv.GPUs))}
+	if q, ok := n.Status.Allocatable[corev1.ResourceCPU]; ok {
+		node.CPUMilli = max(q.MilliValue(), 0)
+	}
+	if q, ok := n.Status.Allocatable[corev1.ResourceMemory]; ok {
+		node.MemoryMiB = max((q.Value()+1<<20-1)>>20, 0)
+	}
 	if inv.Mode == gpusharev1.ModeWholeCard {
 		node.Mode = alloc.WholeCard
 	}
@@ -34,6 +42,10 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 	}
 	return node, node.Validate()
 }
+
+// Unlimited is the CPU (milli) or memory (MiB) of a node that does not
+// report it as allocatable.
+const Unlimited = 1 << 40
 
 var kinds = map[alloc.ContainerKind]gpusharev1.ContainerKind{
 	alloc.App:     gpusharev1.ContainerApp,

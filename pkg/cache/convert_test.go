@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
@@ -20,11 +22,16 @@ func TestNodeFrom(t *testing.T) {
 	inv.GPUs[1].Model = "other"
 	inv.GPUs[1].MPS = true
 	inv.GPUs[1].UsableMemoryMiB = 81000 // 920 MiB reserved: the core books against 81000
-	got, err := cache.NodeFrom(inventoryNode(t, "n1", inv))
+	n := inventoryNode(t, "n1", inv)
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("15500m"),
+		corev1.ResourceMemory: k8sresource.MustParse("1025Mi")}
+	n.Status.Allocatable[corev1.ResourceMemory] = *k8sresource.NewQuantity(1025<<20+1, k8sresource.BinarySI)
+	got, err := cache.NodeFrom(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &alloc.Node{Name: "n1", Mode: alloc.WholeCard}
+	// Memory rounds up: the core never refuses what kube-scheduler takes.
+	want := &alloc.Node{Name: "n1", Mode: alloc.WholeCard, CPUMilli: 15500, MemoryMiB: 1026}
 	for _, g := range inv.GPUs {
 		want.GPUs = append(want.GPUs, alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.Usable(),
 			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS})
@@ -40,6 +47,10 @@ func TestNodeFrom(t *testing.T) {
 		}
 		if got.Mode != alloc.Shared {
 			t.Errorf("mode %q gives %v, want %v", mode, got.Mode, alloc.Shared)
+		}
+		// No allocatable CPU or memory: kube-scheduler judges them alone.
+		if got.CPUMilli != cache.Unlimited || got.MemoryMiB != cache.Unlimited {
+			t.Errorf("no allocatable: CPU %d, memory %d, want both %d", got.CPUMilli, got.MemoryMiB, cache.Unlimited)
 		}
 	}
 }

@@ -13,8 +13,10 @@ import (
 )
 
 // Request translates pod with model: nil with no error for a pod that
-// asks for no GPU. The request leaves CPU and memory out: kube-scheduler
-// accounts for them itself.
+// asks for no GPU. The request keeps the pod's CPU and memory: the cache
+// counts every bound pod's against its node (cache.Options.Resources), so
+// the core sees what a node has left, as kube-scheduler does, and the
+// fragmentation-aware policies weigh it.
 func Request(model *resource.Model, pod *corev1.Pod) (*alloc.PodRequest, error) {
 	req, err := model.PodRequest(pod)
 	if err != nil {
@@ -23,7 +25,6 @@ func Request(model *resource.Model, pod *corev1.Pod) (*alloc.PodRequest, error) 
 	if !req.GPUs() {
 		return nil, nil
 	}
-	req.CPUMilli, req.MemoryMiB = 0, 0
 	return req, nil
 }
 

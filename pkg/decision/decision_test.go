@@ -93,7 +93,8 @@ func TestRequest(t *testing.T) {
 	gpu := plain.DeepCopy()
 	gpu.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(1024, k8sresource.DecimalSI)}
 	req, err := decision.Request(model, gpu)
-	if err != nil || req == nil || !req.GPUs() || req.CPUMilli != 0 || req.MemoryMiB != 0 {
-		t.Errorf("GPU pod: %+v, %v; want GPUs and no CPU or memory", req, err)
+	// CPU and memory stay: the fragmentation-aware policies weigh them.
+	if err != nil || req == nil || !req.GPUs() || req.CPUMilli != 2000 || req.MemoryMiB != 1024 {
+		t.Errorf("GPU pod: %+v, %v; want GPUs, 2000m CPU and 1024 MiB", req, err)
 	}
 }

@@ -103,7 +103,7 @@ func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingAr
 	}
 	var p *alloc.Placement
 	if req != nil {
-		if p, err = s.Cache.PlaceAndAssume(pod.UID, s.Placer, args.Node, req); err != nil {
+		if p, err = s.Cache.PlaceAndAssume(pod.UID, s.Policy.Placer(), args.Node, req); err != nil {
 			return err
 		}
 	}

@@ -18,9 +18,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
-	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -48,11 +48,11 @@ func newTestServer(t testing.TB, pods ...*corev1.Pod) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy, Options: alloc.Options{Seed: args.Seed}})
+	policy, err := decision.Policy(args, model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := gpucache.New(klog.Background(), gpucache.Options{Requests: model.PodRequest})
+	cache := gpucache.New(klog.Background(), gpucache.Options{Requests: model.PodRequest, Resources: resource.PodCPUMemory})
 	for _, name := range []string{"n1", "n2"} {
 		n, err := controlplane.NodeSpec{Name: name, Model: "NVIDIA GPU", MemoryMiB: 16384, Count: 1}.Node()
 		if err != nil {
@@ -71,7 +71,7 @@ func newTestServer(t testing.TB, pods ...*corev1.Pod) *testServer {
 		ts.bound[b.Name] = b.Target.Name
 		return true, b, nil
 	})
-	ts.Server = &Server{Model: model, Placer: placer, Cache: cache, Client: ts.client, Logger: klog.Background(),
+	ts.Server = &Server{Model: model, Policy: policy, Cache: cache, Client: ts.client, Logger: klog.Background(),
 		Seed: args.Seed, Prefix: "/gpushare-scheduler", SchedulerNames: []string{"default-scheduler", "gpu-scheduler"}, BestOnly: true,
 		MaxBodyBytes: 1 << 20}
 	ts.handler = ts.Handler()

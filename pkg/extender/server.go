@@ -19,12 +19,14 @@ import (
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // Server answers kube-scheduler's extender calls.
 type Server struct {
-	Model  *resource.Model
-	Placer *alloc.Placer
+	Model *resource.Model
+	// Policy places pods; a learning one observes each pod filter sees.
+	Policy *workload.Policy
 	Cache  *gpucache.Cache
 	Client kubernetes.Interface
 	// Pods, if set, is read before the apiserver when binding.
@@ -186,7 +188,7 @@ func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.
 	fit := make(map[string]alloc.Rating, len(names))
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
-	r := s.Placer.NewRater(req, s.Seed)
+	r := s.Policy.Placer().NewRater(req, s.Seed)
 	s.Cache.ReadEach(names, func(name string, st *alloc.NodeState, err error) {
 		if err != nil {
 			outside[name] = err
@@ -220,6 +222,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		s.passed.put(c.pod.UID, c.names)
 		return c.finish(res, c.names), nil
 	}
+	s.Policy.Observe(string(c.pod.UID), req)
 	fit, unfit, outside := s.place(c.names, req)
 	s.remember(c.pod.UID, fit)
 	for n, err := range outside {

@@ -11,6 +11,7 @@ import (
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/decision"
 )
 
@@ -44,7 +45,8 @@ func TestFilterAnswers(t *testing.T) {
 		failed, unresolvable    map[string]string
 		unresolvablePrefixOnAll string
 	}{
-		// BestOnly: a pod without soft preferences goes on to the best alone.
+		// BestOnly: a pod without soft preferences goes on to the best
+		// alone: n1, whose GPU is in use, rather than n2's idle one.
 		"fits":         {pod: pod("small", 1024), passed: []string{"n1"}, failed: map[string]string{}, unresolvable: outside},
 		"fits nowhere": {pod: pod("big", 20000), passed: []string{}, failed: map[string]string{"n1": short, "n2": short}, unresolvable: outside},
 		"no GPUs":      {pod: pod("plain", 0), passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
@@ -52,6 +54,10 @@ func TestFilterAnswers(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ts := newTestServer(t)
+			if err := ts.Cache.Assume("busy", "default/busy", &alloc.Placement{Node: "n1",
+				Booked: []alloc.Assignment{{GPU: 0, UUID: "GPU-n1-0", Usage: alloc.Usage{MemoryMiB: 1024}}}}); err != nil {
+				t.Fatal(err)
+			}
 			var res extenderv1.ExtenderFilterResult
 			ts.call(t, "filter", map[string]any{"pod": c.pod, "nodenames": names}, &res)
 			if res.NodeNames == nil || !slices.Equal(*res.NodeNames, c.passed) {

@@ -27,6 +27,7 @@ import (
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -38,7 +39,7 @@ const stateKey fwk.StateKey = Name
 type GPUShare struct {
 	handle  fwk.Handle
 	model   *resource.Model
-	placer  *alloc.Placer
+	policy  *workload.Policy
 	cache   *gpucache.Cache
 	metrics *metrics
 	seed    uint64
@@ -48,6 +49,9 @@ type GPUShare struct {
 	// pdbs lists the PodDisruptionBudgets, which preemption's victim
 	// plan spares where it can.
 	pdbs policylisters.PodDisruptionBudgetLister
+	// learnOnce learns the workload from the cluster's pods on the
+	// first PreFilter: a restarted scheduler starts from what runs.
+	learnOnce sync.Once
 }
 
 var (
@@ -75,8 +79,7 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		if err != nil {
 			return nil, err
 		}
-		placer, err := alloc.NewPlacer(alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy,
-			NoTopology: args.DisableTopology, Options: alloc.Options{Seed: args.Seed}})
+		policy, err := decision.Policy(args, model)
 		if err != nil {
 			return nil, fmt.Errorf("%s args: %w", Name, err)
 		}
@@ -84,9 +87,10 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		if err := s.join(ctx, logger, h, model); err != nil {
 			return nil, err
 		}
-		pl := &GPUShare{handle: h, model: model, placer: placer, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
+		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
 			pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}
-		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy, "resources", model.Names())
+		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,
+			"learnsWorkload", policy.Learns(), "resources", model.Names())
 		return pl, nil
 	}
 }
@@ -140,6 +144,9 @@ func (pl *GPUShare) Name() string { return Name }
 // cycle is the plugin's state for one scheduling cycle.
 type cycle struct {
 	req *alloc.PodRequest
+	// placer is the policy's Placer for this cycle: Reserve places with
+	// the one Filter rated with.
+	placer *alloc.Placer
 	// rater rates the pod on each node Filter is called for.
 	rater *alloc.Rater
 	// start is when PreFilter began, for the decision latency.
@@ -168,7 +175,7 @@ type cycle struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := &cycle{req: c.req, rater: c.rater, start: c.start, ratings: maps.Clone(c.ratings),
+	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, ratings: maps.Clone(c.ratings),
 		unfits: slices.Clone(c.unfits), chosen: c.chosen, recorded: c.recorded}
 	if c.deltas != nil {
 		out.deltas = make(map[string]*nodeDelta, len(c.deltas))
@@ -213,9 +220,12 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	if req == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
+	pl.policy.Observe(string(pod.UID), req)
+	placer := pl.policy.Placer()
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
-	state.Write(stateKey, &cycle{req: req, rater: pl.placer.NewRater(req, pl.seed), start: start,
+	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start,
 		ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
 	return nil, nil
 }
@@ -339,7 +349,7 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	p, err := pl.cache.PlaceAndAssume(pod.UID, pl.placer, nodeName, c.req)
+	p, err := pl.cache.PlaceAndAssume(pod.UID, c.placer, nodeName, c.req)
 	if err != nil {
 		pl.metrics.observe(resultUnschedulable, c.start)
 		var unfit *alloc.Unfit

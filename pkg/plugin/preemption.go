@@ -238,7 +238,7 @@ func (pl *GPUShare) bookAdded(logger klog.Logger, s *alloc.NodeState, pod *corev
 	if err != nil || req == nil {
 		return
 	}
-	placed, unfit := pl.placer.Place(s, req)
+	placed, unfit := pl.policy.Placer().Place(s, req)
 	if unfit != nil {
 		logger.V(4).Info("Pod added to the node in a dry run does not fit its GPUs", "pod", klog.KObj(pod), "node", s.Node.Name, "reason", unfit)
 		return

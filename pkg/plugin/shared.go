@@ -95,6 +95,7 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 			Refused: func(pod *corev1.Pod, err error) {
 				RecordRefused(s.profiles.of(pod).recorder, pod, err)
 			},
+			Resources: resource.PodCPUMemory,
 		})
 		defer func() { go gpucache.RunExpiry(ctx, s.cache) }()
 		s.synced, s.err = gpucache.Watch(s.cache, h.SharedInformerFactory())

@@ -83,6 +83,10 @@ func New(cfg *v1alpha1.ResourceModel) (*Model, error) {
 	return m, nil
 }
 
+// ModelsAnnotation returns the pod annotation that lists the GPU models a
+// pod accepts.
+func (m *Model) ModelsAnnotation() string { return m.modelsAnnotation }
+
 // Names returns the managed extended resource names, sorted: the names the
 // default scheduler should leave to gpushare (ignoredByScheduler).
 func (m *Model) Names() []corev1.ResourceName { return slices.Clone(m.names) }

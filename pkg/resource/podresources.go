@@ -52,6 +52,13 @@ func effectiveCPUMemory(spec *corev1.PodSpec) (cpuMilli, memoryMiB int64) {
 	return cpuMilli, memoryMiB
 }
 
+// PodCPUMemory returns a pod's effective CPU and memory request, in
+// milli-CPU and MiB (rounded up), as kube-scheduler counts it against its
+// node.
+func PodCPUMemory(pod *corev1.Pod) (cpuMilli, memoryMiB int64) {
+	return effectiveCPUMemory(&pod.Spec)
+}
+
 // cpuMemoryList returns the CPU and memory of requests, a limit standing in
 // for a missing request, rounded up to a whole milli-CPU and byte; nil if
 // neither is set.

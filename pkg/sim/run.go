@@ -8,12 +8,14 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/trace"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // Arrival limits of the protocol, in fractions of the cluster's GPUs.
@@ -54,8 +56,22 @@ func parsePolicy(name string) alloc.Config {
 	return alloc.Config{Node: node, GPU: gpu}
 }
 
+// Where a fragmentation-aware policy gets the workload it weighs.
+const (
+	// Oracle gives the policy the trace's own shapes (FGD's protocol).
+	Oracle = "oracle"
+	// Online learns the shapes from the pods as they arrive, as the
+	// scheduler does (pkg/workload, its defaults): each pod is observed
+	// just before it is placed.
+	Online = "online"
+)
+
 // Options tune a Run.
 type Options struct {
+	// Workload is Oracle (default) or Online.
+	Workload string
+	// Learn tunes the online learner; zero fields take its defaults.
+	Learn workload.Config
 	// Parallel is how many seeds replay at once; 0 means GOMAXPROCS.
 	// Decision times are cleanest with 1: replays then do not share cores.
 	Parallel int
@@ -66,9 +82,17 @@ type Options struct {
 // Run replays w under the policy for each seed, in parallel, and averages.
 func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Options) (*Result, error) {
 	cfg := parsePolicy(policy)
-	cfg.Workload = Shapes(w.Pods, shapeCover)
+	oracle := Shapes(w.Pods, shapeCover)
+	cfg.Workload = oracle
 	if _, err := alloc.NewPlacer(cfg); err != nil {
 		return nil, err
+	}
+	switch o.Workload {
+	case "", Oracle:
+	case Online:
+		cfg.Workload = nil
+	default:
+		return nil, fmt.Errorf("unknown workload source %q (want %s or %s)", o.Workload, Oracle, Online)
 	}
 	nodes, err := w.nodes()
 	if err != nil {
@@ -90,8 +114,10 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 			defer func() { <-sem }()
 			c := cfg
 			c.Seed = seed
-			pl, _ := alloc.NewPlacer(c)
-			runs[i], errs[i] = replay(ctx, w, nodes, pl, cfg.Workload, seed)
+			var p *workload.Policy
+			if p, errs[i] = workload.NewPolicy(c, o.Learn); errs[i] == nil {
+				runs[i], errs[i] = replay(ctx, w, nodes, p, oracle, seed)
+			}
 			mu.Lock()
 			done++
 			if o.Progress != nil {
@@ -144,7 +170,9 @@ func Order(w *Workload, seed uint64) []int {
 	return idx
 }
 
-func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, pl *alloc.Placer, shapes []alloc.Shape, seed uint64) (seedRun, error) {
+// replay places the pods of one seed's order; shapes measure
+// fragmentation. A learning policy observes each pod before placing it.
+func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workload.Policy, shapes []alloc.Shape, seed uint64) (seedRun, error) {
 	states := make([]*alloc.NodeState, len(nodes))
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
@@ -161,7 +189,8 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, pl *alloc.Pla
 		p := &w.Pods[i]
 		req := Request(p)
 		t0 := time.Now()
-		d := pl.Pick(states, &req, seed)
+		policy.Observe(strconv.Itoa(k), &req)
+		d := policy.Placer().Pick(states, &req, seed)
 		run.decisions = append(run.decisions, time.Since(t0))
 		if d.Placement != nil {
 			if err := states[d.Index].Apply(d.Placement); err != nil {

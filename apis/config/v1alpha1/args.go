@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -17,19 +18,20 @@ const KindGPUShareArgs = "GPUShareArgs"
 //
 //	apiVersion: config.gpushare.io/v1alpha1
 //	kind: GPUShareArgs
-//	nodePolicy: binpack
+//	nodePolicy: fgd-fill
 //	resourceModel:
 //	  resources:
 //	  - {name: aliyun.com/gpu-mem, kind: Memory, unit: MiB}
 type GPUShareArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// NodePolicy chooses among the nodes a pod fits: binpack (default),
+	// NodePolicy chooses among the nodes a pod fits: fgd-fill (default:
+	// the placement that leaves the least GPU share unusable by the mix
+	// of pods the scheduler sees, see Workload), fgd-pack, fgd, binpack,
 	// spread, random, bestfit, or load-aware (binpack that avoids GPUs
 	// whose live use, published by gpushare-node, exceeds their bookings
 	// or whose engine is busy; bookings alone when the sample is older
-	// than 3 minutes). fgd, fgd-pack and fgd-fill need a workload and are
-	// for the simulator.
+	// than 3 minutes).
 	NodePolicy string `json:"nodePolicy,omitempty"`
 	// GPUPolicy chooses the GPUs of the chosen node; default: the GPU
 	// policy of the same name as NodePolicy.
@@ -37,6 +39,11 @@ type GPUShareArgs struct {
 	// Seed drives the random policy and the hash that breaks ties between
 	// equally good nodes. Default 0.
 	Seed uint64 `json:"seed,omitempty"`
+	// Workload tunes how the fragmentation-aware policies (fgd, fgd-pack,
+	// fgd-fill) learn the mix of pod shapes they weigh. Default: learned
+	// from the GPU pods the scheduler sees, starting from one whole GPU
+	// per pod.
+	Workload *WorkloadArgs `json:"workload,omitempty"`
 	// DisableTopology turns off the NVLink and NUMA preference for
 	// multi-GPU containers.
 	DisableTopology bool `json:"disableTopology,omitempty"`
@@ -52,6 +59,42 @@ type GPUShareArgs struct {
 	// Default none: the whole memory is usable.
 	ReservedMemory []ReservedMemory `json:"reservedMemory,omitempty"`
 }
+
+// WorkloadArgs tune the learned workload of the fragmentation-aware
+// policies.
+type WorkloadArgs struct {
+	// Learn learns the mix from the GPU pods the scheduler sees: each pod
+	// once, when first seen, recent pods weighing more (HalfLife). On a
+	// restart the mix is learned again from the cluster's pods, oldest
+	// first. Default true; false weighs Shapes as they are.
+	Learn *bool `json:"learn,omitempty"`
+	// HalfLife is the number of GPU pods after which a pod seen weighs
+	// half as much. Default 2000.
+	HalfLife int64 `json:"halfLife,omitempty"`
+	// Warmup is how many pods the prior (Shapes, or one whole GPU per pod
+	// when Shapes is empty) weighs as, so that the first pods seen do not
+	// decide alone. Default 100.
+	Warmup int64 `json:"warmup,omitempty"`
+	// Shapes is the prior: the mix expected before any pod is seen. With
+	// Learn false it is the workload.
+	Shapes []WorkloadShape `json:"shapes,omitempty"`
+}
+
+// WorkloadShape is one kind of pod in a workload.
+type WorkloadShape struct {
+	// Weight is the shape's share of pods, relative to the others; at
+	// least 1.
+	Weight int64 `json:"weight"`
+	// Requests are the pod's requests as its spec writes them: cpu,
+	// memory and the GPU resources of the resource model, e.g.
+	// {cpu: "4", gpushare.io/gpu-core: "50"}.
+	Requests corev1.ResourceList `json:"requests"`
+	// Models are the GPU models the pod accepts; empty accepts any.
+	Models []string `json:"models,omitempty"`
+}
+
+// Learns reports whether the workload is learned (the default).
+func (w *WorkloadArgs) Learns() bool { return w == nil || w.Learn == nil || *w.Learn }
 
 // ReservedMemory is the memory a GPU model holds back from processes.
 type ReservedMemory struct {
@@ -75,8 +118,9 @@ func (a *GPUShareArgs) ReservedMiB(model string) int64 {
 	return mib
 }
 
-// DefaultNodePolicy is the node policy when none is set.
-const DefaultNodePolicy = "binpack"
+// DefaultNodePolicy is the node policy when none is set: the
+// fragmentation-aware policy, on the workload it learns.
+const DefaultNodePolicy = "fgd-fill"
 
 // SetArgsDefaults fills the unset fields of a.
 func SetArgsDefaults(a *GPUShareArgs) {
@@ -90,6 +134,13 @@ func SetArgsDefaults(a *GPUShareArgs) {
 		a.ResourceModel = &ResourceModel{}
 	}
 	SetDefaults(a.ResourceModel)
+	if a.Workload == nil {
+		a.Workload = &WorkloadArgs{}
+	}
+	if a.Workload.Learn == nil {
+		learn := true
+		a.Workload.Learn = &learn
+	}
 }
 
 // ValidateArgs reports every invalid field of defaulted args. Policy names
@@ -100,7 +151,41 @@ func ValidateArgs(a *GPUShareArgs) field.ErrorList {
 		e.Field = "resourceModel." + e.Field
 		errs = append(errs, e)
 	}
+	errs = append(errs, validateWorkload(field.NewPath("workload"), a.Workload)...)
 	return append(errs, validateReserved(field.NewPath("reservedMemory"), a.ReservedMemory)...)
+}
+
+// validateWorkload checks what needs no resource model; the shapes'
+// GPU requests are checked where the model is (pkg/decision).
+func validateWorkload(p *field.Path, w *WorkloadArgs) field.ErrorList {
+	var errs field.ErrorList
+	if w == nil {
+		return nil
+	}
+	if w.HalfLife < 0 {
+		errs = append(errs, field.Invalid(p.Child("halfLife"), w.HalfLife, "must not be negative (pods; 0 for the default)"))
+	}
+	if w.Warmup < 0 {
+		errs = append(errs, field.Invalid(p.Child("warmup"), w.Warmup, "must not be negative (pods; 0 for the default)"))
+	}
+	if !w.Learns() && len(w.Shapes) == 0 {
+		errs = append(errs, field.Required(p.Child("shapes"), "a workload that is not learned must list its shapes"))
+	}
+	for i, q := range w.Shapes {
+		qp := p.Child("shapes").Index(i)
+		if q.Weight < 1 {
+			errs = append(errs, field.Invalid(qp.Child("weight"), q.Weight, "must be at least 1"))
+		}
+		if len(q.Requests) == 0 {
+			errs = append(errs, field.Required(qp.Child("requests"), "the pod's requests, e.g. {cpu: \"4\", gpushare.io/gpu-core: \"50\"}"))
+		}
+		for j, m := range q.Models {
+			if strings.TrimSpace(m) == "" {
+				errs = append(errs, field.Invalid(qp.Child("models").Index(j), m, "must name a GPU model"))
+			}
+		}
+	}
+	return errs
 }
 
 func validateReserved(p *field.Path, rs []ReservedMemory) field.ErrorList {

@@ -19,3 +19,21 @@ func (in *ResourceModel) DeepCopy() *ResourceModel {
 	}
 	return &out
 }
+
+// DeepCopy returns a copy of in that shares no memory with it.
+func (in *WorkloadArgs) DeepCopy() *WorkloadArgs {
+	if in == nil {
+		return nil
+	}
+	out := *in
+	if in.Learn != nil {
+		v := *in.Learn
+		out.Learn = &v
+	}
+	out.Shapes = slices.Clone(in.Shapes)
+	for i := range out.Shapes {
+		out.Shapes[i].Requests = in.Shapes[i].Requests.DeepCopy()
+		out.Shapes[i].Models = slices.Clone(in.Shapes[i].Models)
+	}
+	return &out
+}

@@ -1,0 +1,85 @@
+package decision_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/decision"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+func loadArgs(t *testing.T, yaml string) (*v1alpha1.GPUShareArgs, *resource.Model) {
+	t.Helper()
+	args, err := v1alpha1.LoadArgs([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := resource.New(args.ResourceModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return args, model
+}
+
+// TestPolicyFromArgs: the default learns; configured shapes are the prior,
+// or the workload itself with learn: false; a shape that asks for no GPU
+// is an error naming it.
+func TestPolicyFromArgs(t *testing.T) {
+	args, model := loadArgs(t, "")
+	p, err := decision.Policy(args, model)
+	if err != nil || !p.Learns() {
+		t.Fatalf("default args: learns %v, %v; want a learning policy", p != nil && p.Learns(), err)
+	}
+
+	const shapes = `
+workload:
+  learn: false
+  shapes:
+  - weight: 3
+    requests: {cpu: "4", gpushare.io/gpu-core: "50"}
+    models: [T4]
+  - weight: 1
+    requests: {aliyun.com/gpu-mem: "8"}
+`
+	args, model = loadArgs(t, shapes)
+	if p, err = decision.Policy(args, model); err != nil || p.Learns() {
+		t.Fatalf("learn: false: learns %v, %v; want a fixed workload", p != nil && p.Learns(), err)
+	}
+
+	args, model = loadArgs(t, "workload:\n  shapes:\n  - {weight: 1, requests: {cpu: \"2\"}}\n")
+	if _, err := decision.Policy(args, model); err == nil || !strings.Contains(err.Error(), "workload.shapes[0]") {
+		t.Errorf("a shape without GPUs: %v; want an error naming workload.shapes[0]", err)
+	}
+	if _, err := v1alpha1.LoadArgs([]byte("workload:\n  learn: false\n")); err == nil {
+		t.Error("learn: false without shapes: want an error")
+	}
+}
+
+// TestLearn: a restarted scheduler learns the pods that have not ended,
+// GPU pods only.
+func TestLearn(t *testing.T) {
+	args, model := loadArgs(t, "")
+	p, err := decision.Policy(args, model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(uid string, gpu bool, phase corev1.PodPhase) *corev1.Pod {
+		c := corev1.Container{Name: "main"}
+		if gpu {
+			c.Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": k8sresource.MustParse("30")}
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID("uid-" + uid)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{c}}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	pods := []*corev1.Pod{pod("a", true, corev1.PodRunning), pod("b", false, corev1.PodRunning),
+		pod("c", true, corev1.PodSucceeded), pod("d", true, corev1.PodPending)}
+	if n := decision.Learn(p, model, pods); n != 2 || p.Learner().Observed() != 2 {
+		t.Errorf("learned %d pods (observed %d), want 2: the running and the pending GPU pods", n, p.Learner().Observed())
+	}
+}

@@ -1,0 +1,128 @@
+package workload
+
+import (
+	"testing"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+func shared(cpu, compute int64, models ...string) alloc.Shape {
+	return alloc.Shape{CPUMilli: cpu, Count: 1, Demand: alloc.Demand{Compute: compute, Models: models}, Weight: 1}
+}
+
+func weights(shapes []alloc.Shape) map[string]int64 {
+	out := map[string]int64{}
+	for i := range shapes {
+		out[shapeKey(&shapes[i])] = shapes[i].Weight
+	}
+	return out
+}
+
+// TestLearnerWarmup: before any pod the prior (one whole GPU) is the
+// workload; after many pods of one shape the prior is cut by coverage.
+func TestLearnerWarmup(t *testing.T) {
+	l := NewLearner(Config{})
+	got := l.Shapes()
+	if len(got) != 1 || shapeKey(&got[0]) != shapeKey(&WholeGPU) {
+		t.Fatalf("before any pod: %+v, want the whole-GPU prior alone", got)
+	}
+	half := shared(4000, 50)
+	for i := range DefaultWarmup {
+		l.Observe(string(rune('a'+i%26))+string(rune(i)), half)
+	}
+	w := weights(l.Shapes())
+	if len(w) != 2 || w[shapeKey(&half)] < w[shapeKey(&WholeGPU)] {
+		t.Fatalf("after %d pods: %v, want the pods' shape heavier than the prior", DefaultWarmup, w)
+	}
+	for i := range 20 * DefaultWarmup {
+		l.Observe("", half)
+		_ = i
+	}
+	if got := l.Shapes(); len(got) != 1 || shapeKey(&got[0]) != shapeKey(&half) {
+		t.Errorf("after many pods of one shape: %+v, want that shape alone (the prior below 5%%)", got)
+	}
+}
+
+// TestLearnerCountsEachPodOnce: a key seen before does not count again.
+func TestLearnerCountsEachPodOnce(t *testing.T) {
+	l := NewLearner(Config{})
+	if !l.Observe("uid-1", shared(0, 10)) || l.Observe("uid-1", shared(0, 10)) {
+		t.Error("the second observation of uid-1 counted")
+	}
+	if l.Observed() != 1 {
+		t.Errorf("Observed = %d, want 1", l.Observed())
+	}
+}
+
+// TestLearnerDecays: with a half-life of 100 pods, 100 pods of shape B
+// after 100 of shape A weigh twice A (give or take the decay within each
+// run), so the mix follows a change of workload.
+func TestLearnerDecays(t *testing.T) {
+	a, b := shared(1000, 25), shared(1000, 75, "T4")
+	l := NewLearner(Config{HalfLife: 100, Prior: []alloc.Shape{a}, Warmup: 1})
+	for range 100 {
+		l.Observe("", a)
+	}
+	for range 100 {
+		l.Observe("", b)
+	}
+	w := weights(l.Shapes())
+	ratio := float64(w[shapeKey(&b)]) / float64(w[shapeKey(&a)])
+	if ratio < 1.9 || ratio > 2.1 {
+		t.Errorf("B/A weight %.2f, want about 2 (weights %v)", ratio, w)
+	}
+}
+
+// TestShapeOf: the largest app container's GPUs and the pod's CPU; init
+// containers and memory are left out; a pod without GPUs has no shape.
+func TestShapeOf(t *testing.T) {
+	req := &alloc.PodRequest{CPUMilli: 8000, MemoryMiB: 4096, Containers: []alloc.PodContainer{
+		{ContainerRequest: alloc.ContainerRequest{Name: "init", Count: 4, Exclusive: true}, Kind: alloc.Init},
+		{ContainerRequest: alloc.ContainerRequest{Name: "small", Compute: 10}},
+		{ContainerRequest: alloc.ContainerRequest{Name: "big", Count: 2, MemoryMiB: 8192, Models: []string{"A100"}}},
+	}}
+	q, ok := ShapeOf(req)
+	want := alloc.Shape{CPUMilli: 8000, Count: 2, Demand: alloc.Demand{MemoryMiB: 4096, Models: []string{"A100"}}, Weight: 1}
+	if !ok || shapeKey(&q) != shapeKey(&want) {
+		t.Errorf("ShapeOf = %+v, %v; want %+v", q, ok, want)
+	}
+	if _, ok := ShapeOf(&alloc.PodRequest{CPUMilli: 1000}); ok {
+		t.Error("a pod without GPUs has a shape")
+	}
+}
+
+// TestPolicyRebuilds: a learning policy's Placer follows the mix (a new
+// Placer once the pods seen double, then every DefaultRefresh pods);
+// binpack learns nothing and keeps one Placer.
+func TestPolicyRebuilds(t *testing.T) {
+	p, err := NewPolicy(alloc.Config{Node: "fgd-fill"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &alloc.PodRequest{Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "main", Compute: 30}}}}
+	builds := 0
+	last := p.Placer()
+	for i := range 3 * DefaultRefresh {
+		p.Observe(string(rune(i+1)), req)
+		if pl := p.Placer(); pl != last {
+			builds++
+			last = pl
+		}
+	}
+	// 1, 2, 4, ..., 128, then 256 and 384.
+	if builds != 10 {
+		t.Errorf("%d Placers built over %d pods, want 10", builds, 3*DefaultRefresh)
+	}
+	fixed, err := NewPolicy(alloc.Config{Node: "binpack"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := fixed.Placer()
+	fixed.Observe("x", req)
+	if fixed.Learns() || fixed.Placer() != pl {
+		t.Error("binpack learned a workload")
+	}
+	if _, err := NewPolicy(alloc.Config{Node: "nope"}, Config{}); err == nil {
+		t.Error("unknown policy: want an error")
+	}
+}

@@ -1,0 +1,99 @@
+package workload
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// DefaultRefresh is how many pods a Placer serves at most before Policy
+// builds one for the mix learned since: a new Placer re-derives each
+// node's fragmentation once, so this bounds that cost to about one
+// decision in DefaultRefresh.
+const DefaultRefresh = 128
+
+// Policy is a placement policy fed by a Learner: Placer returns a Placer
+// for the workload learned so far. Policies that weigh no workload
+// (binpack, spread, ...) get one fixed Placer and learn nothing.
+type Policy struct {
+	cfg     alloc.Config
+	learner *Learner
+
+	mu     sync.Mutex
+	placer atomic.Pointer[alloc.Placer]
+	// built is the learner's count of pods when placer was built.
+	built atomic.Int64
+}
+
+// NewPolicy checks cfg's policy names and returns a Policy. A
+// fragmentation-aware policy learns with lc, unless cfg.Workload is set:
+// a workload known in advance is weighed as it is.
+func NewPolicy(cfg alloc.Config, lc Config) (*Policy, error) {
+	p := &Policy{cfg: cfg}
+	if !alloc.NeedsWorkload(cfg) || len(cfg.Workload) > 0 {
+		pl, err := alloc.NewPlacer(cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.placer.Store(pl)
+		return p, nil
+	}
+	p.learner = NewLearner(lc)
+	if err := p.rebuild(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Learns reports whether the policy learns a workload.
+func (p *Policy) Learns() bool { return p.learner != nil }
+
+// Learner returns the policy's learner, nil if it learns nothing.
+func (p *Policy) Learner() *Learner { return p.learner }
+
+// Observe counts the pod in the learned mix, once per key (the pod's
+// UID); pods without GPUs are not counted.
+func (p *Policy) Observe(key string, req *alloc.PodRequest) {
+	if p.learner == nil {
+		return
+	}
+	if q, ok := ShapeOf(req); ok {
+		p.learner.Observe(key, q)
+	}
+}
+
+// Placer returns the Placer for the mix learned so far. It is rebuilt
+// when the pods observed since it was built reach the pods observed
+// before it (1, 2, 4, ... while warming up), and at most every
+// DefaultRefresh pods after.
+func (p *Policy) Placer() *alloc.Placer {
+	if p.learner == nil {
+		return p.placer.Load()
+	}
+	n, built := p.learner.Observed(), p.built.Load()
+	if n-built >= min(max(built, 1), DefaultRefresh) {
+		p.mu.Lock()
+		if n-p.built.Load() >= min(max(p.built.Load(), 1), DefaultRefresh) {
+			// The names were checked in NewPolicy and the learner's
+			// shapes are never empty: rebuild cannot fail here.
+			_ = p.rebuild()
+		}
+		p.mu.Unlock()
+	}
+	return p.placer.Load()
+}
+
+// rebuild builds a Placer for the learner's current shapes.
+func (p *Policy) rebuild() error {
+	n := p.learner.Observed()
+	c := p.cfg
+	c.Workload = p.learner.Shapes()
+	pl, err := alloc.NewPlacer(c)
+	if err != nil {
+		return err
+	}
+	p.placer.Store(pl)
+	p.built.Store(n)
+	return nil
+}
