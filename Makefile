@@ -176,6 +176,13 @@ bench-default: build ## Packing benchmark on the openb default workload only.
 bench-scheduler: cluster-tools ## Scheduling throughput and memory: gpushare-scheduler, stock kube-scheduler and the extender (NODES, PODS).
 	$(GO) run ./test/bench/scheduler --nodes $(or $(NODES),1000,5000) --pods $(or $(PODS),10000)
 
+.PHONY: bench-replay
+bench-replay: cluster-tools ## The openb default trace through gpushare-scheduler on 1213 kwok nodes vs gpushare-sim, per seed (SEEDS, default 42-44; OPENB; REPLAY_FLAGS, e.g. --until 100).
+	$(GO) run ./test/bench/replay --openb $(OPENB) --seeds $(REPLAY_SEEDS) $(REPLAY_FLAGS)
+
+# bench-replay's seeds: SEEDS when given, else 42-44 (a replay takes minutes).
+REPLAY_SEEDS = $(if $(filter environment command line,$(origin SEEDS)),$(SEEDS),42-44)
+
 .PHONY: bench-deviceplugin
 bench-deviceplugin: cluster-tools ## Device plugin latency with 100 pods starting at once: gpushare-node as its own process (ROUNDS).
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench DevicePluginStart100 -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
