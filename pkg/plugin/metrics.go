@@ -19,6 +19,9 @@ const (
 type metrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	// learned is the GPU pods each profile's learned workload has
+	// counted (workload.Learner.Observed).
+	learned *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -32,11 +35,15 @@ func newMetrics() *metrics {
 			Help:    "Time from PreFilter to the GPUShare plugin's decision, by result.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"result"}),
+		learned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpushare_scheduler_workload_pods",
+			Help: "GPU pods the learned workload of the fragmentation-aware policy has counted, by scheduler profile (after a restart: the profile's pods in the cluster, then each new one).",
+		}, []string{"profile"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency}
+	return []prometheus.Collector{m.decisions, m.latency, m.learned}
 }
 
 func (m *metrics) observe(result string, start time.Time) {

@@ -222,6 +222,9 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
 	pl.policy.Observe(string(pod.UID), req)
+	if l := pl.policy.Learner(); l != nil {
+		pl.metrics.learned.WithLabelValues(pl.handle.ProfileName()).Set(float64(l.Observed()))
+	}
 	placer := pl.policy.Placer()
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.

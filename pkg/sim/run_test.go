@@ -59,3 +59,33 @@ func TestRunIsRepeatableAndBounded(t *testing.T) {
 		t.Error("unknown policy: want an error")
 	}
 }
+
+// TestRunOnline: with the online learner a fragmentation-aware policy
+// replays repeatably, and close to the oracle on the synthetic trace;
+// an unknown workload source is an error.
+func TestRunOnline(t *testing.T) {
+	nodes, pods := trace.Synthetic(7, 40)
+	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
+	seeds := []uint64{1, 2, 3}
+	oracle, err := Run(context.Background(), w, "fgd-fill", seeds, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Run(context.Background(), w, "fgd-fill", seeds, Options{Workload: Online})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(context.Background(), w, "fgd-fill", seeds, Options{Workload: Online})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a.PerSeed, b.PerSeed); diff != "" {
+		t.Errorf("online results differ between identical runs:\n%s", diff)
+	}
+	if d := a.Unalloc100 - oracle.Unalloc100; d > 3 || d < -3 {
+		t.Errorf("online %.2f%% vs oracle %.2f%%: more than 3 points apart", a.Unalloc100, oracle.Unalloc100)
+	}
+	if _, err := Run(context.Background(), w, "fgd-fill", seeds, Options{Workload: "psychic"}); err == nil {
+		t.Error("unknown workload source: want an error")
+	}
+}

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -306,4 +307,16 @@ func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return client
+}
+
+// schedulerConfigWith returns deploy/scheduler-config.yaml with every
+// profile's nodePolicy set to policy; it fails if the file sets none.
+func schedulerConfigWith(t testing.TB, policy string) []byte {
+	t.Helper()
+	b := readFile(t, "deploy/scheduler-config.yaml")
+	re := regexp.MustCompile(`(?m)^(\s*)nodePolicy: \S+$`)
+	if !re.Match(b) {
+		t.Fatal("deploy/scheduler-config.yaml sets no nodePolicy to replace")
+	}
+	return re.ReplaceAll(b, []byte("${1}nodePolicy: "+policy))
 }

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -110,8 +109,7 @@ func TestNodeDaemonInventory(t *testing.T) {
 // policy a GPU with little booked but much memory really in use (here by a
 // process outside Kubernetes) is not chosen first.
 func TestLoadAware(t *testing.T) {
-	c, client, _ := startPlugin(t, bytes.ReplaceAll(readFile(t, "deploy/scheduler-config.yaml"),
-		[]byte("nodePolicy: binpack"), []byte("nodePolicy: load-aware")))
+	c, client, _ := startPlugin(t, schedulerConfigWith(t, "load-aware"))
 	ctx := context.Background()
 	bareNode(t, client, "t4-0")
 	simFile := filepath.Join(t.TempDir(), "gpus.yaml")

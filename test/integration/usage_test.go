@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -22,8 +21,7 @@ import (
 // gpushare-scheduler's load-aware policy still sees it: a GPU with little
 // booked but much memory really in use is not chosen first.
 func TestLiveUseOnLease(t *testing.T) {
-	c, admin, _ := startPlugin(t, bytes.ReplaceAll(readFile(t, "deploy/scheduler-config.yaml"),
-		[]byte("nodePolicy: binpack"), []byte("nodePolicy: load-aware")))
+	c, admin, _ := startPlugin(t, schedulerConfigWith(t, "load-aware"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := controlplane.Apply(ctx, admin, readFile(t, "deploy/node-rbac.yaml")); err != nil {
