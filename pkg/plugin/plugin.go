@@ -218,7 +218,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if req == nil {
-		return nil, fwk.NewStatus(fwk.Skip)
+		return pl.preFilterPlain(state, pod)
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
 	pl.policy.Observe(string(pod.UID), req)
@@ -236,6 +236,12 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 // Filter implements fwk.FilterPlugin.
 func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	c, err := readCycle(state)
+	if errors.Is(err, fwk.ErrNotFound) {
+		if pc := readPlain(state); pc != nil {
+			pl.filterPlain(pc, nodeInfo.Node().Name)
+			return nil
+		}
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -298,9 +304,10 @@ func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev
 }
 
 // PreScore implements fwk.PreScorePlugin: a pod that asks for no GPU is
-// scored by kube-scheduler's own plugins alone.
+// scored by kube-scheduler's own plugins alone, unless the policy is
+// fragmentation-aware (preFilterPlain).
 func (pl *GPUShare) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if _, err := readCycle(state); err != nil {
+	if _, err := readCycle(state); err != nil && readPlain(state) == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -320,16 +327,24 @@ func (pl *GPUShare) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // ones step down to 0, so that with the plugin's weight the policy decides
 // among nodes that other plugins rate alike.
 func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	order := make([]decision.Rated, len(scores))
 	c, err := readCycle(state)
-	if err != nil {
+	switch pc := readPlain(state); {
+	case err == nil:
+		c.mu.Lock()
+		for i := range scores {
+			order[i] = decision.Rated{Node: scores[i].Name, Rating: c.ratings[scores[i].Name]}
+		}
+		c.mu.Unlock()
+	case pc != nil:
+		pc.mu.Lock()
+		for i := range scores {
+			order[i] = decision.Rated{Node: scores[i].Name, Rating: pc.rating(scores[i].Name)}
+		}
+		pc.mu.Unlock()
+	default:
 		return fwk.AsStatus(err)
 	}
-	order := make([]decision.Rated, len(scores))
-	c.mu.Lock()
-	for i := range scores {
-		order[i] = decision.Rated{Node: scores[i].Name, Rating: c.ratings[scores[i].Name]}
-	}
-	c.mu.Unlock()
 	decision.Rank(order)
 	rank := make(map[string]int, len(order))
 	for i, r := range order {

@@ -300,6 +300,64 @@ func TestPluginSkipsPodsWithoutGPUs(t *testing.T) {
 	}
 }
 
+// TestPluginRanksPodsWithoutGPUs: under the fragmentation-aware default a
+// pod that asks for CPU and no GPU passes every node (NodeResourcesFit
+// judges CPU), goes first to a node without gpushare GPUs, and among GPU
+// nodes to the one its CPU strands no GPU on; Reserve and Bind leave it
+// alone.
+func TestPluginRanksPodsWithoutGPUs(t *testing.T) {
+	withCPU := func(n *corev1.Node, cores string) *corev1.Node {
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse(cores)}
+		return n
+	}
+	plainNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only", Labels: map[string]string{corev1.LabelHostname: "cpu-only"}}}
+	c := newClusterOf(t, []*corev1.Node{withCPU(gpuNode(t, "n1", 16384), "16"), withCPU(gpuNode(t, "n2", 16384), "64"), withCPU(plainNode, "64")})
+	fw := c.profile("default-scheduler")
+	c.start()
+	cpuPod := func(p *corev1.Pod, cores string) *corev1.Pod {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse(cores)}
+		return p
+	}
+	// The workload learned: GPU pods of 8 CPUs each.
+	for i := range 20 {
+		if _, s, _ := fw.RunPreFilterPlugins(c.ctx, framework.NewCycleState(), cpuPod(gpuPod(fmt.Sprintf("g%d", i), "default-scheduler", 4096), "8")); !s.IsSuccess() {
+			t.Fatalf("PreFilter: %v", s)
+		}
+	}
+
+	pod := cpuPod(gpuPod("plain", "default-scheduler", 0), "12")
+	state, statuses := c.filter(fw, pod)
+	var nodes []fwk.NodeInfo
+	for _, n := range c.nodes {
+		if statuses[n.Name] != nil {
+			t.Errorf("Filter on %s: %v, want it passed", n.Name, statuses[n.Name])
+		}
+		nodes = append(nodes, c.nodeInfo(n.Name))
+	}
+	if s := fw.RunPreScorePlugins(c.ctx, state, pod, nodes); !s.IsSuccess() {
+		t.Fatalf("PreScore: %v", s)
+	}
+	scores, s := fw.RunScorePlugins(c.ctx, state, pod, nodes)
+	if !s.IsSuccess() {
+		t.Fatalf("Score: %v", s)
+	}
+	got := map[string]int64{}
+	for _, ns := range scores {
+		got[ns.Name] = ns.TotalScore
+	}
+	// 12 of n1's 16 CPUs would leave none for an 8-CPU GPU pod: its GPU
+	// would be stranded. n2 keeps 52.
+	if got["cpu-only"] != fwk.MaxScore || got["n2"] <= got["n1"] {
+		t.Errorf("scores %v, want cpu-only the best, then n2 above n1", got)
+	}
+	if s := fw.RunReservePluginsReserve(c.ctx, state, pod, "n2"); !s.IsSuccess() {
+		t.Fatalf("Reserve: %v", s)
+	}
+	if s := fw.RunBindPlugins(c.ctx, state, pod, "n2"); !s.IsSkip() {
+		t.Errorf("Bind: %v, want Skip (DefaultBinder binds pods without GPUs)", s)
+	}
+}
+
 // TestPluginRejects: a request no GPU could hold, and a malformed one, are
 // rejected at PreFilter for good with the resource model's message; one
 // no node has room for now gets the numbers of the shortfall.
@@ -370,7 +428,7 @@ func TestPluginProfilesShareOneCache(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.registered != 3 {
-		t.Errorf("%d collectors registered, want 3 (the cache's and the two of the decisions), once", c.registered)
+	if c.registered != 4 {
+		t.Errorf("%d collectors registered, want 4 (the cache's, the two of the decisions and the learned workload's), once", c.registered)
 	}
 }

@@ -46,6 +46,11 @@ func NewPolicy(cfg alloc.Config, lc Config) (*Policy, error) {
 	return p, nil
 }
 
+// Weighs reports whether the policy weighs a workload (a
+// fragmentation-aware one): it then also has a say where pods without
+// GPUs go, since their CPU and memory can strand a node's GPUs.
+func (p *Policy) Weighs() bool { return alloc.NeedsWorkload(p.cfg) }
+
 // Learns reports whether the policy learns a workload.
 func (p *Policy) Learns() bool { return p.learner != nil }
 
