@@ -43,3 +43,61 @@ func TestFGDFillCountsStrandedGPUs(t *testing.T) {
 		}
 	}
 }
+
+// TestFGDRobustKeepsScarceModelFree: a pod any GPU takes goes to the node
+// whose model no model-bound shape needs, though the other node is smaller
+// (fewer GPUs first would choose it) and the model signal, a twentieth of
+// half a GPU, is below fgd-fill's rounding.
+func TestFGDRobustKeepsScarceModelFree(t *testing.T) {
+	shapes := []Shape{
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 50}, Weight: 19},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 50, Models: []string{"T4"}}, Weight: 1},
+	}
+	scarce := makeNode("scarce").gpus(2, "T4", 16000)
+	common := makeNode("common").gpus(4, "G2", 16000)
+	pod := makePod("p").cpu(1000).shared("main", 0, 50).obj()
+	for _, c := range []struct{ policy, want string }{{"fgd-fill", "scarce"}, {"fgd-robust", "common"}} {
+		pl, err := NewPlacer(Config{Node: c.policy, Options: Options{Seed: 1, Workload: shapes}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, order := range [][]*nodeBuilder{{scarce, common}, {common, scarce}} {
+			states := []*NodeState{order[0].state(), order[1].state()}
+			d := pl.Pick(states, pod, 1)
+			if d.Placement == nil {
+				t.Fatalf("%s: no placement: %v", c.policy, d)
+			}
+			if got := states[d.Index].Node.Name; got != c.want {
+				t.Errorf("%s, nodes %s, %s: chose %s, want %s", c.policy, order[0].n.Name, order[1].n.Name, got, c.want)
+			}
+		}
+	}
+}
+
+// TestFGDRobustCountsCPUForTheMix: fgd-robust caps the usable share by the
+// CPU the workload's mix needs, not each shape's own: a node with room for
+// two CPU-heavy pods strands no GPU when most pods need little CPU.
+func TestFGDRobustCountsCPUForTheMix(t *testing.T) {
+	shapes := []Shape{
+		{CPUMilli: 20_000, Count: 1, Demand: Demand{Exclusive: true}, Weight: 1},
+		{CPUMilli: 2_000, Count: 1, Demand: Demand{Exclusive: true}, Weight: 3},
+	}
+	s := makeNode("n").gpus(4, "G", 16000).cpu(40_000).state()
+	// fgd-fill: the heavy shape alone uses 2 of the 4 GPUs (2000 x 1).
+	// fgd-robust: the mix needs 26 CPUs per 4 GPUs; 40 feed them all.
+	// With 10 CPUs the heavy shape fits no pod (4000 x 1) and the mix
+	// feeds 10 x 4000 / 26 = 1538 of 4000 ((4000 - 1538) x 3).
+	for _, c := range []struct {
+		mode fgdMode
+		cpu  int64
+		want int64
+	}{{fgdFill, 40_000, 2000}, {fgdRobust, 40_000, 0}, {fgdRobust, 10_000, 4000 + 3*(4000-1538)}} {
+		f := newFGDShapes(shapes)
+		f.mode = c.mode
+		var b fragBase
+		f.fill(&b, s)
+		if got := f.frag(&b, c.cpu, s.FreeMemory()); got != c.want {
+			t.Errorf("mode %d, %d CPU: fragmentation = %d, want %d", c.mode, c.cpu, got, c.want)
+		}
+	}
+}

@@ -87,6 +87,7 @@ var (
 			return newFGD(o, fgdPack)
 		},
 		"fgd-fill":   func(o Options) (NodeScorer, error) { return newFGD(o, fgdFill) },
+		"fgd-robust": func(o Options) (NodeScorer, error) { return newFGD(o, fgdRobust) },
 		"load-aware": func(Options) (NodeScorer, error) { return loadAware{}, nil },
 	}
 	gpuPolicies = map[string]gpuFactory{
@@ -97,6 +98,7 @@ var (
 		"fgd":        func(o Options) (GPUScorer, error) { return newFGD(o, fgdPlain) },
 		"fgd-pack":   func(o Options) (GPUScorer, error) { return newFGD(o, fgdPack) },
 		"fgd-fill":   func(o Options) (GPUScorer, error) { return newFGD(o, fgdFill) },
+		"fgd-robust": func(o Options) (GPUScorer, error) { return newFGD(o, fgdRobust) },
 		"load-aware": func(Options) (GPUScorer, error) { return loadAware{}, nil },
 	}
 )
