@@ -106,6 +106,7 @@ type options struct {
 	timeout  time.Duration
 	noSim    bool
 	oracle   bool
+	gpuOnly  bool
 	// mostAllocated scores nodes for pods without GPUs by
 	// NodeResourcesFit's MostAllocated strategy.
 	mostAllocated bool
@@ -153,6 +154,7 @@ func main() {
 	flag.IntVar(&o.percent, "percentage-of-nodes-to-score", -1, "set percentageOfNodesToScore in the scheduler config (-1: leave the config's)")
 	flag.DurationVar(&o.timeout, "decision-timeout", 2*time.Minute, "longest wait for one pod to be decided")
 	flag.BoolVar(&o.noSim, "no-sim", false, "skip sim.Run")
+	flag.BoolVar(&o.gpuOnly, "gpu-pods-only", false, "leave the trace's pods without GPUs out, in the real replay and the simulator alike")
 	flag.BoolVar(&o.mostAllocated, "most-allocated", false, "set NodeResourcesFit's scoringStrategy to MostAllocated in the scheduler config (and in --sim-only's kube-scheduler model)")
 	flag.BoolVar(&o.oracle, "oracle", false, "give the simulator and the shadow core the trace's workload instead of learning it online; the scheduler learns unless its config says otherwise")
 	flag.BoolVar(&o.simFirst, "sim-only", false, "no cluster: the simulator, this command's replica of it, and the replica with pods without GPUs placed as kube-scheduler places them")
@@ -219,6 +221,15 @@ func run(ctx context.Context, o options) error {
 	pods, err := trace.ReadPodsFile(filepath.Join(o.openb, "openb_pod_list_"+o.workload+".csv"))
 	if err != nil {
 		return err
+	}
+	if o.gpuOnly {
+		gpuPods := pods[:0]
+		for _, p := range pods {
+			if p.GPUs > 0 {
+				gpuPods = append(gpuPods, p)
+			}
+		}
+		pods = gpuPods
 	}
 	w := &sim.Workload{Name: o.workload, Nodes: nodes, Pods: pods}
 	config, policy, err := schedulerConfig(o)
