@@ -45,7 +45,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("gpushare-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := &options{}
-	policies := fs.String("policy", "random,bestfit,binpack,spread,fgd,fgd-pack,fgd-fill", "comma-separated policies; NAME, or NODE/GPU for different node- and GPU-level policies (known: "+strings.Join(alloc.NodePolicies(), ", ")+")")
+	policies := fs.String("policy", "random,bestfit,binpack,spread,fgd,fgd-pack,fgd-fill,fgd-robust", "comma-separated policies; NAME, or NODE/GPU for different node- and GPU-level policies (known: "+strings.Join(alloc.NodePolicies(), ", ")+")")
 	seeds := fs.String("seeds", "42-51", "seeds: a range A-B or a comma-separated list")
 	fs.StringVar(&o.nodes, "nodes", "", "node list CSV (openb format); empty: the built-in synthetic cluster")
 	fs.StringVar(&o.pods, "pods", "", "pod list CSV (openb format); empty: the built-in synthetic workload")

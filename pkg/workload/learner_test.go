@@ -95,7 +95,7 @@ func TestShapeOf(t *testing.T) {
 // Placer once the pods seen double, then every DefaultRefresh pods);
 // binpack learns nothing and keeps one Placer.
 func TestPolicyRebuilds(t *testing.T) {
-	p, err := NewPolicy(alloc.Config{Node: "fgd-fill"}, Config{})
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

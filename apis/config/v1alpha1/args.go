@@ -18,17 +18,17 @@ const KindGPUShareArgs = "GPUShareArgs"
 //
 //	apiVersion: config.gpushare.io/v1alpha1
 //	kind: GPUShareArgs
-//	nodePolicy: fgd-fill
+//	nodePolicy: fgd-robust
 //	resourceModel:
 //	  resources:
 //	  - {name: aliyun.com/gpu-mem, kind: Memory, unit: MiB}
 type GPUShareArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// NodePolicy chooses among the nodes a pod fits: fgd-fill (default:
+	// NodePolicy chooses among the nodes a pod fits: fgd-robust (default:
 	// the placement that leaves the least GPU share unusable by the mix
-	// of pods the scheduler sees, see Workload), fgd-pack, fgd, binpack,
-	// spread, random, bestfit, or load-aware (binpack that avoids GPUs
+	// of pods the scheduler sees, see Workload), fgd-fill, fgd-pack, fgd,
+	// binpack, spread, random, bestfit, or load-aware (binpack that avoids GPUs
 	// whose live use, published by gpushare-node, exceeds their bookings
 	// or whose engine is busy; bookings alone when the sample is older
 	// than 3 minutes).
@@ -40,7 +40,7 @@ type GPUShareArgs struct {
 	// equally good nodes. Default 0.
 	Seed uint64 `json:"seed,omitempty"`
 	// Workload tunes how the fragmentation-aware policies (fgd, fgd-pack,
-	// fgd-fill) learn the mix of pod shapes they weigh. Default: learned
+	// fgd-fill, fgd-robust) learn the mix of pod shapes they weigh. Default: learned
 	// from the GPU pods the scheduler sees, starting from one whole GPU
 	// per pod.
 	Workload *WorkloadArgs `json:"workload,omitempty"`
@@ -120,7 +120,7 @@ func (a *GPUShareArgs) ReservedMiB(model string) int64 {
 
 // DefaultNodePolicy is the node policy when none is set: the
 // fragmentation-aware policy, on the workload it learns.
-const DefaultNodePolicy = "fgd-fill"
+const DefaultNodePolicy = "fgd-robust"
 
 // SetArgsDefaults fills the unset fields of a.
 func SetArgsDefaults(a *GPUShareArgs) {
