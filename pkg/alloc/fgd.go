@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"sync"
@@ -86,7 +87,15 @@ type fgd struct {
 	groupW, groupCPU, groupGPUs []int64
 	mode                        fgdMode
 	pool                        *sync.Pool // of scratch *fragBase, reused across calls
+	// memo owns the fragBase values this policy memoises with node
+	// states. A fragBase depends on the mode and the demands alone, not
+	// on the shapes' weights, CPU or counts, so a re-weighed policy with
+	// the same demands shares its predecessor's (see Placer.Reweigh).
+	memo *fgdMemo
 }
+
+// fgdMemo is the identity of an fgd's memoised data.
+type fgdMemo struct{ _ byte }
 
 // ratesShape: fgd-pack and fgd-fill break ties by a hash of the node's name.
 func (f *fgd) ratesShape() bool { return f.mode == fgdPlain }
@@ -113,24 +122,49 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	return f, nil
 }
 
+// inherit makes f share prev's memoised node data when both derive the
+// same: same mode and demands, in the same (canonical) order.
+func (f *fgd) inherit(prev *fgd) {
+	if f.mode == prev.mode && slices.EqualFunc(f.demands, prev.demands, sameDemand) {
+		f.memo = prev.memo
+	}
+}
+
+func sameDemand(a, b Demand) bool {
+	return a.MemoryMiB == b.MemoryMiB && a.Compute == b.Compute && a.Exclusive == b.Exclusive && a.MPS == b.MPS && slices.Equal(a.Models, b.Models)
+}
+
+// compareDemand orders demands canonically, whatever the shapes' order.
+func compareDemand(a, b Demand) int {
+	return cmp.Or(cmp.Compare(a.MemoryMiB, b.MemoryMiB), cmp.Compare(a.Compute, b.Compute),
+		compareBool(a.Exclusive, b.Exclusive), compareBool(a.MPS, b.MPS), slices.Compare(a.Models, b.Models))
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
 func newFGDShapes(shapes []Shape) *fgd {
-	f := &fgd{shapes: shapes, group: make([]int, len(shapes)),
+	f := &fgd{shapes: shapes, group: make([]int, len(shapes)), memo: new(fgdMemo),
 		pool: &sync.Pool{New: func() any { return new(fragBase) }}}
 	for q := range shapes {
 		f.weight += shapes[q].Weight
+		if shapes[q].Count > 0 && !slices.ContainsFunc(f.demands, func(e Demand) bool { return sameDemand(e, shapes[q].Demand) }) {
+			f.demands = append(f.demands, shapes[q].Demand)
+		}
+	}
+	slices.SortFunc(f.demands, compareDemand)
+	for q := range shapes {
 		f.group[q] = -1
-		if shapes[q].Count == 0 {
-			continue
+		if shapes[q].Count > 0 {
+			f.group[q] = slices.IndexFunc(f.demands, func(e Demand) bool { return sameDemand(e, shapes[q].Demand) })
 		}
-		d := shapes[q].Demand
-		k := slices.IndexFunc(f.demands, func(e Demand) bool {
-			return e.MemoryMiB == d.MemoryMiB && e.Compute == d.Compute && e.Exclusive == d.Exclusive && e.MPS == d.MPS && slices.Equal(e.Models, d.Models)
-		})
-		if k < 0 {
-			k = len(f.demands)
-			f.demands = append(f.demands, d)
-		}
-		f.group[q] = k
 	}
 	f.groupW = make([]int64, len(f.demands))
 	f.groupCPU = make([]int64, len(f.demands))
@@ -156,8 +190,8 @@ type fragBase struct {
 	// the share they take.
 	units []int64
 	used  []int64
-	// For fgdRobust: the weight of the shapes that no GPU admits.
-	denied int64
+	// For fgdRobust, per demand: whether no GPU of the node admits it.
+	denied []bool
 }
 
 // unitsOn returns how many of demand d fit GPU g at usage u side by side,
@@ -191,7 +225,7 @@ func unitsOn(g *GPU, u Usage, d *Demand) (n, share int64) {
 // baseOf returns the fragBase of e's state: the one memoised with e, or
 // a fresh one derived from s (which e matches, if not nil).
 func (f *fgd) baseOf(e *memoEntry, s *NodeState) (b *fragBase, fresh bool) {
-	if e != nil && e.owner == f {
+	if e != nil && e.owner == f.memo {
 		return e.value.(*fragBase), false
 	}
 	b = new(fragBase)
@@ -215,14 +249,15 @@ func (f *fgd) fill(b *fragBase, s *NodeState) {
 	clear(b.units)
 	clear(b.used)
 	b.share = s.freeShares(b.share)
-	b.total, b.denied = 0, 0
+	b.total = 0
+	b.denied = b.denied[:0]
 	for _, v := range b.share {
 		b.total += v
 	}
 	for k := range f.demands {
 		d := &f.demands[k]
-		if f.mode == fgdRobust && !slices.ContainsFunc(s.Node.GPUs, func(g GPU) bool { return admits(&g, d) }) {
-			b.denied += f.groupW[k]
+		if f.mode == fgdRobust {
+			b.denied = append(b.denied, !slices.ContainsFunc(s.Node.GPUs, func(g GPU) bool { return admits(&g, d) }))
 		}
 		for i := range s.GPUs {
 			if f.fills() {
@@ -268,7 +303,8 @@ func (f *fgd) move(dst, b *fragBase, gpu *GPU, g int, old, u Usage) {
 
 // copyFrom makes b a copy of the counts of src (not the per-GPU shares).
 func (b *fragBase) copyFrom(src *fragBase) {
-	b.total, b.denied = src.total, src.denied
+	b.total = src.total
+	b.denied = append(b.denied[:0], src.denied...)
 	b.fit = append(b.fit[:0], src.fit...)
 	b.below = append(b.below[:0], src.below...)
 	b.units = append(b.units[:0], src.units...)
@@ -349,7 +385,7 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	e := originOf(before, after)
 	b0, fresh := f.baseOf(e, before)
 	if fresh {
-		before.storePolicyMemo(f, b0)
+		before.storePolicyMemo(f.memo, b0)
 	}
 	b1 := f.pool.Get().(*fragBase)
 	defer f.pool.Put(b1)
@@ -380,7 +416,13 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	if f.mode == fgdRobust {
 		// First the model signal: the share the pod takes (per-mille)
 		// times the fraction of the workload that cannot use this node.
-		model := (b0.total - b1.total) * b0.denied << 10 / f.weight
+		var denied int64 // the weight of the shapes no GPU admits
+		for k, no := range b0.denied {
+			if no {
+				denied += f.groupW[k]
+			}
+		}
+		model := (b0.total - b1.total) * denied << 10 / f.weight
 		return Score{Primary: -rounded, Secondary: max(model, 0)<<32 | (fgdMaxGPUs-gpus)<<20 | int64(e.nameHash>>44)}
 	}
 	return Score{Primary: -rounded, Secondary: (fgdMaxGPUs-gpus)<<40 | int64(e.nameHash>>44)}

@@ -37,6 +37,8 @@ type Placement struct {
 // Placer places pods on nodes with one node-level and one GPU-level policy.
 // It holds no mutable state, so one Placer serves concurrent callers.
 type Placer struct {
+	// cfg is what the Placer was built from (see Reweigh).
+	cfg  Config
 	node NodeScorer
 	gpu  GPUScorer
 	// topology makes multi-GPU choices prefer NVLink peers and one NUMA node.

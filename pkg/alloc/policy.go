@@ -144,11 +144,36 @@ func NewPlacer(c Config) (*Placer, error) {
 			return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
 		}
 	}
-	pl := &Placer{node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs),
+	pl := &Placer{cfg: c, node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs),
 		scratch: &sync.Pool{New: func() any { return new(scratch) }}}
 	pl.bounder, _ = ns.(bounder)
 	if pl.byShape {
 		pl.shapes = &sync.Pool{New: func() any { return make(map[uint64]shapeRating) }}
 	}
 	return pl, nil
+}
+
+// Reweigh returns a Placer of pl's policies weighing workload instead of
+// pl's: the workload learner's refresh. A fragmentation-aware policy
+// whose new shapes ask the same GPU demands keeps using what pl's derived
+// from the nodes (it depends on the demands alone), so the first
+// decisions after a refresh do not derive it again on every node.
+func (pl *Placer) Reweigh(workload []Shape) (*Placer, error) {
+	c := pl.cfg
+	c.Workload = workload
+	next, err := NewPlacer(c)
+	if err != nil {
+		return nil, err
+	}
+	if n, ok := next.node.(*fgd); ok {
+		if p, ok := pl.node.(*fgd); ok {
+			n.inherit(p)
+		}
+	}
+	if n, ok := next.gpu.(*fgd); ok {
+		if p, ok := pl.gpu.(*fgd); ok {
+			n.inherit(p)
+		}
+	}
+	return next, nil
 }

@@ -92,9 +92,17 @@ func (p *Policy) Placer() *alloc.Placer {
 // rebuild builds a Placer for the learner's current shapes.
 func (p *Policy) rebuild() error {
 	n := p.learner.Observed()
-	c := p.cfg
-	c.Workload = p.learner.Shapes()
-	pl, err := alloc.NewPlacer(c)
+	var (
+		pl  *alloc.Placer
+		err error
+	)
+	if old := p.placer.Load(); old != nil {
+		pl, err = old.Reweigh(p.learner.Shapes())
+	} else {
+		c := p.cfg
+		c.Workload = p.learner.Shapes()
+		pl, err = alloc.NewPlacer(c)
+	}
 	if err != nil {
 		return err
 	}
