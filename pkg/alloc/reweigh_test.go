@@ -57,7 +57,7 @@ func TestReweigh(t *testing.T) {
 			states = append(states, n.state())
 		}
 		for k := range 60 {
-			pod := makePod(fmt.Sprintf("p%d", k)).cpu(int64(r.IntN(3)) * 2000).shared("main", 0, int64(10+10*r.IntN(5))).obj()
+			pod := makePod(fmt.Sprintf("p%d", k)).cpu(int64(r.IntN(3))*2000).shared("main", 0, int64(10+10*r.IntN(5))).obj()
 			_ = old.Pick(states, pod, 1) // the old Placer's data in the memos
 			clones := make([]*NodeState, len(states))
 			for i, s := range states {
