@@ -90,8 +90,6 @@ const (
 	// shapeCover is the share of pods the simulator's workload shapes
 	// cover (sim.Run's).
 	shapeCover = 0.95
-	// arrivalEnd is where the simulator stops arriving, in capacity.
-	arrivalEnd = 1.3
 )
 
 type options struct {
@@ -790,11 +788,11 @@ func (s *shadow) follow(k int, name string, p *trace.Pod, want string, got outco
 }
 
 // explain rates the pod on the real node and the core's.
-func (s *shadow) explain(name string, p *trace.Pod, real, core string) string {
+func (s *shadow) explain(name string, p *trace.Pod, chosen, core string) string {
 	req := s.request(name, p)
 	r := s.policy.Placer().NewRater(&req, s.seed)
 	var parts []string
-	for _, n := range []string{real, core} {
+	for _, n := range []string{chosen, core} {
 		st := s.states[s.index[n]]
 		rt, unfit := r.Rate(st)
 		if unfit != nil {
@@ -834,7 +832,7 @@ func localSim(w *sim.Workload, nodes []*alloc.Node, policy string, seed uint64, 
 		req := sim.Request(p)
 		pl.Observe(strconv.Itoa(k), &req)
 		var placement *alloc.Placement
-		idx := -1
+		var idx int
 		if kubeCPU && p.GPUs == 0 {
 			idx = kubePick(states, p, rng, mostAllocated)
 			if idx >= 0 {
