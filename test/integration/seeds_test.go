@@ -137,7 +137,10 @@ func checkSeedPods(t *testing.T, client kubernetes.Interface) (booked int, booke
 			t.Errorf("multi-container container %s (%s): %s; want %+v", c.Name, c.Kind, describeAllocation(a), w)
 		}
 	}
-	// 47,000 MiB on H200s (its model annotation): three to a GPU.
+	// 47,000 MiB on H200s (its model annotation): three fit a GPU. The
+	// fragmentation-aware default packs them on two GPUs, or on three
+	// when the mix it has learned so far makes a 49 GB hole worth more
+	// than a 3 GB one (smaller pods fit it): never spread wider.
 	perGPU := map[int]int{}
 	for _, p := range boundPods(t, client, "default", "app=llm-inference", 6) {
 		a := record(t, &p)
@@ -147,8 +150,8 @@ func checkSeedPods(t *testing.T, client kubernetes.Interface) (booked int, booke
 			perGPU[g[0].Index]++
 		}
 	}
-	if len(perGPU) != 2 {
-		t.Errorf("llm-inference: replicas by GPU %v; want three on each of two", perGPU)
+	if len(perGPU) < 2 || len(perGPU) > 3 {
+		t.Errorf("llm-inference: replicas by GPU %v; want them on two or three GPUs", perGPU)
 	}
 	// Nothing lands on the whole-card node but whole GPUs.
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=h100-whole-0"})
