@@ -188,6 +188,23 @@ func (c *cluster) filter(fw framework.Framework, pod *corev1.Pod) (fwk.CycleStat
 	return state, out
 }
 
+// score runs PreScore and Score on nodes and returns each node's total.
+func (c *cluster) score(fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) map[string]int64 {
+	c.t.Helper()
+	if s := fw.RunPreScorePlugins(c.ctx, state, pod, nodes); !s.IsSuccess() {
+		c.t.Fatalf("PreScore: %v", s)
+	}
+	scores, s := fw.RunScorePlugins(c.ctx, state, pod, nodes)
+	if !s.IsSuccess() {
+		c.t.Fatalf("Score: %v", s)
+	}
+	got := map[string]int64{}
+	for _, ns := range scores {
+		got[ns.Name] = ns.TotalScore
+	}
+	return got
+}
+
 // feasible returns the nodes the statuses pass.
 func feasible(statuses map[string]*fwk.Status) []string {
 	var out []string
@@ -219,17 +236,7 @@ func TestPluginCycle(t *testing.T) {
 	}
 
 	nodes := []fwk.NodeInfo{c.nodeInfo("n1"), c.nodeInfo("n3")}
-	if s := fw.RunPreScorePlugins(c.ctx, state, pod, nodes); !s.IsSuccess() {
-		t.Fatalf("PreScore: %v", s)
-	}
-	scores, s := fw.RunScorePlugins(c.ctx, state, pod, nodes)
-	if !s.IsSuccess() {
-		t.Fatalf("Score: %v", s)
-	}
-	got := map[string]int64{}
-	for _, ns := range scores {
-		got[ns.Name] = ns.TotalScore
-	}
+	got := c.score(fw, state, pod, nodes)
 	// binpack: the 16 GiB GPU is left fuller than the 24 GiB one.
 	if got["n1"] != fwk.MaxScore || got["n3"] != 0 {
 		t.Errorf("scores %v, want n1 %d and n3 0", got, fwk.MaxScore)
@@ -334,17 +341,7 @@ func TestPluginRanksPodsWithoutGPUs(t *testing.T) {
 		}
 		nodes = append(nodes, c.nodeInfo(n.Name))
 	}
-	if s := fw.RunPreScorePlugins(c.ctx, state, pod, nodes); !s.IsSuccess() {
-		t.Fatalf("PreScore: %v", s)
-	}
-	scores, s := fw.RunScorePlugins(c.ctx, state, pod, nodes)
-	if !s.IsSuccess() {
-		t.Fatalf("Score: %v", s)
-	}
-	got := map[string]int64{}
-	for _, ns := range scores {
-		got[ns.Name] = ns.TotalScore
-	}
+	got := c.score(fw, state, pod, nodes)
 	// 12 of n1's 16 CPUs would leave none for an 8-CPU GPU pod: its GPU
 	// would be stranded. n2 keeps 52.
 	if got["cpu-only"] != fwk.MaxScore || got["n2"] <= got["n1"] {

@@ -26,9 +26,13 @@ func (w *Workload) Capacity() int64 {
 	return c
 }
 
-// nodes converts the trace's nodes for the core. The trace has no GPU
-// topology, so GPUs carry none.
-func (w *Workload) nodes() ([]*alloc.Node, error) {
+// nodes is CoreNodes, as the replay calls it.
+func (w *Workload) nodes() ([]*alloc.Node, error) { return w.CoreNodes() }
+
+// CoreNodes converts the trace's nodes for the core: GPU memory from the
+// model (trace.GPUMemoryMiB), the trace's CPU and memory. The trace has
+// no GPU topology, so GPUs carry none.
+func (w *Workload) CoreNodes() ([]*alloc.Node, error) {
 	out := make([]*alloc.Node, len(w.Nodes))
 	for i, n := range w.Nodes {
 		mib, ok := trace.GPUMemoryMiB(n.Model)

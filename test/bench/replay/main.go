@@ -256,7 +256,7 @@ func run(ctx context.Context, o options) error {
 			r.Sim = s
 		}
 		if o.simFirst {
-			cn, err := coreNodes(w)
+			cn, err := w.CoreNodes()
 			if err != nil {
 				return err
 			}
@@ -368,26 +368,6 @@ func kubePod(name string, p *trace.Pod) *corev1.Pod {
 	var zero int64
 	pod.Spec.TerminationGracePeriodSeconds = &zero
 	return pod
-}
-
-// coreNodes are the trace's nodes as the simulator gives them to the core.
-func coreNodes(w *sim.Workload) ([]*alloc.Node, error) {
-	out := make([]*alloc.Node, len(w.Nodes))
-	for i, n := range w.Nodes {
-		mib, ok := trace.GPUMemoryMiB(n.Model)
-		if !ok && n.GPUs > 0 {
-			return nil, fmt.Errorf("node %s: unknown GPU model %q", n.Name, n.Model)
-		}
-		an := &alloc.Node{Name: n.Name, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, GPUs: make([]alloc.GPU, n.GPUs)}
-		for g := range an.GPUs {
-			an.GPUs[g] = alloc.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", n.Name, g), Model: n.Model, MemoryMiB: mib, Healthy: true, NUMANode: -1}
-		}
-		if err := an.Validate(); err != nil {
-			return nil, err
-		}
-		out[i] = an
-	}
-	return out, nil
 }
 
 // kubeNode is the trace node as a kwok node: the inventory gpushare-node
@@ -575,7 +555,7 @@ type shadow struct {
 
 func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Workload, config []byte, policy string, seed uint64, r *Result) error {
 	start := time.Now()
-	nodes, err := coreNodes(w)
+	nodes, err := w.CoreNodes()
 	if err != nil {
 		return err
 	}
