@@ -8,9 +8,11 @@ import (
 )
 
 // DefaultRefresh is how many pods a Placer serves at most before Policy
-// builds one for the mix learned since: a new Placer re-derives each
-// node's fragmentation once, so this bounds that cost to about one
-// decision in DefaultRefresh.
+// builds one for the mix learned since. A new Placer keeps the nodes'
+// derived data while the mix's GPU demands stay the same
+// (alloc.Placer.Reweigh); when they change it derives them again, once
+// per node, so this also bounds that cost to one decision in
+// DefaultRefresh.
 const DefaultRefresh = 128
 
 // Policy is a placement policy fed by a Learner: Placer returns a Placer
@@ -19,6 +21,7 @@ const DefaultRefresh = 128
 type Policy struct {
 	cfg     alloc.Config
 	learner *Learner
+	weighs  bool
 
 	mu     sync.Mutex
 	placer atomic.Pointer[alloc.Placer]
@@ -30,8 +33,8 @@ type Policy struct {
 // fragmentation-aware policy learns with lc, unless cfg.Workload is set:
 // a workload known in advance is weighed as it is.
 func NewPolicy(cfg alloc.Config, lc Config) (*Policy, error) {
-	p := &Policy{cfg: cfg}
-	if !alloc.NeedsWorkload(cfg) || len(cfg.Workload) > 0 {
+	p := &Policy{cfg: cfg, weighs: alloc.NeedsWorkload(cfg)}
+	if !p.weighs || len(cfg.Workload) > 0 {
 		pl, err := alloc.NewPlacer(cfg)
 		if err != nil {
 			return nil, err
@@ -49,7 +52,7 @@ func NewPolicy(cfg alloc.Config, lc Config) (*Policy, error) {
 // Weighs reports whether the policy weighs a workload (a
 // fragmentation-aware one): it then also has a say where pods without
 // GPUs go, since their CPU and memory can strand a node's GPUs.
-func (p *Policy) Weighs() bool { return alloc.NeedsWorkload(p.cfg) }
+func (p *Policy) Weighs() bool { return p.weighs }
 
 // Learns reports whether the policy learns a workload.
 func (p *Policy) Learns() bool { return p.learner != nil }
