@@ -100,6 +100,10 @@ type fgdMemo struct{ _ byte }
 // ratesShape: fgd-pack and fgd-fill break ties by a hash of the node's name.
 func (f *fgd) ratesShape() bool { return f.mode == fgdPlain }
 
+// keysName: the modes that break ties by the node's name do so in its
+// name bits alone.
+func (f *fgd) keysName() bool { return f.mode != fgdPlain }
+
 // fills reports whether the mode counts fragmentation for streams of pods.
 func (f *fgd) fills() bool { return f.mode == fgdFill || f.mode == fgdRobust }
 
@@ -423,9 +427,9 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 			}
 		}
 		model := (b0.total - b1.total) * denied << 10 / f.weight
-		return Score{Primary: -rounded, Secondary: max(model, 0)<<32 | (fgdMaxGPUs-gpus)<<20 | int64(e.nameHash>>44)}
+		return Score{Primary: -rounded, Secondary: max(model, 0)<<32 | (fgdMaxGPUs-gpus)<<20 | nameBitsOf(e)}
 	}
-	return Score{Primary: -rounded, Secondary: (fgdMaxGPUs-gpus)<<40 | int64(e.nameHash>>44)}
+	return Score{Primary: -rounded, Secondary: (fgdMaxGPUs-gpus)<<40 | nameBitsOf(e)}
 }
 
 func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64) {

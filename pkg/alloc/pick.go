@@ -166,7 +166,7 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 			if !r.fits {
 				continue
 			}
-			this = pick{index: offset + i, score: r.score, tie: tb.of(e.nodeKey)}
+			this = pick{index: offset + i, score: pl.named(r.score, e), tie: tb.of(e.nodeKey)}
 		}
 		if best.index < 0 || this.beats(&best) {
 			best = this
@@ -204,6 +204,32 @@ func shapeKey(s *NodeState, e *memoEntry) uint64 {
 // only a hash.
 func (r *shapeRating) of(s *NodeState, e *memoEntry) bool {
 	return r.cpu == s.CPUMilli && r.mem == s.MemoryMiB && r.shape == e.shape
+}
+
+// nameKeyed is implemented by node policies whose rating reads what a
+// shapeRater's does and the node's name only as its nameHash, in the low
+// nameBits of Secondary (fgd-pack's fixed order of nodes): rated once per
+// shape, each node's score takes its own bits (Placer.named).
+type nameKeyed interface{ keysName() bool }
+
+// nameBits is how much of Secondary a nameKeyed policy gives the name.
+const nameBits = 20
+
+// nameBitsOf is a node's name bits (see nameKeyed).
+func nameBitsOf(e *memoEntry) int64 { return int64(e.nameHash >> (64 - nameBits)) }
+
+// named returns score, rated on a node of e's shape, as e's own: with
+// e's name bits for a nameKeyed node policy.
+func (pl *Placer) named(score Score, e *memoEntry) Score {
+	if pl.renames {
+		score.Secondary = score.Secondary&^(1<<nameBits-1) | nameBitsOf(e)
+	}
+	return score
+}
+
+func keysName(p any) bool {
+	k, ok := p.(nameKeyed)
+	return ok && k.keysName()
 }
 
 // shapeRater is implemented by policies whose rating of a node reads only

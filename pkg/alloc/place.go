@@ -47,6 +47,9 @@ type Placer struct {
 	// shapes pools pickRange's maps.
 	byShape bool
 	shapes  *sync.Pool
+	// renames says the node policy is nameKeyed: a score rated on
+	// another node of the shape takes the node's own name bits.
+	renames bool
 	// scratch holds Raters' buffers: rating a node allocates nothing
 	// but the reasons a pod does not fit.
 	scratch *sync.Pool

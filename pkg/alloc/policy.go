@@ -144,7 +144,7 @@ func NewPlacer(c Config) (*Placer, error) {
 			return nil, fmt.Errorf("GPU policy %q: %w", gpuName, err)
 		}
 	}
-	pl := &Placer{cfg: c, node: ns, gpu: gs, topology: !c.NoTopology, byShape: ratesShape(ns) && ratesShape(gs),
+	pl := &Placer{cfg: c, node: ns, gpu: gs, topology: !c.NoTopology, byShape: (ratesShape(ns) || keysName(ns)) && (ratesShape(gs) || keysName(gs)), renames: keysName(ns),
 		scratch: &sync.Pool{New: func() any { return new(scratch) }}}
 	pl.bounder, _ = ns.(bounder)
 	if pl.byShape {

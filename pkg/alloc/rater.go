@@ -64,7 +64,7 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 		r.off.Store(true) // mostly distinct shapes
 	}
 	if hit && got.fits {
-		return Rating{Score: got.score, Tie: r.tb.of(e.nodeKey)}, nil
+		return Rating{Score: r.pl.named(got.score, e), Tie: r.tb.of(e.nodeKey)}, nil
 	}
 	if hit {
 		return r.rate(s)
@@ -80,7 +80,7 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 	if !got.fits {
 		return r.rate(s)
 	}
-	return Rating{Score: got.score, Tie: r.tb.of(e.nodeKey)}, nil
+	return Rating{Score: r.pl.named(got.score, e), Tie: r.tb.of(e.nodeKey)}, nil
 }
 
 // rate is Rate without the shape lookup.
