@@ -551,9 +551,16 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	if c.opts.Resources != nil && pod.Spec.NodeName != "" {
-		c.mu.Lock()
-		c.countLocked(pod)
-		c.mu.Unlock()
+		// Most updates are of pods counted already (status changes):
+		// those take only the read lock.
+		c.mu.RLock()
+		_, counted := c.bound[pod.UID]
+		c.mu.RUnlock()
+		if !counted {
+			c.mu.Lock()
+			c.countLocked(pod)
+			c.mu.Unlock()
+		}
 	}
 	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
 	foreign := false
