@@ -44,8 +44,10 @@ type Config struct {
 	Coverage float64
 }
 
-// WholeGPU is the built-in prior: a pod of one whole GPU.
-var WholeGPU = alloc.Shape{Count: 1, Demand: alloc.Demand{Exclusive: true}, Weight: 1}
+// WholeGPU returns the built-in prior: a pod of one whole GPU.
+func WholeGPU() alloc.Shape {
+	return alloc.Shape{Count: 1, Demand: alloc.Demand{Exclusive: true}, Weight: 1}
+}
 
 // Learner learns the mix of GPU pod shapes from the pods a scheduler sees,
 // in a decaying window: each pod observed weighs 2^(1/HalfLife) times the
@@ -86,7 +88,7 @@ func NewLearner(c Config) *Learner {
 		c.Coverage = DefaultCoverage
 	}
 	if len(c.Prior) == 0 {
-		c.Prior = []alloc.Shape{WholeGPU}
+		c.Prior = []alloc.Shape{WholeGPU()}
 	}
 	l := &Learner{cfg: c, growth: math.Exp2(1 / float64(c.HalfLife)), shapes: make(map[string]*tracked), scale: 1,
 		seen: make(map[string]struct{})}

@@ -23,7 +23,8 @@ func weights(shapes []alloc.Shape) map[string]int64 {
 func TestLearnerWarmup(t *testing.T) {
 	l := NewLearner(Config{})
 	got := l.Shapes()
-	if len(got) != 1 || shapeKey(&got[0]) != shapeKey(&WholeGPU) {
+	prior := WholeGPU()
+	if len(got) != 1 || shapeKey(&got[0]) != shapeKey(&prior) {
 		t.Fatalf("before any pod: %+v, want the whole-GPU prior alone", got)
 	}
 	half := shared(4000, 50)
@@ -31,7 +32,7 @@ func TestLearnerWarmup(t *testing.T) {
 		l.Observe(string(rune('a'+i%26))+string(rune(i)), half)
 	}
 	w := weights(l.Shapes())
-	if len(w) != 2 || w[shapeKey(&half)] < w[shapeKey(&WholeGPU)] {
+	if len(w) != 2 || w[shapeKey(&half)] < w[shapeKey(&prior)] {
 		t.Fatalf("after %d pods: %v, want the pods' shape heavier than the prior", DefaultWarmup, w)
 	}
 	for i := range 20 * DefaultWarmup {
