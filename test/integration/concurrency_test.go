@@ -13,9 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/controlplane"
-	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // concurrencyNodes: 50 nodes, 200 GPUs; 10 nodes hand out whole cards.
@@ -102,14 +100,7 @@ func checkConcurrent(t *testing.T, c *controlplane.Cluster) {
 	if booked != bound {
 		t.Errorf("%d pods are bound but %d hold GPUs by their records", bound, booked)
 	}
-	model, err := resource.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	placer, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	model, placer := fitChecker(t)
 	list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=mixed"})
 	if err != nil {
 		t.Fatal(err)

@@ -16,9 +16,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/controlplane"
-	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 const (
@@ -296,14 +294,7 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model, err := resource.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	placer, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	model, placer := fitChecker(t)
 	for i := range list.Items {
 		pod := &list.Items[i]
 		if pod.Spec.NodeName != "" {

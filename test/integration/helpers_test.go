@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // createNodes creates the nodes and waits until they are schedulable:
@@ -319,4 +320,20 @@ func schedulerConfigWith(t testing.TB, policy string) []byte {
 		t.Fatal("deploy/scheduler-config.yaml sets no nodePolicy to replace")
 	}
 	return re.ReplaceAll(b, []byte("${1}nodePolicy: "+policy))
+}
+
+// fitChecker returns the built-in resource model and a binpack Placer:
+// what the tests use to judge, from the pods' records, whether a pending
+// pod would fit somewhere.
+func fitChecker(t testing.TB) (*resource.Model, *alloc.Placer) {
+	t.Helper()
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return model, placer
 }

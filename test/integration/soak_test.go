@@ -20,7 +20,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
-	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 const (
@@ -191,14 +190,7 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("the scheduler never held the %d MiB of the nodes' GPUs: %v", capacityMiB, err)
 	}
 
-	model, err := resource.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	placer, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	model, placer := fitChecker(t)
 	rng := rand.New(rand.NewPCG(21, uint64(duration)))
 	res := soakResult{Nodes: len(specs)}
 	var (
