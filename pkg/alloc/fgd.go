@@ -53,6 +53,15 @@ const (
 	//     fewer GPUs and the node hash. The signal is a few hundredths of
 	//     a GPU, under the rounding; without it, fewer GPUs first filled
 	//     the 2-GPU T4 and P100 nodes that model-bound pods need.
+	//   - Given the cluster's supply of GPUs per model (Options.Supply),
+	//     the pod's share times the node's pressure (how much of the
+	//     workload needs the node's models, against how few GPUs of them
+	//     there are) grows the fragmentation above a threshold and breaks
+	//     ties before the model signal. Per node, the weights cannot tell
+	//     that a model's 265 GPUs serve a tenth of the workload while
+	//     another's 4,392 serve any pod: without it, free pods took the
+	//     scarce GPUs and model-bound pods found none (gpuspec25: 7.86%
+	//     unallocated against 5.03%).
 	fgdRobust
 )
 
@@ -86,7 +95,10 @@ type fgd struct {
 	// GPU admits it), Σ weight x CPU and Σ weight x GPU count.
 	groupW, groupCPU, groupGPUs []int64
 	mode                        fgdMode
-	pool                        *sync.Pool // of scratch *fragBase, reused across calls
+	// pressure is, for fgdRobust, each demand's pressure on the GPUs
+	// that admit it (see pressures); nil without a supply.
+	pressure []int64
+	pool     *sync.Pool // of scratch *fragBase, reused across calls
 	// memo owns the fragBase values this policy memoises with node
 	// states. A fragBase depends on the mode and the demands alone, not
 	// on the shapes' weights, CPU or counts, so a re-weighed policy with
@@ -123,6 +135,9 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	}
 	f := newFGDShapes(o.Workload)
 	f.mode = mode
+	if mode == fgdRobust {
+		f.pressure = f.pressures(o.Supply)
+	}
 	return f, nil
 }
 
@@ -418,16 +433,27 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	// order of nodes.
 	gpus := int64(min(len(after.Node.GPUs), fgdMaxGPUs-1))
 	if f.mode == fgdRobust {
-		// First the model signal: the share the pod takes (per-mille)
-		// times the fraction of the workload that cannot use this node.
-		var denied int64 // the weight of the shapes no GPU admits
+		// The supply signal: the share the pod takes (per-mille) times
+		// the pressure on the node's GPUs (see pressures), as growth
+		// above supplyThreshold, then as the first tie-break. Then FGD's
+		// model signal: the share times the fraction of the workload
+		// that no GPU of the node admits.
+		taken := max(b0.total-b1.total, 0)
+		var denied, p int64 // the weight of the shapes no GPU admits; pressure
 		for k, no := range b0.denied {
-			if no {
+			switch {
+			case no:
 				denied += f.groupW[k]
+			case f.pressure != nil:
+				p += f.pressure[k]
 			}
 		}
-		model := (b0.total - b1.total) * denied << 10 / f.weight
-		return Score{Primary: -rounded, Secondary: max(model, 0)<<32 | (fgdMaxGPUs-gpus)<<20 | nameBitsOf(e)}
+		if p > supplyThreshold {
+			rounded += (taken*(p-supplyThreshold)/1000*supplyWeight/1000 + fgdQuantum/2) / fgdQuantum
+		}
+		model := taken * denied << 10 / f.weight
+		cost := min(taken*p/1000, 1<<24-1)
+		return Score{Primary: -rounded<<24 - cost, Secondary: model<<32 | (fgdMaxGPUs-gpus)<<20 | nameBitsOf(e)}
 	}
 	return Score{Primary: -rounded, Secondary: (fgdMaxGPUs-gpus)<<40 | nameBitsOf(e)}
 }

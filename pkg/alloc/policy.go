@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,23 +18,10 @@ type Score struct {
 }
 
 // Compare returns -1, 0 or +1 as a is worse than, equal to or better than b.
+// It compares, never subtracts: scores span all of int64 (the extremes
+// serve as "always first" and "always last").
 func (a Score) Compare(b Score) int {
-	switch {
-	case a.Primary != b.Primary:
-		return sign(a.Primary - b.Primary)
-	default:
-		return sign(a.Secondary - b.Secondary)
-	}
-}
-
-func sign(x int64) int {
-	switch {
-	case x > 0:
-		return 1
-	case x < 0:
-		return -1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.Primary, b.Primary), cmp.Compare(a.Secondary, b.Secondary))
 }
 
 // NodeScorer rates a placement of pod on a node, given the node's state
@@ -56,6 +44,9 @@ type Options struct {
 	// Workload is the expected mix of pod shapes, for fragmentation-aware
 	// policies.
 	Workload []Shape
+	// Supply is the cluster's GPUs per model, for fgd-robust: it weighs
+	// model-bound demand against the GPUs that admit it.
+	Supply []Supply
 }
 
 // Config names the policies of a Placer.
@@ -161,6 +152,22 @@ func NewPlacer(c Config) (*Placer, error) {
 func (pl *Placer) Reweigh(workload []Shape) (*Placer, error) {
 	c := pl.cfg
 	c.Workload = workload
+	return pl.successor(c)
+}
+
+// Resupply returns a Placer of pl's policies and workload for a cluster
+// whose GPUs per kind are supply: nodes joined, left or lost GPUs. Like
+// Reweigh, it keeps what pl derived from the nodes.
+func (pl *Placer) Resupply(supply []Supply) (*Placer, error) {
+	c := pl.cfg
+	c.Supply = supply
+	return pl.successor(c)
+}
+
+// Supply returns the supply pl weighs.
+func (pl *Placer) Supply() []Supply { return pl.cfg.Supply }
+
+func (pl *Placer) successor(c Config) (*Placer, error) {
 	next, err := NewPlacer(c)
 	if err != nil {
 		return nil, err

@@ -3,8 +3,10 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +42,10 @@ type Cache struct {
 	// gpuSizes counts the GPUs of each memory size over the nodes, for
 	// LargestGPU.
 	gpuSizes map[int64]int
+	// supply counts the healthy GPUs of each kind (model and memory), for
+	// Supply; supplyGen counts its changes.
+	supply    map[alloc.Supply]int64
+	supplyGen atomic.Uint64
 	// leases holds, per node, when its daemon's lease expires.
 	leases map[string]time.Time
 	// leaseLive holds, per node, the live use its daemon's lease
@@ -140,6 +146,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		pods:      make(map[types.UID]*podEntry),
 		refused:   make(map[types.UID]string),
 		gpuSizes:  make(map[int64]int),
+		supply:    make(map[alloc.Supply]int64),
 		leases:    make(map[string]time.Time),
 		leaseLive: make(map[string]*gpusharev1.GPUUsage),
 		now:       time.Now,
@@ -305,8 +312,33 @@ func (c *Cache) countGPUs(n *alloc.Node, delta int) {
 		if c.gpuSizes[g.MemoryMiB] += delta; c.gpuSizes[g.MemoryMiB] <= 0 {
 			delete(c.gpuSizes, g.MemoryMiB)
 		}
+		if !g.Healthy {
+			continue
+		}
+		kind := alloc.Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
+		if c.supply[kind] += int64(delta); c.supply[kind] <= 0 {
+			delete(c.supply, kind)
+		}
+		c.supplyGen.Add(1)
 	}
 }
+
+// Supply returns the nodes' healthy GPUs per kind, sorted by
+// alloc.CompareSupply, and a generation that changes when they do.
+func (c *Cache) Supply() ([]alloc.Supply, uint64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]alloc.Supply, 0, len(c.supply))
+	for kind, n := range c.supply {
+		kind.GPUs = n
+		out = append(out, kind)
+	}
+	slices.SortFunc(out, alloc.CompareSupply)
+	return out, c.supplyGen.Load()
+}
+
+// SupplyGeneration returns Supply's generation alone, without a lock.
+func (c *Cache) SupplyGeneration() uint64 { return c.supplyGen.Load() }
 
 // LargestGPU returns the memory of the largest GPU of any node, in MiB.
 func (c *Cache) LargestGPU() int64 {

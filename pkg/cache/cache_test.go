@@ -933,3 +933,36 @@ func TestReadEach(t *testing.T) {
 		t.Errorf("unknown node: %v, want ErrNodeGone", missing)
 	}
 }
+
+// TestSupply: the cache counts the healthy GPUs of each kind over its
+// nodes, as nodes come, change and go, and moves the generation when it
+// does.
+func TestSupply(t *testing.T) {
+	c, _ := newCache(t)
+	if s, _ := c.Supply(); len(s) != 0 {
+		t.Fatalf("empty cache: supply %v, want none", s)
+	}
+	c.SetNode(gpuNode(t, "n1", 40960, 40960, 20480))
+	c.SetNode(gpuNode(t, "n2", 40960))
+	want := []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1}, {Model: testModel, MemoryMiB: 40960, GPUs: 3}}
+	s, gen := c.Supply()
+	if diff := cmp.Diff(want, s); diff != "" {
+		t.Errorf("supply (-want +got):\n%s", diff)
+	}
+	if gen != c.SupplyGeneration() || gen == 0 {
+		t.Errorf("generation %d, SupplyGeneration %d: want equal and moved", gen, c.SupplyGeneration())
+	}
+
+	inv := inventory("n1", gpusharev1.ModeShared, 40960, 40960, 20480)
+	inv.GPUs[0].Healthy = false
+	c.SetNode(inventoryNode(t, "n1", inv))
+	c.RemoveNode("n2")
+	want = []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1}, {Model: testModel, MemoryMiB: 40960, GPUs: 1}}
+	s, next := c.Supply()
+	if diff := cmp.Diff(want, s); diff != "" {
+		t.Errorf("after a GPU fails and n2 goes (-want +got):\n%s", diff)
+	}
+	if next == gen {
+		t.Error("supply changed, generation did not")
+	}
+}

@@ -53,6 +53,7 @@ func newTestServer(t testing.TB, pods ...*corev1.Pod) *testServer {
 		t.Fatal(err)
 	}
 	cache := gpucache.New(klog.Background(), gpucache.Options{Requests: model.PodRequest, Resources: resource.PodCPUMemory})
+	policy.Follow(cache)
 	for _, name := range []string{"n1", "n2"} {
 		n, err := controlplane.NodeSpec{Name: name, Model: "NVIDIA GPU", MemoryMiB: 16384, Count: 1}.Node()
 		if err != nil {

@@ -87,6 +87,9 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		if err := s.join(ctx, logger, h, model); err != nil {
 			return nil, err
 		}
+		// The policy weighs model-bound pods against the cluster's GPUs
+		// per model, as the shared cache counts them.
+		policy.Follow(s.cache)
 		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
 			pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,

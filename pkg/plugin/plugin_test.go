@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -427,5 +428,82 @@ func TestPluginProfilesShareOneCache(t *testing.T) {
 	defer c.mu.Unlock()
 	if c.registered != 4 {
 		t.Errorf("%d collectors registered, want 4 (the cache's, the two of the decisions and the learned workload's), once", c.registered)
+	}
+}
+
+// modelNode returns a gpushare Node of count GPUs of a model, each of
+// mib.
+func modelNode(t *testing.T, name, model string, count int, mib int64) *corev1.Node {
+	t.Helper()
+	n := gpuNode(t, name)
+	inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
+	for i := range count {
+		inv.GPUs = append(inv.GPUs, gpusharev1.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: model,
+			MemoryMiB: mib, Healthy: true, NUMANode: -1})
+	}
+	value, err := gpusharev1.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[gpusharev1.InventoryAnnotation] = value
+	return n
+}
+
+// TestPluginWeighsGPUSupply: the policy weighs model-bound pods against
+// the GPUs per model its cache counts. Two P100 GPUs (the first 60% free)
+// and 64 G2 GPUs; a learned workload of which 9% of the GPU demand asks
+// for a P100. A 60% pod any GPU takes ranks a G2 node first: it
+// would fill the P100's hole if the policy did not weigh the supply
+// (pkg/alloc's TestSupplyKeepsFreePodsOffScarceGPUs shows the premise).
+func TestPluginWeighsGPUSupply(t *testing.T) {
+	const mib, hole = 16384, 9830 // 60% of a GPU
+	nodes := []*corev1.Node{modelNode(t, "p100", "P100", 2, mib)}
+	for i := range 8 {
+		nodes = append(nodes, modelNode(t, fmt.Sprintf("g2-%d", i), "G2", 8, mib))
+	}
+	c := newClusterOf(t, nodes, runningPod(t, "held", "p100", 0, mib-hole, 0, time.Now()))
+	fw := c.profile("default-scheduler")
+	c.start()
+	learn := func(name string, mib int64, models string) {
+		p := gpuPod(name, "default-scheduler", mib)
+		if models != "" {
+			p.Annotations = map[string]string{"gpushare.io/gpu-models": models}
+		}
+		if _, s, _ := fw.RunPreFilterPlugins(c.ctx, framework.NewCycleState(), p); !s.IsSuccess() {
+			t.Fatalf("PreFilter %s: %v", name, s)
+		}
+	}
+	// With the prior (100 whole GPUs) P100 pods are 40 of 300, 9% of
+	// the GPU demand, for 3% of the GPUs.
+	for i := range 20 {
+		for k := range 5 {
+			learn(fmt.Sprintf("whole-%d-%d", i, k), mib, "")
+		}
+		for k := range 3 {
+			learn(fmt.Sprintf("any-%d-%d", i, k), hole, "")
+		}
+		for k := range 2 {
+			learn(fmt.Sprintf("p100-%d-%d", i, k), hole, "P100")
+		}
+	}
+
+	pod := gpuPod("free", "default-scheduler", hole)
+	state, statuses := c.filter(fw, pod)
+	var infos []fwk.NodeInfo
+	for _, n := range nodes {
+		if statuses[n.Name] != nil {
+			t.Fatalf("Filter on %s: %v, want it feasible", n.Name, statuses[n.Name])
+		}
+		infos = append(infos, c.nodeInfo(n.Name))
+	}
+	got := c.score(fw, state, pod, infos)
+	best := ""
+	for name, s := range got {
+		if s == fwk.MaxScore {
+			best = name
+		}
+	}
+	if !strings.HasPrefix(best, "g2-") {
+		t.Errorf("scores %v: want a G2 node first", got)
 	}
 }

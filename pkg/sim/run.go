@@ -98,6 +98,7 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 	if err != nil {
 		return nil, err
 	}
+	cfg.Supply = alloc.SupplyOf(nodes)
 	runs := make([]seedRun, len(seeds))
 	errs := make([]error, len(seeds))
 	var wg sync.WaitGroup

@@ -3,6 +3,8 @@ package workload
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
 
@@ -125,5 +127,51 @@ func TestPolicyRebuilds(t *testing.T) {
 	}
 	if _, err := NewPolicy(alloc.Config{Node: "nope"}, Config{}); err == nil {
 		t.Error("unknown policy: want an error")
+	}
+}
+
+// supplySource is a SupplySource a test moves by hand.
+type supplySource struct {
+	supply []alloc.Supply
+	gen    uint64
+	reads  int
+}
+
+func (s *supplySource) Supply() ([]alloc.Supply, uint64) { s.reads++; return s.supply, s.gen }
+func (s *supplySource) SupplyGeneration() uint64         { return s.gen }
+
+// TestPolicyFollowsSupply: a fragmentation-aware policy's Placer weighs
+// the source's supply, is rebuilt when the supply changes and reads it
+// only when the generation moved; binpack ignores it.
+func TestPolicyFollowsSupply(t *testing.T) {
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &supplySource{supply: []alloc.Supply{{Model: "T4", MemoryMiB: 15360, GPUs: 8}}, gen: 3}
+	p.Follow(src)
+	pl := p.Placer()
+	if !cmp.Equal(pl.Supply(), src.supply) {
+		t.Fatalf("Placer weighs %v, want %v", pl.Supply(), src.supply)
+	}
+	if p.Placer() != pl || src.reads != 1 {
+		t.Errorf("generation unchanged: Placer rebuilt or supply read again (%d reads)", src.reads)
+	}
+	src.gen++ // same supply, new generation: read, not rebuilt
+	if p.Placer() != pl || src.reads != 2 {
+		t.Errorf("same supply: Placer rebuilt, or supply not read (%d reads)", src.reads)
+	}
+	src.supply, src.gen = []alloc.Supply{{Model: "T4", MemoryMiB: 15360, GPUs: 4}}, src.gen+1
+	if next := p.Placer(); next == pl || !cmp.Equal(next.Supply(), src.supply) {
+		t.Errorf("supply changed: Placer weighs %v, want %v", next.Supply(), src.supply)
+	}
+
+	fixed, err := NewPolicy(alloc.Config{Node: "binpack"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed.Follow(src)
+	if fixed.Placer().Supply() != nil || src.reads != 3 {
+		t.Error("binpack read or weighs a supply")
 	}
 }

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +28,10 @@ type Policy struct {
 	placer atomic.Pointer[alloc.Placer]
 	// built is the learner's count of pods when placer was built.
 	built atomic.Int64
+	// src is where the supply comes from (Follow), gen the generation
+	// of the supply placer weighs.
+	src SupplySource
+	gen atomic.Uint64
 }
 
 // NewPolicy checks cfg's policy names and returns a Policy. A
@@ -71,11 +76,12 @@ func (p *Policy) Observe(key string, req *alloc.PodRequest) {
 	}
 }
 
-// Placer returns the Placer for the mix learned so far. It is rebuilt
-// when the pods observed since it was built reach the pods observed
-// before it (1, 2, 4, ... while warming up), and at most every
-// DefaultRefresh pods after.
+// Placer returns the Placer for the mix learned so far and the supply
+// followed. It is rebuilt when the pods observed since it was built reach
+// the pods observed before it (1, 2, 4, ... while warming up), and at
+// most every DefaultRefresh pods after.
 func (p *Policy) Placer() *alloc.Placer {
+	p.follow()
 	if p.learner == nil {
 		return p.placer.Load()
 	}
@@ -90,6 +96,59 @@ func (p *Policy) Placer() *alloc.Placer {
 		p.mu.Unlock()
 	}
 	return p.placer.Load()
+}
+
+// SupplySource tells a Policy the cluster's GPUs per kind, sorted by
+// alloc.CompareSupply, with a generation that changes when they do (the
+// scheduler's cache).
+type SupplySource interface {
+	Supply() ([]alloc.Supply, uint64)
+	SupplyGeneration() uint64
+}
+
+// Follow has the policy weigh the workload against src's supply: Placer
+// rebuilds its Placer when the generation moved and the supply changed.
+// Policies that weigh no workload ignore it. Call it before Placer.
+func (p *Policy) Follow(src SupplySource) {
+	if p.weighs {
+		p.src = src
+	}
+}
+
+// SetSupply has the policy weigh the workload against supply (see
+// alloc.SupplyOf) from now on; Follow keeps it current instead.
+func (p *Policy) SetSupply(supply []alloc.Supply) {
+	if !p.weighs {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setSupplyLocked(supply)
+}
+
+func (p *Policy) setSupplyLocked(supply []alloc.Supply) {
+	old := p.placer.Load()
+	if slices.Equal(old.Supply(), supply) {
+		return
+	}
+	// The names were checked in NewPolicy: Resupply cannot fail here.
+	if pl, err := old.Resupply(slices.Clone(supply)); err == nil {
+		p.placer.Store(pl)
+	}
+}
+
+// follow brings the Placer up to date with src's supply.
+func (p *Policy) follow() {
+	if p.src == nil || p.src.SupplyGeneration() == p.gen.Load() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	supply, gen := p.src.Supply()
+	if gen != p.gen.Load() {
+		p.setSupplyLocked(supply)
+		p.gen.Store(gen)
+	}
 }
 
 // rebuild builds a Placer for the learner's current shapes.

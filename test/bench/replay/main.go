@@ -674,10 +674,12 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 
 // newPolicy is the policy the plugin and the simulator run: the trace's
 // workload (oracle) or one learned from the pods observed, with the
-// learner's defaults (the plugin's when GPUShareArgs has no workload).
-func newPolicy(w *sim.Workload, policy string, seed uint64, oracle bool) (*workload.Policy, error) {
+// learner's defaults (the plugin's when GPUShareArgs has no workload),
+// weighed against the nodes' GPUs per kind (as the plugin's cache counts
+// them).
+func newPolicy(w *sim.Workload, nodes []*alloc.Node, policy string, seed uint64, oracle bool) (*workload.Policy, error) {
 	node, gpu, _ := strings.Cut(policy, "/")
-	cfg := alloc.Config{Node: node, GPU: gpu, Options: alloc.Options{Seed: seed}}
+	cfg := alloc.Config{Node: node, GPU: gpu, Options: alloc.Options{Seed: seed, Supply: alloc.SupplyOf(nodes)}}
 	if oracle {
 		cfg.Workload = sim.Shapes(w.Pods, shapeCover)
 	}
@@ -691,7 +693,7 @@ func newShadow(w *sim.Workload, nodes []*alloc.Node, policy string, config []byt
 	if m := regexp.MustCompile(`(?m)^[ \t]*seed:[ \t]*([0-9]+)`).FindSubmatch(config); m != nil {
 		seed, _ = strconv.ParseUint(string(m[1]), 10, 64)
 	}
-	pl, err := newPolicy(w, policy, seed, oracle)
+	pl, err := newPolicy(w, nodes, policy, seed, oracle)
 	if err != nil {
 		return nil, err
 	}
@@ -792,7 +794,7 @@ func (s *shadow) explain(name string, p *trace.Pod, chosen, core string) string 
 // NodeResourcesBalancedAllocation, ties at random), as in the real
 // cluster, where GPUShare leaves them to it.
 func localSim(w *sim.Workload, nodes []*alloc.Node, policy string, seed uint64, n int, oracle, kubeCPU, mostAllocated bool) (at100, end float64, err error) {
-	pl, err := newPolicy(w, policy, seed, oracle)
+	pl, err := newPolicy(w, nodes, policy, seed, oracle)
 	if err != nil {
 		return 0, 0, err
 	}
