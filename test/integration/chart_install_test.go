@@ -41,6 +41,10 @@ leaderElection:
   leaderElect: false
 `
 
+// controlPlaneNodes are the chart installs' control-plane nodes: no GPUs,
+// labelled and tainted as kubeadm does.
+var controlPlaneNodes = []string{"control-plane-1", "control-plane-2"}
+
 // chartInstall is a control plane with the seed nodes (bare, labelled
 // gpushare=true as seed 001 says) and the chart installed with values.
 type chartInstall struct {
@@ -65,10 +69,22 @@ func installChart(t *testing.T, values ...string) *chartInstall {
 		s.Bare = true
 		bare[i] = s
 	}
+	for _, name := range controlPlaneNodes {
+		bare = append(bare, controlplane.NodeSpec{Name: name, Bare: true})
+	}
 	createNodes(t, in.client, bare...)
 	for _, s := range seedNodes {
 		patch := []byte(`{"metadata":{"labels":{"gpushare":"true"}}}`)
 		if _, err := in.client.CoreV1().Nodes().Patch(ctx, s.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Control-plane nodes as kubeadm marks them, where an HA cluster's
+	// kube-scheduler replicas run.
+	for _, name := range controlPlaneNodes {
+		patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}},` +
+			`"spec":{"taints":[{"key":"node-role.kubernetes.io/control-plane","effect":"NoSchedule"}]}}`)
+		if _, err := in.client.CoreV1().Nodes().Patch(ctx, name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -398,9 +414,11 @@ func (in *chartInstall) checkUninstalled(t *testing.T) {
 	}
 }
 
-// TestChartExtender: in extender mode the cluster's kube-scheduler, with
-// the KubeSchedulerConfiguration and client certificate the chart renders,
-// calls gpushare-extender run as the chart's Deployment says, with its
+// TestChartExtender: in extender mode the chart runs one extender on each
+// control-plane node (beside each kube-scheduler replica), in the host
+// network on 127.0.0.1; the cluster's kube-scheduler, with the
+// KubeSchedulerConfiguration and client certificate the chart renders,
+// calls gpushare-extender run as the chart's DaemonSet says, with its
 // service account's token; the seed examples schedule and nothing is
 // refused by RBAC.
 func TestChartExtender(t *testing.T) {
@@ -408,7 +426,22 @@ func TestChartExtender(t *testing.T) {
 	in := installChart(t, "--set", "mode=extender")
 	in.startNodeDaemons(t)
 
-	pod := in.pods(t, "extender")[0]
+	pods := in.pods(t, "extender")
+	on := map[string]bool{}
+	for _, p := range pods {
+		on[p.Spec.NodeName] = true
+		if !p.Spec.HostNetwork || !slices.Contains(p.Spec.Containers[0].Args, "--bind-address=127.0.0.1") {
+			t.Errorf("extender pod %s: host network %v, args %v; want the host network and 127.0.0.1", p.Name, p.Spec.HostNetwork, p.Spec.Containers[0].Args)
+		}
+	}
+	if len(pods) != len(controlPlaneNodes) || !on[controlPlaneNodes[0]] || !on[controlPlaneNodes[1]] {
+		t.Fatalf("extender pods on %v, want one on each of %v", on, controlPlaneNodes)
+	}
+	if _, err := in.client.CoreV1().Services(chartNamespace).Get(ctx, "gpushare-extender", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Service gpushare-extender: %v, want none beside kube-scheduler", err)
+	}
+
+	pod := pods[0]
 	o := runOutside(t, in.c, in.client, &pod, "gpushare-extender")
 	ports := map[string]int{}
 	var args []string
@@ -437,8 +470,8 @@ func TestChartExtender(t *testing.T) {
 
 	// The operator's steps: kube-scheduler's client certificate from the
 	// Secret into /etc/kubernetes/gpushare-extender/, and the chart's
-	// KubeSchedulerConfiguration (here the extender's NodePort on
-	// 127.0.0.1 is its local port).
+	// KubeSchedulerConfiguration (here the extender's port on 127.0.0.1
+	// is the one it was given).
 	cm, err := in.client.CoreV1().ConfigMaps(chartNamespace).Get(ctx, "gpushare-kube-scheduler-config", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -455,7 +488,7 @@ func TestChartExtender(t *testing.T) {
 	}
 	config := cm.Data["kube-scheduler-config.yaml"]
 	for old, repl := range map[string]string{
-		"https://127.0.0.1:32766/":           "https://127.0.0.1:" + strconv.Itoa(ports["--port="]) + "/",
+		"https://127.0.0.1:10262/":           "https://127.0.0.1:" + strconv.Itoa(ports["--port="]) + "/",
 		"/etc/kubernetes/gpushare-extender/": tlsDir + "/",
 	} {
 		if !strings.Contains(config, old) {

@@ -107,6 +107,7 @@ var chartToggles = map[string][]string{
 	"no-alloc-policy":  {"allocationPolicy.enabled=false"},
 	"runtime-class":    {"node.runtimeClassName=nvidia"},
 	"own-extender-tls": {"mode=extender", "extender.tls.secretName=my-tls"},
+	"extender-service": {"mode=extender", "extender.beside=false"},
 }
 
 // TestChartLint: helm lint passes on the chart with every toggle, and
@@ -244,8 +245,11 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 	if spec.ServiceAccountName != name {
 		t.Errorf("%s runs as service account %q", name, spec.ServiceAccountName)
 	}
-	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
-		t.Errorf("%s shares a host namespace", name)
+	// The extender beside kube-scheduler listens on the host's loopback;
+	// nothing else shares a host namespace.
+	hostNet := name == "gpushare-extender" && !slices.Contains(set, "extender.beside=false")
+	if spec.HostNetwork != hostNet || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: host network %v (want %v), PID %v, IPC %v", name, spec.HostNetwork, hostNet, spec.HostPID, spec.HostIPC)
 	}
 	mps := slices.Contains(set, "node.mps=true")
 	for _, c := range spec.Containers {
