@@ -269,175 +269,43 @@ func candidateKey(candidates []held) string {
 	return strings.Join(uids, ",")
 }
 
-// planVictims chooses the pods of candidates to evict so that the pod
-// fits on base with the others returned. For each GPU a candidate holds,
-// it returns the candidates in an order that leaves that GPU for last;
-// a candidate whose return makes the pod unfit is a victim. Of these sets
-// of victims it keeps the cheapest (planCost).
-//
-// The order: first the candidates that hold none of the GPU, those on
-// GPUs dear to clear first (dear: what evicting all of a GPU's
-// candidates costs), so that a pod that needs several GPUs gets the
-// cheap ones besides; then those on the GPU. Within a GPU, the most
-// important first. For a pod that needs one GPU, the victims
-// are then all on the GPU left for last, as nothing else is returned
-// while it is free.
+// planVictims is alloc.PlanVictims for candidates, most important first
+// as kube-scheduler's preemption returns them, with the
+// PodDisruptionBudgets' violations counted as DefaultPreemption counts
+// them.
 func planVictims(r *alloc.Rater, base *alloc.NodeState, candidates []held, pdbs []*policyv1.PodDisruptionBudget) *victimPlan {
-	if _, unfit := r.Rate(base); unfit != nil {
-		return &victimPlan{victims: map[types.UID]bool{}}
+	candidates = slices.Clone(candidates)
+	slices.SortFunc(candidates, func(a, b held) int { return moreImportant(a.pod, b.pod) })
+	pods := make(map[string]*corev1.Pod, len(candidates))
+	cs := make([]alloc.Candidate, len(candidates))
+	for i, h := range candidates {
+		key := string(h.pod.UID)
+		pods[key] = h.pod
+		cs[i] = alloc.Candidate{Key: key, Priority: int64(corev1helpers.PodPriority(h.pod)), Placement: h.placement}
 	}
-	dear := map[int]planCost{}
-	for _, h := range candidates {
-		for _, b := range h.placement.Booked {
-			dear[b.GPU] = dear[b.GPU].add(h, b.MemoryMiB)
+	plan := alloc.PlanVictims(r, base, cs, func(keys []string) int {
+		victims := make([]*corev1.Pod, len(keys))
+		for i, k := range keys {
+			victims[i] = pods[k]
 		}
-	}
-	// A candidate's key is its cheapest GPU: it goes early only if all
-	// its GPUs are dear.
-	cheapest := func(h held) int {
-		g := h.placement.Booked[0].GPU
-		for _, b := range h.placement.Booked[1:] {
-			if dear[b.GPU].less(dear[g]) {
-				g = b.GPU
-			}
-		}
-		return g
-	}
-	slices.SortFunc(candidates, func(a, b held) int {
-		if len(a.placement.Booked) == 0 || len(b.placement.Booked) == 0 {
-			return cmp.Or(-cmp.Compare(len(a.placement.Booked), len(b.placement.Booked)), moreImportant(a.pod, b.pod))
-		}
-		ga, gb := cheapest(a), cheapest(b)
-		if ga != gb {
-			if dear[gb].less(dear[ga]) {
-				return -1
-			}
-			if dear[ga].less(dear[gb]) {
-				return 1
-			}
-			return cmp.Compare(ga, gb)
-		}
-		return moreImportant(a.pod, b.pod)
+		return pdbViolations(victims, pdbs)
 	})
-	var (
-		best     *victimPlan
-		bestCost planCost
-	)
-	for _, g := range slices.Sorted(maps.Keys(dear)) {
-		order := make([]held, 0, len(candidates))
-		for _, h := range candidates {
-			if !holds(h, g) {
-				order = append(order, h)
-			}
-		}
-		for _, h := range candidates {
-			if holds(h, g) {
-				order = append(order, h)
-			}
-		}
-		plan, cost := reprieve(r, base, order, pdbs)
-		if best == nil || cost.less(bestCost) {
-			best, bestCost = plan, cost
-		}
+	out := &victimPlan{victims: make(map[types.UID]bool, len(plan.Victims)), gpus: plan.GPUs}
+	for k := range plan.Victims {
+		out.victims[types.UID(k)] = true
 	}
-	if best == nil {
-		// No candidate holds a GPU: evicting them frees none.
-		return &victimPlan{victims: map[types.UID]bool{}}
-	}
-	return best
+	return out
 }
 
-// reprieve returns the candidates in order to a copy of base, keeping
-// each one the pod still fits beside; the others are the victims.
-func reprieve(r *alloc.Rater, base *alloc.NodeState, order []held, pdbs []*policyv1.PodDisruptionBudget) (*victimPlan, planCost) {
-	work := base.Clone()
-	plan := &victimPlan{victims: map[types.UID]bool{}}
-	var cost planCost
-	freed := map[int]bool{}
-	for _, h := range order {
-		if work.Apply(h.placement) == nil {
-			if _, unfit := r.Rate(work); unfit == nil {
-				continue
-			}
-			_ = work.Release(h.placement)
-		}
-		plan.victims[h.pod.UID] = true
-		var mib int64
-		for _, b := range h.placement.Booked {
-			mib += b.MemoryMiB
-			freed[b.GPU] = true
-		}
-		cost = cost.add(h, mib)
-	}
-	cost.violations = pdbViolations(order, plan.victims, pdbs)
-	plan.gpus = slices.Sorted(maps.Keys(freed))
-	if len(plan.gpus) > 0 {
-		cost.gpu = plan.gpus[0]
-	}
-	return plan, cost
-}
-
-// planCost orders victim sets, cheapest first: the fewest evictions a
-// PodDisruptionBudget forbids, then the lowest highest priority, then the
-// fewest pods, then the lowest sum of priorities, then the least GPU
-// memory, then the lowest GPU.
-type planCost struct {
-	violations   int
-	highest, sum int64
-	pods         int
-	memory       int64
-	gpu          int
-}
-
-// add is the cost with pod h evicted too, freeing mib of GPU memory.
-func (a planCost) add(h held, mib int64) planCost {
-	prio := int64(corev1helpers.PodPriority(h.pod))
-	if a.pods == 0 || prio > a.highest {
-		a.highest = prio
-	}
-	a.pods++
-	a.sum += prio
-	a.memory += mib
-	return a
-}
-
-func (a planCost) less(b planCost) bool {
-	return cmp.Or(
-		cmp.Compare(a.violations, b.violations),
-		compareZero(a.pods, b.pods, a.highest, b.highest),
-		cmp.Compare(a.pods, b.pods),
-		cmp.Compare(a.sum, b.sum),
-		cmp.Compare(a.memory, b.memory),
-		cmp.Compare(a.gpu, b.gpu),
-	) < 0
-}
-
-// compareZero compares the highest priorities of two victim sets; an
-// empty set is the cheapest.
-func compareZero(pa, pb int, ha, hb int64) int {
-	switch {
-	case pa == 0 || pb == 0:
-		return cmp.Compare(pa, pb)
-	default:
-		return cmp.Compare(ha, hb)
-	}
-}
-
-// pdbViolations counts the victims whose eviction a PodDisruptionBudget
-// does not allow, as kube-scheduler's DefaultPreemption counts them:
-// each victim a budget selects (and has not counted as disrupted yet)
-// takes one of its allowed disruptions, most important victim first.
-func pdbViolations(order []held, victims map[types.UID]bool, pdbs []*policyv1.PodDisruptionBudget) int {
-	if len(pdbs) == 0 || len(victims) == 0 {
+// pdbViolations counts the victims (most important first) whose
+// eviction a PodDisruptionBudget does not allow, as kube-scheduler's
+// DefaultPreemption counts them: each victim a budget selects (and has not
+// counted as disrupted yet) takes one of its allowed disruptions, most
+// important victim first.
+func pdbViolations(pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) int {
+	if len(pdbs) == 0 || len(pods) == 0 {
 		return 0
 	}
-	pods := make([]*corev1.Pod, 0, len(victims))
-	for _, h := range order {
-		if victims[h.pod.UID] {
-			pods = append(pods, h.pod)
-		}
-	}
-	slices.SortFunc(pods, moreImportant)
 	allowed := make([]int32, len(pdbs))
 	selectors := make([]labels.Selector, len(pdbs))
 	for i, pdb := range pdbs {
@@ -464,15 +332,6 @@ func pdbViolations(order []held, victims map[types.UID]bool, pdbs []*policyv1.Po
 		}
 	}
 	return n
-}
-
-func holds(h held, gpu int) bool {
-	for _, b := range h.placement.Booked {
-		if b.GPU == gpu {
-			return true
-		}
-	}
-	return false
 }
 
 // moreImportant orders pods as kube-scheduler's preemption returns them:
