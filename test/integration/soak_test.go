@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 const (
@@ -194,11 +198,9 @@ func TestSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, uint64(duration)))
 	res := soakResult{Nodes: len(specs)}
 	var (
-		over, noRecord, lateFit = map[string]bool{}, map[string]bool{}, map[string]bool{}
-		bound                   = map[string]bool{}
-		// fitSince is when each Pending pod was first seen fitting,
-		// since when it has fitted at every check.
-		fitSince = map[string]time.Time{}
+		over, noRecord = map[string]bool{}, map[string]bool{}
+		bound          = map[string]bool{}
+		lateFit        = newFitWatch(model, placer, soakFitGrace)
 		// created is when each pod was created, and maxPending the
 		// longest a pod was seen Pending, fitting or not.
 		created    = map[string]time.Time{}
@@ -237,41 +239,17 @@ func TestSoak(t *testing.T) {
 				delete(live, d.node)
 			}
 		}
-		pending := map[string]bool{}
 		for _, p := range snap.pending {
-			pending[p.Name] = true
 			if at, ok := created[p.Name]; ok {
 				maxPending = max(maxPending, now.Sub(at))
 			}
-			req, err := model.PodRequest(p)
-			if err != nil {
-				t.Fatalf("pod %s: %v", p.Name, err)
-			}
-			fitsOn := ""
-			for name, s := range live {
-				if pl, _ := placer.Place(s, req); pl != nil {
-					fitsOn = name
-					break
-				}
-			}
-			if fitsOn == "" {
-				delete(fitSince, p.Name)
-				continue
-			}
-			since, ok := fitSince[p.Name]
-			if !ok {
-				fitSince[p.Name] = now
-				continue
-			}
-			if now.Sub(since) > soakFitGrace && !lateFit[p.Name] {
-				lateFit[p.Name] = true
-				t.Errorf("pod %s has been Pending for %v while it fits (now on node %s) by the records", p.Name, now.Sub(since).Round(time.Second), fitsOn)
-			}
 		}
-		for name := range fitSince {
-			if !pending[name] {
-				delete(fitSince, name)
-			}
+		late, err := lateFit.observe(now, snap.pending, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range late {
+			t.Errorf("pod %s has been Pending for %v while it fits (now on node %s) by the records", l.pod, l.pending.Round(time.Second), l.node)
 		}
 		return snap
 	}
@@ -342,7 +320,7 @@ func TestSoak(t *testing.T) {
 			restarting[1] = time.Now()
 			res.APIServerRestarts++
 			// Pods were not retried while the apiserver was down.
-			clear(fitSince)
+			lateFit.restart()
 			t.Logf("%v: kube-apiserver restarted in %v", now.Sub(start).Round(time.Second), time.Since(t0).Round(100*time.Millisecond))
 		}
 		if now.After(nextMetrics) {
@@ -368,7 +346,7 @@ func TestSoak(t *testing.T) {
 		}
 		var doomed []*corev1.Pod
 		for _, p := range snap.pending {
-			if time.Since(created[p.Name]) > soakPendingMax && fitSince[p.Name].IsZero() {
+			if time.Since(created[p.Name]) > soakPendingMax && !lateFit.fits(p.Name) {
 				doomed = append(doomed, p)
 			}
 		}
@@ -395,7 +373,7 @@ func TestSoak(t *testing.T) {
 	deadline := time.Now().Add(soakFitGrace + 5*time.Second)
 	for {
 		check(time.Now())
-		if len(fitSince) == 0 || time.Now().After(deadline) {
+		if len(lateFit.since) == 0 || time.Now().After(deadline) {
 			break
 		}
 		<-tick.C
@@ -406,7 +384,7 @@ func TestSoak(t *testing.T) {
 	res.PodsBound = len(bound)
 	res.PodsPerS = float64(int(float64(res.PodsBound)/churn.Seconds()*100)) / 100
 	res.MaxPendingS = maxPending.Round(time.Second).Seconds()
-	res.OvercommittedGPUs, res.BoundWithoutRecord, res.FitButPending30s = len(over), len(noRecord), len(lateFit)
+	res.OvercommittedGPUs, res.BoundWithoutRecord, res.FitButPending30s = len(over), len(noRecord), len(lateFit.late)
 	line, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
@@ -565,4 +543,142 @@ func soakSnap(ctx context.Context, client kubernetes.Interface) (*soakSnapshot, 
 		snap.over = append(snap.over, g)
 	}
 	return snap, nil
+}
+
+// fitWatch finds pods left Pending while they fit: a pod that fits some
+// node by the records at every check for longer than grace is late, and
+// reported once.
+type fitWatch struct {
+	model  *resource.Model
+	placer *alloc.Placer
+	grace  time.Duration
+	// since is when each Pending pod was first seen fitting, since when
+	// it has fitted at every check; late holds the pods reported.
+	since map[string]time.Time
+	late  map[string]bool
+}
+
+// latePod is a pod observe reports: Pending that long, fitting node.
+type latePod struct {
+	pod, node string
+	pending   time.Duration
+}
+
+func newFitWatch(model *resource.Model, placer *alloc.Placer, grace time.Duration) *fitWatch {
+	return &fitWatch{model: model, placer: placer, grace: grace, since: map[string]time.Time{}, late: map[string]bool{}}
+}
+
+// fits reports whether the pod fitted at the last check.
+func (w *fitWatch) fits(pod string) bool { _, ok := w.since[pod]; return ok }
+
+// restart forgets when pods began to fit: they were not retried while
+// the apiserver was down.
+func (w *fitWatch) restart() { clear(w.since) }
+
+// observe judges the pending pods at now against the nodes' states
+// (those of nodes not judged left out) and returns the pods late for the
+// first time.
+func (w *fitWatch) observe(now time.Time, pending []*corev1.Pod, nodes map[string]*alloc.NodeState) ([]latePod, error) {
+	var out []latePod
+	seen := map[string]bool{}
+	names := slices.Sorted(maps.Keys(nodes))
+	for _, p := range pending {
+		seen[p.Name] = true
+		req, err := w.model.PodRequest(p)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", p.Name, err)
+		}
+		fitsOn := ""
+		for _, name := range names {
+			if pl, _ := w.placer.Place(nodes[name], req); pl != nil {
+				fitsOn = name
+				break
+			}
+		}
+		if fitsOn == "" {
+			delete(w.since, p.Name)
+			continue
+		}
+		since, ok := w.since[p.Name]
+		if !ok {
+			w.since[p.Name] = now
+			continue
+		}
+		if now.Sub(since) > w.grace && !w.late[p.Name] {
+			w.late[p.Name] = true
+			out = append(out, latePod{pod: p.Name, node: fitsOn, pending: now.Sub(since)})
+		}
+	}
+	for name := range w.since {
+		if !seen[name] {
+			delete(w.since, name)
+		}
+	}
+	return out, nil
+}
+
+// TestFitWatch: the soak's check for pods left Pending while they fit
+// reports a pod once, when it has fitted at every check for longer than
+// the grace; a pod that stops fitting, or that the apiserver's restart
+// could not retry, starts over; one that never fits is never late.
+func TestFitWatch(t *testing.T) {
+	model, placer := fitChecker(t)
+	spec := controlplane.NodeSpec{Name: "n1", Model: "NVIDIA A10", MemoryMiB: 16384, Count: 1}
+	obj, err := spec.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := gpucache.NodeFrom(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := map[string]*alloc.NodeState{"n1": alloc.NewNodeState(node)}
+	full := map[string]*alloc.NodeState{"n1": alloc.NewNodeState(node)}
+	full["n1"].GPUs[0] = alloc.Usage{MemoryMiB: 16384}
+	pod := func(name string, mib int64) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}}
+		l := corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)}
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: l, Requests: l}
+		return p
+	}
+	fits, huge := pod("fits", 4096), pod("huge", 32768)
+	pending := []*corev1.Pod{fits, huge}
+
+	w := newFitWatch(model, placer, 30*time.Second)
+	t0 := time.Unix(1000, 0)
+	step := func(at time.Duration, nodes map[string]*alloc.NodeState) []latePod {
+		t.Helper()
+		late, err := w.observe(t0.Add(at), pending, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return late
+	}
+	want := func(at time.Duration, nodes map[string]*alloc.NodeState, names ...string) {
+		t.Helper()
+		var got []string
+		for _, l := range step(at, nodes) {
+			got = append(got, l.pod)
+		}
+		if !slices.Equal(got, names) {
+			t.Errorf("at %v: late %v, want %v", at, got, names)
+		}
+	}
+	want(0, free)
+	want(20*time.Second, full) // stops fitting: starts over
+	want(25*time.Second, free)
+	want(50*time.Second, free)
+	want(56*time.Second, free, "fits") // fitted from 25 s on: 31 s
+	want(90*time.Second, free)         // reported once
+	if !w.fits("fits") || w.fits("huge") || len(w.late) != 1 {
+		t.Errorf("fits(fits) %v, fits(huge) %v, late %v; want true, false, one", w.fits("fits"), w.fits("huge"), w.late)
+	}
+
+	w = newFitWatch(model, placer, 30*time.Second)
+	want(0, free)
+	w.restart()
+	want(20*time.Second, free)
+	want(45*time.Second, free) // 25 s since the restart
+	want(51*time.Second, free, "fits")
 }
