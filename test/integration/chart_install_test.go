@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -330,19 +331,29 @@ func TestChartInstall(t *testing.T) {
 
 	// helm upgrade to the spread policy: the scheduler's pod is replaced
 	// (its configuration's checksum changed), and the new one spreads.
-	before := in.pods(t, "scheduler")[0].Name
+	// Two replicas by default: the one run here leads, the other waits.
+	before := map[string]bool{}
+	for _, p := range in.pods(t, "scheduler") {
+		before[p.Name] = true
+	}
+	if len(before) != 2 {
+		t.Fatalf("%d gpushare-scheduler pods; want 2 by default", len(before))
+	}
 	helm(t, "upgrade", "gpushare", chart, "--kubeconfig", in.c.Kubeconfig, "--namespace", chartNamespace,
 		"--reuse-values", "--set", "gpushare.nodePolicy=spread", "--wait", "--timeout", "3m")
-	// Nothing schedules the new pod but gpushare-scheduler itself, which
-	// still runs (the old pod is kept until the new one is ready).
-	var after string
+	// Nothing schedules the new pods but gpushare-scheduler itself, which
+	// still runs (an old pod is kept until a new one is ready).
 	err := waitFor(time.Minute, func() (bool, error) {
 		pods := in.pods(t, "scheduler")
-		after = pods[0].Name
-		return len(pods) == 1 && after != before, nil
+		for _, p := range pods {
+			if before[p.Name] {
+				return false, nil
+			}
+		}
+		return len(pods) == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("helm upgrade did not replace the scheduler's pod %s: %v", before, err)
+		t.Fatalf("helm upgrade did not replace the scheduler's pods %v: %v", slices.Sorted(maps.Keys(before)), err)
 	}
 	sched.Stop(10 * time.Second)
 	in.startScheduler(t, in.pods(t, "scheduler")[0])
