@@ -44,8 +44,9 @@ type Options struct {
 	// Workload is the expected mix of pod shapes, for fragmentation-aware
 	// policies.
 	Workload []Shape
-	// Supply is the cluster's GPUs per model, for fgd-robust: it weighs
-	// model-bound demand against the GPUs that admit it.
+	// Supply is the cluster's healthy GPUs per kind (SupplyOf), for
+	// fgd-robust: it weighs model-bound demand against the GPUs that
+	// admit it.
 	Supply []Supply
 }
 

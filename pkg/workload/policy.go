@@ -115,17 +115,7 @@ func (p *Policy) Follow(src SupplySource) {
 	}
 }
 
-// SetSupply has the policy weigh the workload against supply (see
-// alloc.SupplyOf) from now on; Follow keeps it current instead.
-func (p *Policy) SetSupply(supply []alloc.Supply) {
-	if !p.weighs {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.setSupplyLocked(supply)
-}
-
+// setSupplyLocked has the Placer weigh supply, a new one if it changed.
 func (p *Policy) setSupplyLocked(supply []alloc.Supply) {
 	old := p.placer.Load()
 	if slices.Equal(old.Supply(), supply) {
