@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -93,38 +92,14 @@ func cpuTime() time.Duration {
 }
 
 // populate creates n nodes of 8 H100s and, on each GPU, a pod bound with
-// a record of 10 GiB, 32 requests at a time.
+// a record of 10 GiB, controlplane.InFlight requests at a time.
 func populate(b *testing.B, client kubernetes.Interface, n int) {
 	ctx := context.Background()
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	work := make(chan int)
-	errs := make(chan error, 32)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range work {
-				if err := benchNode(ctx, client, i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	for i := range n {
-		select {
-		case work <- i:
-		case err := <-errs:
-			b.Fatal(err)
-		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
+	if err := controlplane.Parallel(ctx, n, func(i int) error { return benchNode(ctx, client, i) }); err != nil {
 		b.Fatal(err)
-	default:
 	}
 }
 

@@ -363,38 +363,16 @@ func procCPU(b *testing.B, pid int) float64 {
 	return float64(utime+stime) / userHZ
 }
 
-// createBenchNodes creates n nodes of 8 H100s, 32 at a time.
+// createBenchNodes creates n nodes of 8 H100s, controlplane.InFlight at
+// a time.
 func createBenchNodes(b *testing.B, client kubernetes.Interface, n int) {
 	ctx := context.Background()
-	work := make(chan int)
-	errs := make(chan error, 32)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range work {
-				spec := controlplane.NodeSpec{Name: fmt.Sprintf("gpu-%05d", i), Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 8}
-				if err := controlplane.CreateNode(ctx, client, spec); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	for i := range n {
-		select {
-		case work <- i:
-		case err := <-errs:
-			close(work)
-			wg.Wait()
-			b.Fatal(err)
-		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
+	err := controlplane.Parallel(ctx, n, func(i int) error {
+		spec := controlplane.NodeSpec{Name: fmt.Sprintf("gpu-%05d", i), Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Count: 8}
+		return controlplane.CreateNode(ctx, client, spec)
+	})
+	if err != nil {
 		b.Fatal(err)
-	default:
 	}
 }
 

@@ -62,7 +62,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -574,7 +573,7 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		return err
 	}
 	progress("creating %d kwok nodes", len(nodes))
-	if err := parallel(ctx, len(nodes), func(i int) error { return createNode(ctx, client, nodes[i]) }); err != nil {
+	if err := controlplane.Parallel(ctx, len(nodes), func(i int) error { return createNode(ctx, client, nodes[i]) }); err != nil {
 		return err
 	}
 	if err := waitNodes(ctx, client, nodes); err != nil {
@@ -868,33 +867,6 @@ func kubePick(states []*alloc.NodeState, p *trace.Pod, rng *rand.Rand, mostAlloc
 		}
 	}
 	return best
-}
-
-// parallel runs fn(0..n-1) on 32 goroutines and returns the first error.
-func parallel(ctx context.Context, n int, fn func(int) error) error {
-	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		first atomic.Pointer[error]
-	)
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || first.Load() != nil || ctx.Err() != nil {
-					return
-				}
-				if err := fn(i); err != nil {
-					first.CompareAndSwap(nil, &err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if p := first.Load(); p != nil {
-		return *p
-	}
-	return ctx.Err()
 }
 
 // simOptions are sim.Run's options: one seed at a time, the workload

@@ -36,7 +36,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -209,7 +208,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		return Result{}, err
 	}
 	progress("creating %d nodes", nodes)
-	err = parallel(nodes, func(i int) error {
+	err = controlplane.Parallel(ctx, nodes, func(i int) error {
 		s := controlplane.NodeSpec{Name: fmt.Sprintf("node-%05d", i), Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: gpuMiB, Count: 8}
 		if mode == "stock" {
 			s.Extended = map[corev1.ResourceName]int64{stockResource: 8 * gpuMiB}
@@ -233,7 +232,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	for i := range mib {
 		mib[i] = sizes[rng.IntN(len(sizes))]
 	}
-	err = parallel(o.pods, func(i int) error {
+	err = controlplane.Parallel(ctx, o.pods, func(i int) error {
 		_, err := client.CoreV1().Pods("default").Create(ctx, benchPod(i, resourceName, mib[i]), metav1.CreateOptions{})
 		return err
 	})
@@ -422,33 +421,6 @@ func profile(c *controlplane.Cluster, url, path string) {
 	if err != nil {
 		progress("profile: %v", err)
 	}
-}
-
-// parallel runs fn(0..n-1) on 32 goroutines and returns the first error.
-func parallel(n int, fn func(int) error) error {
-	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		first atomic.Pointer[error]
-	)
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || first.Load() != nil {
-					return
-				}
-				if err := fn(i); err != nil {
-					first.CompareAndSwap(nil, &err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if p := first.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 // bindWatch records when each pod is first seen bound.
