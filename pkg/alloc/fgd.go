@@ -61,7 +61,9 @@ const (
 	//     that a model's 265 GPUs serve a tenth of the workload while
 	//     another's 4,392 serve any pod: without it, free pods took the
 	//     scarce GPUs and model-bound pods found none (gpuspec25: 7.86%
-	//     unallocated against 5.03%).
+	//     unallocated against 5.03%). The pressures weigh the whole mix
+	//     (Options.Mix): pods bound to a scarce model are often too rare
+	//     to be among the heaviest shapes.
 	fgdRobust
 )
 
@@ -95,10 +97,13 @@ type fgd struct {
 	// GPU admits it), Σ weight x CPU and Σ weight x GPU count.
 	groupW, groupCPU, groupGPUs []int64
 	mode                        fgdMode
-	// pressure is, for fgdRobust, each demand's pressure on the GPUs
-	// that admit it (see pressures); nil without a supply.
-	pressure []int64
-	pool     *sync.Pool // of scratch *fragBase, reused across calls
+	// bound is, for fgdRobust, the pressure of the demand bound to each
+	// set of models on the GPUs that admit it (see pressures); nil
+	// without a supply. byModel is the sum of those that admit a GPU
+	// of each model of the supply.
+	bound   []bound
+	byModel map[string]int64
+	pool    *sync.Pool // of scratch *fragBase, reused across calls
 	// memo owns the fragBase values this policy memoises with node
 	// states. A fragBase depends on the mode and the demands alone, not
 	// on the shapes' weights, CPU or counts, so a re-weighed policy with
@@ -136,7 +141,12 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	f := newFGDShapes(o.Workload)
 	f.mode = mode
 	if mode == fgdRobust {
-		f.pressure = f.pressures(o.Supply)
+		mix := o.Mix
+		if len(mix) == 0 {
+			mix = o.Workload
+		}
+		f.bound = pressures(mix, o.Supply)
+		f.byModel = modelPressures(f.bound, o.Supply)
 	}
 	return f, nil
 }
@@ -439,15 +449,13 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// model signal: the share times the fraction of the workload
 		// that no GPU of the node admits.
 		taken := max(b0.total-b1.total, 0)
-		var denied, p int64 // the weight of the shapes no GPU admits; pressure
+		var denied int64 // the weight of the shapes no GPU admits
 		for k, no := range b0.denied {
-			switch {
-			case no:
+			if no {
 				denied += f.groupW[k]
-			case f.pressure != nil:
-				p += f.pressure[k]
 			}
 		}
+		p := f.pressureOn(after.Node)
 		if p > supplyThreshold {
 			rounded += (taken*(p-supplyThreshold)/1000*supplyWeight/1000 + fgdQuantum/2) / fgdQuantum
 		}

@@ -44,6 +44,11 @@ type Options struct {
 	// Workload is the expected mix of pod shapes, for fragmentation-aware
 	// policies.
 	Workload []Shape
+	// Mix is the whole workload of which Workload may keep only the
+	// heaviest shapes, for fgd-robust's supply signal: a demand bound to
+	// a scarce model can be too rare to be among the heaviest shapes and
+	// still need every GPU of that model. Empty means Workload.
+	Mix []Shape
 	// Supply is the cluster's healthy GPUs per kind (SupplyOf), for
 	// fgd-robust: it weighs model-bound demand against the GPUs that
 	// admit it.
@@ -145,14 +150,15 @@ func NewPlacer(c Config) (*Placer, error) {
 	return pl, nil
 }
 
-// Reweigh returns a Placer of pl's policies weighing workload instead of
-// pl's: the workload learner's refresh. A fragmentation-aware policy
-// whose new shapes ask the same GPU demands keeps using what pl's derived
-// from the nodes (it depends on the demands alone), so the first
-// decisions after a refresh do not derive it again on every node.
-func (pl *Placer) Reweigh(workload []Shape) (*Placer, error) {
+// Reweigh returns a Placer of pl's policies weighing workload, part of
+// mix (see Options.Mix), instead of pl's: the workload learner's refresh.
+// A fragmentation-aware policy whose new shapes ask the same GPU demands
+// keeps using what pl's derived from the nodes (it depends on the demands
+// alone), so the first decisions after a refresh do not derive it again
+// on every node.
+func (pl *Placer) Reweigh(workload, mix []Shape) (*Placer, error) {
 	c := pl.cfg
-	c.Workload = workload
+	c.Workload, c.Mix = workload, mix
 	return pl.successor(c)
 }
 

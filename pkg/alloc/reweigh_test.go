@@ -28,14 +28,14 @@ func TestReweigh(t *testing.T) {
 			t.Fatal(err)
 		}
 		same := weigh([]int64{1, 9}, whole, half) // same demands, other order and weights
-		next, err := old.Reweigh(same)
+		next, err := old.Reweigh(same, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if next.node.(*fgd).memo != old.node.(*fgd).memo {
 			t.Errorf("%s: re-weighed with the same demands, the memo is not shared", mode)
 		}
-		other, err := old.Reweigh(weigh([]int64{1, 1, 1}, half, whole, tenth))
+		other, err := old.Reweigh(weigh([]int64{1, 1, 1}, half, whole, tenth), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,13 +41,21 @@ func SupplyOf(nodes []*Node) []Supply {
 	return out
 }
 
-// pressures returns, per demand, how scarce the GPUs that admit it are
-// for the share of the workload that needs them, in per-mille: the
-// demand's share of the workload's GPU demand over the share of the
-// cluster's GPUs whose model it admits (1000: as many GPUs as it needs
-// on average). Demands every model admits, or none, get 0: they draw on
-// every node alike, or on none.
-func (f *fgd) pressures(supply []Supply) []int64 {
+// bound is the demand bound to one set of GPU models: the models and
+// its pressure (see pressures).
+type bound struct {
+	models   []string
+	pressure int64
+}
+
+// pressures returns, per set of models some of mix's shapes are bound to,
+// how scarce the GPUs that admit them are for the share of the workload
+// that needs them, in per-mille: the shapes' share of mix's GPU demand
+// over the share of the cluster's GPUs whose model they admit (1000: as
+// many GPUs as they need on average). Sets whose GPUs the cluster lacks,
+// or that every GPU admits, are left out: they draw on no node, or on
+// every node alike. Shapes every model admits count in the demand only.
+func pressures(mix []Shape, supply []Supply) []bound {
 	var total int64
 	for _, s := range supply {
 		total += s.GPUs
@@ -55,39 +63,110 @@ func (f *fgd) pressures(supply []Supply) []int64 {
 	if total == 0 {
 		return nil
 	}
-	demand := make([]float64, len(f.demands)) // Σ weight x GPUs x share per GPU
-	admitted := make([]int64, len(f.demands))
+	type group struct {
+		models   []string
+		admitted int64
+		largest  int64 // the largest memory of a GPU it admits
+		demand   float64
+	}
+	var groups []group
 	var all float64
-	for k := range f.demands {
-		d := &f.demands[k]
-		var largest int64
-		for _, s := range supply {
-			if allows(d.Models, s.Model) {
-				admitted[k] += s.GPUs
-				largest = max(largest, s.MemoryMiB)
+	for q := range mix {
+		d := &mix[q].Demand
+		if mix[q].Count <= 0 || mix[q].Weight <= 0 {
+			continue
+		}
+		k := slices.IndexFunc(groups, func(g group) bool { return sameModels(g.models, d.Models) })
+		if k < 0 {
+			g := group{models: d.Models}
+			for _, s := range supply {
+				if allows(d.Models, s.Model) {
+					g.admitted += s.GPUs
+					g.largest = max(g.largest, s.MemoryMiB)
+				}
 			}
+			groups = append(groups, g)
+			k = len(groups) - 1
 		}
 		share := float64(1000)
 		switch {
 		case d.Exclusive:
 		case d.Compute > 0:
 			share = float64(min(d.Compute*1000/FullCompute, 1000))
-		case d.MemoryMiB > 0 && largest > 0:
-			share = float64(min(d.MemoryMiB*1000/largest, 1000))
+		case d.MemoryMiB > 0 && groups[k].largest > 0:
+			share = float64(min(d.MemoryMiB*1000/groups[k].largest, 1000))
 		}
-		demand[k] = float64(f.groupGPUs[k]) * max(share, 1)
-		all += demand[k]
+		v := float64(mix[q].Weight) * float64(mix[q].Count) * max(share, 1)
+		groups[k].demand += v
+		all += v
 	}
-	if all == 0 {
-		return nil
-	}
-	out := make([]int64, len(f.demands))
-	for k := range f.demands {
-		if a := admitted[k]; a > 0 && a < total {
-			out[k] = int64(1000 * demand[k] / all * float64(total) / float64(a))
+	var out []bound
+	for _, g := range groups {
+		if g.admitted > 0 && g.admitted < total && all > 0 {
+			if p := int64(1000 * g.demand / all * float64(total) / float64(g.admitted)); p > 0 {
+				out = append(out, bound{models: g.models, pressure: p})
+			}
 		}
 	}
 	return out
+}
+
+// sameModels reports whether a and b name the same models.
+func sameModels(a, b []string) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(m string) bool { return !slices.Contains(b, m) }) &&
+		!slices.ContainsFunc(b, func(m string) bool { return !slices.Contains(a, m) })
+}
+
+// modelPressures returns the pressure on a GPU of each model of supply:
+// the sum of the bound demands' that admit it.
+func modelPressures(bounds []bound, supply []Supply) map[string]int64 {
+	if len(bounds) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(supply))
+	for _, s := range supply {
+		var p int64
+		for i := range bounds {
+			if allows(bounds[i].models, s.Model) {
+				p += bounds[i].pressure
+			}
+		}
+		out[s.Model] = p
+	}
+	return out
+}
+
+// pressureOn is the pressure on node n's GPUs: the sum of the bound
+// demands' that one of its healthy GPUs admits.
+func (f *fgd) pressureOn(n *Node) int64 {
+	if len(f.bound) == 0 {
+		return 0
+	}
+	// Most nodes have GPUs of one model: one lookup.
+	model, one := "", true
+	for i := range n.GPUs {
+		switch g := &n.GPUs[i]; {
+		case !g.Healthy:
+		case model == "":
+			model = g.Model
+		case g.Model != model:
+			one = false
+		}
+	}
+	if model == "" {
+		return 0
+	}
+	if p, ok := f.byModel[model]; ok && one {
+		return p
+	}
+	var p int64
+	for i := range f.bound {
+		b := &f.bound[i]
+		if slices.ContainsFunc(n.GPUs, func(g GPU) bool { return g.Healthy && allows(b.models, g.Model) }) {
+			p += b.pressure
+		}
+	}
+	return p
 }
 
 // The supply penalty: a pod placed on a node whose pressure p exceeds

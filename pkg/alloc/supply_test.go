@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -86,26 +87,50 @@ func TestSupplyKeepsFreePodsOffScarceGPUs(t *testing.T) {
 	}
 }
 
-// TestPressures: a demand's pressure is its share of the GPU demand over
-// its share of the GPUs; demands every GPU admits, or none, have none.
+// TestPressures: the demand bound to a set of models has a pressure, its
+// share of the GPU demand over its share of the GPUs; demands every GPU
+// admits, or none, have none. Shapes too rare to be weighed by the
+// fragmentation score still count through the mix.
 func TestPressures(t *testing.T) {
 	_, workload := supplyCluster()
-	workload = append(workload, Shape{Count: 1, Demand: Demand{Exclusive: true, Models: []string{"H100"}}, Weight: 1})
-	f := newFGDShapes(workload)
+	workload = append(workload, Shape{Count: 1, Demand: Demand{Exclusive: true, Models: []string{"H100"}}, Weight: 1},
+		Shape{Count: 2, Demand: Demand{Exclusive: true, Models: []string{"G2", "P100"}}, Weight: 1})
 	supply := []Supply{{Model: "G2", MemoryMiB: 16384, GPUs: 16}, {Model: "P100", MemoryMiB: 16384, GPUs: 2}}
 	got := map[string]int64{}
-	for k, p := range f.pressures(supply) {
-		got[fmt.Sprint(f.demands[k].Models)] = p
+	for _, b := range pressures(workload, supply) {
+		got[fmt.Sprint(b.models)] = b.pressure
 	}
-	// GPU demand (weight x share): whole 10, any 60% 4.8, P100 1.2,
-	// H100 1, of 17; P100 has 2 of 18 GPUs: 1000 x 1.2/17 / (2/18) =
-	// 635. No GPU admits the H100 pods; the others take any GPU.
-	want := map[string]int64{"[P100]": 635, "[]": 0, "[H100]": 0}
+	// GPU demand (weight x GPUs x share): whole 10, any 60% 4.8, P100
+	// 1.2, H100 1, G2 or P100 2, of 19; P100 has 2 of 18 GPUs: 1000 x
+	// 1.2/19 / (2/18) = 568. No GPU admits the H100 pods; every GPU
+	// admits the others.
+	want := map[string]int64{"[P100]": 568}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("pressures (-want +got):\n%s", diff)
 	}
-	if p := f.pressures(nil); p != nil {
+	if p := pressures(workload, nil); p != nil {
 		t.Errorf("pressures without supply: %v, want none", p)
+	}
+
+	// Shapes left out of the ones weighed (a learner keeps the heaviest)
+	// still count through the mix: the free pod leaves the scarce P100's
+	// hole to the P100 pods (pressure 2204) only when the mix has them.
+	states, _ := supplyCluster()
+	heaviest := workload[:2]
+	mix := append(slices.Clone(heaviest), Shape{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 60, Models: []string{"P100"}}, Weight: 8})
+	free := makePod("free").cpu(1000).shared("main", 0, 60).obj()
+	for _, tc := range []struct {
+		mix  []Shape
+		want bool // on a G2 node
+	}{{nil, false}, {mix, true}} {
+		pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Workload: heaviest, Mix: tc.mix, Supply: supply}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := pl.Pick(clones(states), free, 1)
+		if d.Placement == nil || (d.Placement.Node != "p100") != tc.want {
+			t.Errorf("mix of %d shapes: %+v, want on a G2 node: %v", len(tc.mix), d.Placement, tc.want)
+		}
 	}
 }
 
@@ -147,4 +172,27 @@ func clones(states []*NodeState) []*NodeState {
 		out[i] = s.Clone()
 	}
 	return out
+}
+
+// TestPressureOn: a node's pressure sums the bound demands one of its
+// healthy GPUs admits, whether its GPUs are of one model, of several, or
+// of a model the supply has not counted yet.
+func TestPressureOn(t *testing.T) {
+	f := &fgd{bound: []bound{{models: []string{"P100"}, pressure: 500}, {models: []string{"P100", "V100"}, pressure: 200}, {models: []string{"T4"}, pressure: 70}}}
+	f.byModel = modelPressures(f.bound, []Supply{{Model: "P100", GPUs: 2}, {Model: "G2", GPUs: 16}})
+	for _, tc := range []struct {
+		node Node
+		want int64
+	}{
+		{makeNode("p100").gpus(2, "P100", 16384).n, 700},
+		{makeNode("g2").gpus(8, "G2", 16384).n, 0},
+		{makeNode("v100").gpus(2, "V100", 16384).n, 200}, // not in the supply
+		{makeNode("mixed").gpus(1, "V100", 16384).gpus(1, "T4", 15360).n, 270},
+		{makeNode("sick").gpus(2, "P100", 16384).unhealthy(0).unhealthy(1).n, 0},
+		{makeNode("half").gpus(1, "T4", 15360).gpus(1, "P100", 16384).unhealthy(0).n, 700},
+	} {
+		if got := f.pressureOn(&tc.node); got != tc.want {
+			t.Errorf("%s: pressure %d, want %d", tc.node.Name, got, tc.want)
+		}
+	}
 }

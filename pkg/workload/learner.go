@@ -202,7 +202,13 @@ func (l *Learner) Observed() int64 {
 // Shapes returns the learned workload: the heaviest shapes, heaviest
 // first, until they make up the configured coverage of the weight; each
 // weight is in millionths of the heaviest (at least 1).
-func (l *Learner) Shapes() []alloc.Shape {
+func (l *Learner) Shapes() []alloc.Shape { return l.shapesCovering(l.cfg.Coverage) }
+
+// Mix returns every shape tracked, weighed as Shapes weighs them: the
+// whole workload, of which Shapes is the heaviest part (alloc.Options.Mix).
+func (l *Learner) Mix() []alloc.Shape { return l.shapesCovering(1) }
+
+func (l *Learner) shapesCovering(coverage float64) []alloc.Shape {
 	l.mu.Lock()
 	type entry struct {
 		key string
@@ -221,7 +227,7 @@ func (l *Learner) Shapes() []alloc.Shape {
 	var out []alloc.Shape
 	var covered float64
 	for _, e := range all {
-		if covered >= l.cfg.Coverage*total {
+		if covered >= coverage*total {
 			break
 		}
 		q := e.t.shape

@@ -46,6 +46,24 @@ func TestLearnerWarmup(t *testing.T) {
 	}
 }
 
+// TestLearnerMix: Shapes keeps the heaviest shapes, Mix every one, each
+// weighed alike: a rare pod bound to a model is in the mix alone.
+func TestLearnerMix(t *testing.T) {
+	l := NewLearner(Config{Prior: []alloc.Shape{shared(1000, 50)}, Warmup: 1})
+	common, rare := shared(1000, 50), shared(1000, 60, "P100")
+	for range 99 {
+		l.Observe("", common)
+	}
+	l.Observe("", rare)
+	shapes, mix := weights(l.Shapes()), weights(l.Mix())
+	if _, ok := shapes[shapeKey(&rare)]; ok || len(shapes) != 1 {
+		t.Errorf("Shapes %v, want the common shape alone (the rare one is under 5%%)", shapes)
+	}
+	if len(mix) != 2 || mix[shapeKey(&common)] != shapes[shapeKey(&common)] || mix[shapeKey(&rare)] < 1 {
+		t.Errorf("Mix %v, want the common shape as Shapes weighs it (%v) and the rare one", mix, shapes)
+	}
+}
+
 // TestLearnerCountsEachPodOnce: a key seen before does not count again.
 func TestLearnerCountsEachPodOnce(t *testing.T) {
 	l := NewLearner(Config{})

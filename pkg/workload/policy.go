@@ -148,11 +148,12 @@ func (p *Policy) rebuild() error {
 		pl  *alloc.Placer
 		err error
 	)
+	shapes, mix := p.learner.Shapes(), p.learner.Mix()
 	if old := p.placer.Load(); old != nil {
-		pl, err = old.Reweigh(p.learner.Shapes())
+		pl, err = old.Reweigh(shapes, mix)
 	} else {
 		c := p.cfg
-		c.Workload = p.learner.Shapes()
+		c.Workload, c.Mix = shapes, mix
 		pl, err = alloc.NewPlacer(c)
 	}
 	if err != nil {
