@@ -65,10 +65,6 @@ test: lint unit fuzz integration chart-test image-test ## Run every test: lint, 
 unit: ## Unit and property tests with the race detector.
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
 
-.PHONY: integration
-integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
-
 # Helm, built from the Go module proxy into the tools cache.
 HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
@@ -104,6 +100,12 @@ $(PROMETHEUS) $(PROMTOOL) &:
 
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) $(PROMTOOL) ## Build the pinned prometheus and promtool into the tools cache.
+
+# After the tools' variables: make expands a rule's prerequisites as it
+# reads the rule.
+.PHONY: integration
+integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: rules
 rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit tests.
