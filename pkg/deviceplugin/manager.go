@@ -213,7 +213,6 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 		if err == nil {
 			if err = p.register(ctx, kubelet); err == nil {
 				m.logger.Info("Registered device plugin", "resource", p.res.Name, "devices", p.devices())
-				m.noteRegistered(p)
 				return
 			}
 		}
@@ -229,13 +228,15 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 }
 
 // Registered is closed once every plugin has registered with the kubelet
-// (the first time). Until then the kubelet admits pods without counting
+// and sent it its devices (the first time; the kubelet advertises a
+// resource once it has its devices, not when the plugin registers). Until
+// then the kubelet admits pods without counting
 // or allocating the resources not registered yet (it leaves out those the
 // node does not advertise), so the node should not take GPU pods: the
 // daemon publishes the node's GPUs only then.
 func (m *Manager) Registered() <-chan struct{} { return m.registered }
 
-// noteRegistered counts p's first registration.
+// noteRegistered counts p's first device list sent to the kubelet.
 func (m *Manager) noteRegistered(p *plugin) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -38,7 +38,7 @@ type plugin struct {
 	gpus  []gpu.Device
 	count int64
 	// registeredOnce is set, under Manager.mu, once the plugin has
-	// registered with the kubelet.
+	// registered with the kubelet and sent it its devices.
 	registeredOnce bool
 	// updates wakes ListAndWatch streams when devices change.
 	updates chan struct{}
@@ -97,6 +97,7 @@ func (p *plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		if err != nil {
 			return err
 		}
+		p.m.noteRegistered(p)
 		select {
 		case <-changed:
 		case <-stream.Context().Done():
