@@ -113,8 +113,7 @@ func pressures(mix []Shape, supply []Supply) []bound {
 
 // sameModels reports whether a and b name the same models.
 func sameModels(a, b []string) bool {
-	return len(a) == len(b) && !slices.ContainsFunc(a, func(m string) bool { return !slices.Contains(b, m) }) &&
-		!slices.ContainsFunc(b, func(m string) bool { return !slices.Contains(a, m) })
+	return slices.Equal(slices.Compact(slices.Sorted(slices.Values(a))), slices.Compact(slices.Sorted(slices.Values(b))))
 }
 
 // modelPressures returns the pressure on a GPU of each model of supply:
