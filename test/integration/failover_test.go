@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -37,14 +38,21 @@ const (
 // kube-system/gpushare-scheduler and a short lease.
 func failoverConfig(t *testing.T) []byte {
 	t.Helper()
-	config := readFile(t, "deploy/scheduler-config.yaml")
-	const election = "  leaderElect: true\n  resourceNamespace: kube-system\n  resourceName: kube-scheduler\n"
+	return electing(t, readFile(t, "deploy/scheduler-config.yaml"),
+		"  leaderElect: true\n  resourceNamespace: kube-system\n  resourceName: kube-scheduler\n", failoverLease)
+}
+
+// electing replaces the leaderElection lines election of a scheduler
+// configuration with an election of kube-system/lease on failover's
+// short lease.
+func electing(t *testing.T, config []byte, election, lease string) []byte {
+	t.Helper()
 	if !bytes.Contains(config, []byte(election)) {
-		t.Fatalf("deploy/scheduler-config.yaml no longer has %q", election)
+		t.Fatalf("the scheduler configuration no longer has %q", election)
 	}
 	return bytes.Replace(config, []byte(election), fmt.Appendf(nil,
 		"  leaderElect: true\n  resourceNamespace: kube-system\n  resourceName: %s\n"+
-			"  leaseDuration: %v\n  renewDeadline: 3s\n  retryPeriod: 1s\n", failoverLease, failoverLeaseDuration), 1)
+			"  leaseDuration: %v\n  renewDeadline: 3s\n  retryPeriod: 1s\n", lease, failoverLeaseDuration), 1)
 }
 
 // bindings records every binding (node and allocation record) a watch
@@ -97,9 +105,64 @@ func (b *bindings) of(name string) []string {
 // startInformersAndWaitForSync(ctx) }" comes before leaderElector.Run, and
 // DelayCacheUntilActive is false by default), and GPUShare's cache is fed
 // by handlers on those informers from the moment the plugin is made.
+//
+// The same with stock kube-scheduler and gpushare-extender: two
+// kube-schedulers, each calling the extender beside it (as the chart runs
+// them); the kill takes the leader and its extender, and the standby's
+// extender, whose cache watched the cluster meanwhile, places the rest.
 func TestFailover(t *testing.T) {
 	ctx := context.Background()
-	c := startCluster(t)
+	t.Run("plugin", func(t *testing.T) {
+		c := startCluster(t)
+		config := failoverConfig(t)
+		kubeconfig := accountKubeconfig(t, c, "scheduler")
+		var replicas []*replica
+		for _, name := range []string{"gpushare-scheduler-a", "gpushare-scheduler-b"} {
+			s, err := c.StartSchedulerAs(ctx, name, schedulerBin, kubeconfig, config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Stop(10 * time.Second) })
+			notForbidden(t, s.Process)
+			replicas = append(replicas, &replica{Scheduler: s, metrics: func() map[string]*dto.MetricFamily { return scrape(t, s.URL+"/metrics") },
+				kill: s.Kill, pid: s.Cmd.Process.Pid})
+		}
+		checkFailover(t, c, failoverLease, replicas)
+	})
+	// Stock kube-scheduler elects its leader with kube-system/kube-scheduler
+	// (its role may update no other lease); each replica calls the
+	// extender beside it, and a kill takes both.
+	t.Run("extender", func(t *testing.T) {
+		c := startCluster(t)
+		var replicas []*replica
+		for _, name := range []string{"kube-scheduler-a", "kube-scheduler-b"} {
+			e := startSecureExtender(t, c)
+			config := electing(t, e.schedulerConfig(t), "  leaderElect: false\n", "kube-scheduler")
+			s, err := c.StartScheduler(ctx, name, tools.Bin("kube-scheduler"), config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Stop(10 * time.Second) })
+			replicas = append(replicas, &replica{Scheduler: s, metrics: func() map[string]*dto.MetricFamily { return scrapeWith(t, e.client, e.base+"/metrics") },
+				kill: func() { s.Kill(); e.proc.Kill() }, pid: s.Cmd.Process.Pid})
+		}
+		checkFailover(t, c, "kube-scheduler", replicas)
+	})
+}
+
+// replica is one scheduler replica of TestFailover: the process that runs
+// for the lease, the metrics of the cache it places with, and its kill.
+type replica struct {
+	*controlplane.Scheduler
+	metrics func() map[string]*dto.MetricFamily
+	kill    func()
+	pid     int
+}
+
+// checkFailover runs TestFailover's burst and kill on two replicas that
+// elect their leader with kube-system/lease.
+func checkFailover(t *testing.T, c *controlplane.Cluster, lease string, scheds []*replica) {
+	ctx := context.Background()
 	client, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -111,30 +174,17 @@ func TestFailover(t *testing.T) {
 	createNodes(t, client, specs...)
 	const capacityMiB = 6 * 4 * 15360
 
-	config := failoverConfig(t)
-	kubeconfig := accountKubeconfig(t, c, "scheduler")
-	var scheds []*controlplane.Scheduler
-	for _, name := range []string{"gpushare-scheduler-a", "gpushare-scheduler-b"} {
-		s, err := c.StartSchedulerAs(ctx, name, schedulerBin, kubeconfig, config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Stop(10 * time.Second) })
-		notForbidden(t, s.Process)
-		scheds = append(scheds, s)
-	}
-
-	acquired := `"Successfully acquired lease" lock="kube-system/` + failoverLease + `"`
+	acquired := `"Successfully acquired lease" lock="kube-system/` + lease + `"`
 	holder := func() string {
-		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, failoverLease, metav1.GetOptions{})
+		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, lease, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return ""
 		}
 		return *l.Spec.HolderIdentity
 	}
-	var leader, standby *controlplane.Scheduler
+	var leader, standby *replica
 	err = waitFor(time.Minute, func() (bool, error) {
-		var lead []*controlplane.Scheduler
+		var lead []*replica
 		for _, s := range scheds {
 			if strings.Contains(s.Tail(1<<20), acquired) {
 				lead = append(lead, s)
@@ -149,7 +199,7 @@ func TestFailover(t *testing.T) {
 		return leader != nil, nil
 	})
 	if err != nil {
-		t.Fatalf("no gpushare-scheduler took the lease: %v", err)
+		t.Fatalf("no scheduler took the lease: %v", err)
 	}
 	standby = scheds[0]
 	if leader == scheds[0] {
@@ -160,7 +210,7 @@ func TestFailover(t *testing.T) {
 
 	// The standby's cache is built before it leads: it holds every GPU.
 	err = waitFor(30*time.Second, func() (bool, error) {
-		v, err := metricSum(scrape(t, standby.URL+"/metrics"), "gpushare_gpu_memory_capacity_bytes", nil)
+		v, err := metricSum(standby.metrics(), "gpushare_gpu_memory_capacity_bytes", nil)
 		return err == nil && int64(v) == capacityMiB<<20, nil
 	})
 	if err != nil {
@@ -230,20 +280,20 @@ func TestFailover(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("a third of the burst was not bound within a minute")
 	}
-	leader.Kill()
+	leader.kill()
 	killed := time.Now()
 	boundAtKill, err := countBound()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed %s (pid %d, SIGKILL) with %d of %d pods created and %d bound", leader.Name, leader.Cmd.Process.Pid, created.Load(), failoverPods, boundAtKill)
+	t.Logf("killed %s (pid %d, SIGKILL) with %d of %d pods created and %d bound", leader.Name, leader.pid, created.Load(), failoverPods, boundAtKill)
 
 	// While it still stands by, the standby books what the dead leader
 	// bound: its cache is warm when it takes over.
 	warm := false
 	if err := waitFor(failoverLeaseDuration, func() (bool, error) {
 		_, bookedMiB := checkNoOvercommit(t, client)
-		v, err := metricSum(scrape(t, standby.URL+"/metrics"), "gpushare_gpu_memory_booked_bytes", nil)
+		v, err := metricSum(standby.metrics(), "gpushare_gpu_memory_booked_bytes", nil)
 		if err != nil || int64(v) != bookedMiB<<20 {
 			return false, nil
 		}

@@ -16,9 +16,15 @@ import (
 // schedulers serve a self-signed certificate).
 func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	return scrapeWith(t, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // test server on 127.0.0.1
-	}}
+	}}, url)
+}
+
+// scrapeWith is scrape with client (one that presents a certificate,
+// for the extender).
+func scrapeWith(t testing.TB, client *http.Client, url string) map[string]*dto.MetricFamily {
+	t.Helper()
 	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatal(err)
