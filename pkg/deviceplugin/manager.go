@@ -230,10 +230,10 @@ func (m *Manager) register(ctx context.Context, p *plugin, kubelet string) {
 // Registered is closed once every plugin has registered with the kubelet
 // and sent it its devices (the first time; the kubelet advertises a
 // resource once it has its devices, not when the plugin registers). Until
-// then the kubelet admits pods without counting
-// or allocating the resources not registered yet (it leaves out those the
-// node does not advertise), so the node should not take GPU pods: the
-// daemon publishes the node's GPUs only then.
+// then the kubelet admits pods without counting or allocating the
+// resources not registered yet (it leaves out those the node does not
+// advertise), so the node should not take GPU pods: the daemon publishes
+// the node's GPUs only then.
 func (m *Manager) Registered() <-chan struct{} { return m.registered }
 
 // noteRegistered counts p's first device list sent to the kubelet.

@@ -125,7 +125,7 @@ func TestFailover(t *testing.T) {
 			t.Cleanup(func() { s.Stop(10 * time.Second) })
 			notForbidden(t, s.Process)
 			replicas = append(replicas, &replica{Scheduler: s, metrics: func() map[string]*dto.MetricFamily { return scrape(t, s.URL+"/metrics") },
-				kill: s.Kill, pid: s.Cmd.Process.Pid})
+				kill: s.Kill})
 		}
 		checkFailover(t, c, failoverLease, replicas)
 	})
@@ -144,7 +144,7 @@ func TestFailover(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Stop(10 * time.Second) })
 			replicas = append(replicas, &replica{Scheduler: s, metrics: func() map[string]*dto.MetricFamily { return scrapeWith(t, e.client, e.base+"/metrics") },
-				kill: func() { s.Kill(); e.proc.Kill() }, pid: s.Cmd.Process.Pid})
+				kill: func() { s.Kill(); e.proc.Kill() }})
 		}
 		checkFailover(t, c, "kube-scheduler", replicas)
 	})
@@ -156,7 +156,6 @@ type replica struct {
 	*controlplane.Scheduler
 	metrics func() map[string]*dto.MetricFamily
 	kill    func()
-	pid     int
 }
 
 // checkFailover runs TestFailover's burst and kill on two replicas that
@@ -286,7 +285,7 @@ func checkFailover(t *testing.T, c *controlplane.Cluster, lease string, scheds [
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed %s (pid %d, SIGKILL) with %d of %d pods created and %d bound", leader.Name, leader.pid, created.Load(), failoverPods, boundAtKill)
+	t.Logf("killed %s (pid %d, SIGKILL) with %d of %d pods created and %d bound", leader.Name, leader.Cmd.Process.Pid, created.Load(), failoverPods, boundAtKill)
 
 	// While it still stands by, the standby books what the dead leader
 	// bound: its cache is warm when it takes over.
