@@ -83,7 +83,7 @@ func run(ctx context.Context, o options) error {
 	}
 	cache := gpucache.New(logger, gpucache.Options{Requests: model.PodRequest, Refused: func(pod *corev1.Pod, err error) {
 		logger.Info("Not booking the GPU record of a pod", "pod", klog.KObj(pod), "err", err)
-	}, Resources: resource.PodCPUMemory})
+	}, Resources: resource.PodCPUMemory, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }})
 	policy.Follow(cache)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cacheSynced, err := gpucache.Watch(cache, factory)

@@ -252,11 +252,12 @@ func run(ctx context.Context, o options) error {
 		resources := deviceplugin.ResourcesFrom(args.ResourceModel)
 		var plugins *deviceplugin.Manager
 		c, err := claims.New(logger, claims.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
-			MPSResources: deviceplugin.MPSResources(resources),
-			Served:       func() []string { return plugins.Served() },
-			Requests:     model.PodRequest,
-			UnitMiB:      model.UnitMiB,
-			NodePods:     nodePods,
+			MPSResources:       deviceplugin.MPSResources(resources),
+			Served:             func() []string { return plugins.Served() },
+			Requests:           model.PodRequest,
+			RequestAnnotations: model.RequestAnnotations(),
+			UnitMiB:            model.UnitMiB,
+			NodePods:           nodePods,
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.

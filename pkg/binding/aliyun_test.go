@@ -117,15 +117,20 @@ func TestBindAliyunAnnotations(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p"},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{container("main", tc.res, 3)}}}
 			before := time.Now()
-			if err := Bind(t.Context(), client, pod, "n1", placed(map[string]int{"main": 1})); err != nil {
+			asked := &gpusharev1.Asked{Annotations: map[string]string{"gpushare.io/gpu-models": "Tesla T4"}}
+			if err := Bind(t.Context(), client, pod, "n1", placed(map[string]int{"main": 1}), asked); err != nil {
 				t.Fatal(err)
 			}
 			after := time.Now()
 			if got == nil {
 				t.Fatal("no Binding was created")
 			}
-			if _, ok := got.Annotations[gpusharev1.AllocationAnnotation]; !ok {
-				t.Errorf("the Binding has no record: %v", got.Annotations)
+			rec, err := gpusharev1.ParseAllocation(got.Annotations[gpusharev1.AllocationAnnotation])
+			switch {
+			case err != nil:
+				t.Errorf("the Binding has no valid record: %v", err)
+			case rec.Asked == nil || rec.Asked.Annotations["gpushare.io/gpu-models"] != "Tesla T4":
+				t.Errorf("the record keeps %+v of what the pod asked, want the models annotation", rec.Asked)
 			}
 			idx, ok := got.Annotations["ALIYUN_COM_GPU_MEM_IDX"]
 			if ok != tc.aliyun || len(got.Annotations) != map[bool]int{true: 5, false: 1}[tc.aliyun] {

@@ -23,14 +23,18 @@ import (
 // always carries its record and a failed bind leaves none. The Binding
 // carries the pod's UID, so it cannot land on a new pod of the same name.
 // A pod that asks aliyun.com/gpu-mem also gets Aliyun's annotations
-// (aliyunAnnotations), for tools written for Aliyun's gpushare.
-func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, node string, p *alloc.Placement) error {
+// (aliyunAnnotations), for tools written for Aliyun's gpushare. asked is
+// the pod's request-shaping annotations the placement was made for
+// (resource.Model.RequestAnnotations): the record keeps them, so that its
+// readers judge it by the request it was made for, whatever later edits
+// of the pod say.
+func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, node string, p *alloc.Placement, asked *gpusharev1.Asked) error {
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	if p != nil {
-		value, err := gpusharev1.Marshal(gpucache.Record(p))
+		value, err := record(p, asked)
 		if err != nil {
 			return err
 		}
@@ -43,12 +47,12 @@ func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, nod
 	return nil
 }
 
-// Annotate records placement p on the pod as its allocation annotation
-// (and Aliyun's, as Bind does). The
+// Annotate records placement p, made for asked, on the pod as its
+// allocation annotation (and Aliyun's, as Bind does). The
 // patch carries the pod's UID, so it cannot land on a new pod of the same
 // name.
-func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, p *alloc.Placement) error {
-	value, err := gpusharev1.Marshal(gpucache.Record(p))
+func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, p *alloc.Placement, asked *gpusharev1.Asked) error {
+	value, err := record(p, asked)
 	if err != nil {
 		return err
 	}
@@ -67,4 +71,11 @@ func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod,
 		return fmt.Errorf("recording the GPU allocation on pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// record is the allocation annotation's value for p made for asked.
+func record(p *alloc.Placement, asked *gpusharev1.Asked) (string, error) {
+	a := gpucache.Record(p)
+	a.Asked = asked
+	return gpusharev1.Marshal(a)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,11 @@ import (
 // A pod's allocation record books its GPUs only once the pod is bound to
 // the node the record names, and only if the record gives each container
 // what its spec asks (alloc.Conform): a record written by anyone but the
-// scheduler that bound the pod books nothing. A booked record is not
-// changed by later edits of the annotation. Bookings are held by GPU UUID:
+// scheduler that bound the pod books nothing. The spec it is checked
+// against is the pod's as the record says it was when bound (its
+// request-shaping annotations, gpusharev1.Asked): edits of the pod after
+// binding are reported, and never free the GPUs the record holds. A
+// booked record is not changed by later edits of the annotation. Bookings are held by GPU UUID:
 // a GPU that leaves the node's inventory keeps its bookings, unhealthy,
 // until their pods end.
 type Cache struct {
@@ -78,8 +82,16 @@ type Options struct {
 	// fragmentation-aware policies weigh. Nil counts none.
 	Resources func(*corev1.Pod) (cpuMilli, memoryMiB int64)
 	// Refused, if set, is told once per record value that the cache does
-	// not book, with why (the adapter emits an event on the pod).
+	// not book, with why (the adapter emits an event on the pod), and
+	// once per change of a booked pod's request-shaping annotations, with
+	// an error that is ErrRequestEdited.
 	Refused func(pod *corev1.Pod, err error)
+	// RequestAnnotations, if set, gives the annotations that shape a
+	// pod's request (resource.Model.RequestAnnotations): a record that
+	// keeps their values at binding (gpusharev1.Asked) is checked against
+	// the pod with those values. Nil checks every record against the pod
+	// as it is.
+	RequestAnnotations func(*corev1.Pod) []string
 }
 
 // LiveStaleAfter is how old a node's live GPU sample may be before
@@ -134,6 +146,9 @@ type podEntry struct {
 	// foreign is set when the record is another system's (ForeignAllocation):
 	// alloc names its GPUs by index, placed on the node's at each booking.
 	foreign bool
+	// edited lists the request-shaping annotations that changed since
+	// the pod was bound: the record still books what it names.
+	edited []string
 }
 
 // New returns an empty cache.
@@ -606,6 +621,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	old := c.pods[pod.UID]
 	if old != nil && !old.assumed && old.record == value {
+		c.noteEdits(pod, old)
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
@@ -617,6 +633,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if old != nil && !old.assumed && !old.invalid {
 		if equalRecords(old.alloc, p.alloc) {
 			old.record = value
+			c.noteEdits(pod, old)
 			return
 		}
 		c.report(pod, key, value, fmt.Errorf("%w; keeping the booking of the record it was bound with", ErrRecordChanged))
@@ -635,12 +652,37 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 			c.book(e, p)
 		}
 	}
+	c.noteEdits(pod, p)
+}
+
+// noteEdits reports, once per change, that a booked pod's request-shaping
+// annotations are no longer those its record was made for. The record
+// keeps booking its GPUs: the pod's containers run with them.
+func (c *Cache) noteEdits(pod *corev1.Pod, p *podEntry) {
+	if p.alloc == nil || p.alloc.Asked == nil || c.opts.RequestAnnotations == nil || p.invalid {
+		return
+	}
+	edited := p.alloc.Asked.Edited(pod.Annotations, c.opts.RequestAnnotations(pod))
+	if slices.Equal(edited, p.edited) {
+		return
+	}
+	p.edited, p.pod = edited, pod
+	if len(edited) == 0 {
+		return
+	}
+	err := fmt.Errorf("%w: %s; the record keeps booking the GPUs it names, and the node daemon serves its containers no more",
+		ErrRequestEdited, strings.Join(edited, ", "))
+	c.logger.Error(err, "Pod's GPU request was edited after binding", "pod", p.key)
+	if c.opts.Refused != nil {
+		c.opts.Refused(pod, err)
+	}
 }
 
 // Why a record books nothing; check with errors.Is.
 var (
 	ErrNotBound      = errors.New("pod is not bound to a node: a record books GPUs only on a pod the scheduler bound")
 	ErrRecordChanged = errors.New("allocation record changed after the pod was bound")
+	ErrRequestEdited = errors.New("annotations that shape the pod's GPU request changed after it was bound")
 )
 
 // needsRebuild reports whether a names a GPU that e's state does not
@@ -686,7 +728,7 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 	}
 	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a, pod: pod}
 	if c.opts.Requests != nil {
-		req, err := c.opts.Requests(pod)
+		req, err := c.opts.Requests(c.asBound(pod, a))
 		if err != nil {
 			return nil, fmt.Errorf("the pod's own request: %w", err)
 		}
@@ -696,6 +738,22 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 		entry.req = req
 	}
 	return entry, nil
+}
+
+// asBound returns pod as it was when record a was written: with the
+// request-shaping annotations a keeps. A pod whose annotations did not
+// change, or a record that keeps none, is returned as it is.
+func (c *Cache) asBound(pod *corev1.Pod, a *gpusharev1.Allocation) *corev1.Pod {
+	if a.Asked == nil || c.opts.RequestAnnotations == nil {
+		return pod
+	}
+	keys := c.opts.RequestAnnotations(pod)
+	if len(a.Asked.Edited(pod.Annotations, keys)) == 0 {
+		return pod
+	}
+	bound := *pod
+	bound.Annotations = a.Asked.Apply(pod.Annotations, keys)
+	return &bound
 }
 
 // parseForeign is parseRecord for another system's record
@@ -955,12 +1013,18 @@ func (c *Cache) Snapshot() []*alloc.NodeState {
 }
 
 // booked returns, per node sorted by name, a copy of its state whose GPU
-// usage includes what conflicting bookings hold, and how many records the
-// cache refuses: what the metrics show.
-func (c *Cache) booked() ([]*alloc.NodeState, int) {
+// usage includes what conflicting bookings hold, how many records the
+// cache refuses, and how many booked pods' requests were edited after
+// binding: what the metrics show.
+func (c *Cache) booked() (states []*alloc.NodeState, refused, edited int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.snapshotLocked(true), len(c.refused)
+	for _, p := range c.pods {
+		if len(p.edited) > 0 {
+			edited++
+		}
+	}
+	return c.snapshotLocked(true), len(c.refused), edited
 }
 
 func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {

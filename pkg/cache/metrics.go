@@ -17,6 +17,8 @@ var (
 		"Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	refusedDesc = prometheus.NewDesc("gpushare_allocation_records_refused",
 		"Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.", nil, nil)
+	editedDesc = prometheus.NewDesc("gpushare_pods_request_edited",
+		"Running pods whose request-shaping annotations changed after binding: their records keep booking their GPUs, and the node daemon serves their containers no more.", nil, nil)
 )
 
 // Collector exports what the cache books against what the GPUs have.
@@ -31,12 +33,14 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- bookedDesc
 	ch <- computeDesc
 	ch <- refusedDesc
+	ch <- editedDesc
 }
 
 // Collect implements prometheus.Collector.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
-	states, refused := x.c.booked()
+	states, refused, edited := x.c.booked()
 	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused))
+	ch <- prometheus.MustNewConstMetric(editedDesc, prometheus.GaugeValue, float64(edited))
 	for _, s := range states {
 		for i, g := range s.Node.GPUs {
 			idx := strconv.Itoa(i)

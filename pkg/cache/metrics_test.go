@@ -37,7 +37,14 @@ func expectedMetrics(refused int, gpus []metricGPU) string {
 		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements), over the capacity where records over-commit a GPU.\n" +
 		"# TYPE " + bookedMetric + " gauge\n" + booked.String() +
 		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.\n" +
-		"# TYPE " + computeMetric + " gauge\n" + compute.String()
+		"# TYPE " + computeMetric + " gauge\n" + compute.String() +
+		editedMetrics(0)
+}
+
+// editedMetrics is the exposition of gpushare_pods_request_edited at n.
+func editedMetrics(n int) string {
+	return "# HELP gpushare_pods_request_edited Running pods whose request-shaping annotations changed after binding: their records keep booking their GPUs, and the node daemon serves their containers no more.\n" +
+		"# TYPE gpushare_pods_request_edited gauge\n" + fmt.Sprintf("gpushare_pods_request_edited %d\n", n)
 }
 
 type metricGPU struct {
@@ -76,8 +83,8 @@ func TestCollector(t *testing.T) {
 	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics:\n%v", err)
 	}
-	if n := testutil.CollectAndCount(collector); n != 1+3*len(want) {
-		t.Errorf("collected %d metrics, want %d (three per GPU of the gpushare nodes, and the refused records)", n, 1+3*len(want))
+	if n := testutil.CollectAndCount(collector); n != 2+3*len(want) {
+		t.Errorf("collected %d metrics, want %d (three per GPU of the gpushare nodes, the refused records and the edited pods)", n, 2+3*len(want))
 	}
 
 	// The exported bookings follow the cache.

@@ -66,6 +66,11 @@ type Config struct {
 	// GPUs: a record that gives a container more (or other) than that is
 	// refused, whoever wrote it.
 	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
+	// RequestAnnotations, if set, gives the annotations that shape a
+	// pod's request (resource.Model's RequestAnnotations): a pod whose
+	// record keeps other values for them (gpusharev1.Asked) was edited
+	// after binding, and its containers are refused.
+	RequestAnnotations []string
 	// UnitMiB, if set, gives the MiB in one unit of a Memory resource for
 	// pods in a namespace (0 if not one): containers that ask
 	// aliyun.com/gpu-mem then get Aliyun's environment in their pod's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,10 +156,17 @@ func (c *Claims) allocation(pod *corev1.Pod, container string) (*gpusharev1.Cont
 
 // conforms checks the record against what the pod's spec asks
 // (alloc.Conform), so that a record written by hand cannot hand a
-// container more than it asked for.
+// container more than it asked for, and that the pod still asks what the
+// record was made for: a pod edited after binding gets no GPU for a new
+// container (the scheduler keeps its GPUs booked).
 func (c *Claims) conforms(pod *corev1.Pod, a *gpusharev1.Allocation) error {
 	if c.cfg.Requests == nil {
 		return nil
+	}
+	if a.Asked != nil {
+		if edited := a.Asked.Edited(pod.Annotations, c.cfg.RequestAnnotations); len(edited) > 0 {
+			return fmt.Errorf("%w: %s; recreate the pod to change its request", gpucache.ErrRequestEdited, strings.Join(edited, ", "))
+		}
 	}
 	req, err := c.cfg.Requests(pod)
 	if err != nil {

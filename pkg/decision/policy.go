@@ -67,9 +67,11 @@ func shapeOf(model *resource.Model, ws v1alpha1.WorkloadShape) (alloc.Shape, err
 	return q, nil
 }
 
-// Learn has policy observe the GPU pods of pods that have not ended,
-// oldest first (by creation, then UID): how a restarted scheduler learns
-// again the workload it had learned. It returns how many counted.
+// Learn has policy observe the GPU pods of pods that are bound and have
+// not ended, oldest first (by creation, then UID): how a restarted
+// scheduler learns again the workload it had learned. Pending pods do not
+// count, as they do not when the scheduler runs: a pod counts once it is
+// placed. It returns how many counted.
 func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod) int {
 	if !policy.Learns() {
 		return 0
@@ -80,7 +82,7 @@ func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod) i
 	})
 	n := 0
 	for _, pod := range pods {
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if req, err := Request(model, pod); err == nil && req != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/binding"
 	"github.com/gpushare/gpushare/pkg/decision"
@@ -107,12 +108,17 @@ func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingAr
 			return err
 		}
 	}
-	if err := binding.Bind(ctx, s.Client, pod, args.Node, p); err != nil {
+	if err := binding.Bind(ctx, s.Client, pod, args.Node, p, gpusharev1.AskedOf(pod.Annotations, s.Model.RequestAnnotations())); err != nil {
 		// Nothing was recorded: free the GPUs for the next try.
 		s.Cache.Forget(pod.UID)
 		return err
 	}
 	s.passed.forget(pod.UID)
+	if req != nil {
+		// Only bound pods count in the learned workload: pods that
+		// cannot run do not steer placement.
+		s.Policy.Observe(string(pod.UID), req)
+	}
 	s.Logger.V(2).Info("Bound pod", "pod", klog.KObj(pod), "node", args.Node)
 	return nil
 }

@@ -222,7 +222,6 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		s.passed.put(c.pod.UID, c.names)
 		return c.finish(res, c.names), nil
 	}
-	s.Policy.Observe(string(c.pod.UID), req)
 	fit, unfit, outside := s.place(c.names, req)
 	s.remember(c.pod.UID, fit)
 	for n, err := range outside {

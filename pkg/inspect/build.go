@@ -32,6 +32,10 @@ type Input struct {
 	// measure the scheduler checks records against (resource.Model's
 	// PodRequest); nil checks records against their nodes only.
 	Requests func(*corev1.Pod) (*alloc.PodRequest, error)
+	// RequestAnnotations gives the annotations that shape a pod's request
+	// (resource.Model's RequestAnnotations), as the scheduler's cache
+	// takes them: a record is judged by the request it was made for.
+	RequestAnnotations []string
 	// SetLargestGPU, if set, is told the largest GPU's memory once the
 	// nodes are read and before any record is checked, as the scheduler
 	// tells its resource model (resource.Model's SetLargestGPU).
@@ -43,8 +47,9 @@ type Input struct {
 func Build(in Input) *Cluster {
 	refused := make(map[types.UID]error)
 	c := gpucache.New(logr.Discard(), gpucache.Options{
-		Requests: in.Requests,
-		Refused:  func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
+		Requests:           in.Requests,
+		RequestAnnotations: func(*corev1.Pod) []string { return in.RequestAnnotations },
+		Refused:            func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
 	})
 	byName := make(map[string]*corev1.Node, len(in.Nodes))
 	for i := range in.Nodes {

@@ -37,7 +37,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		learned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gpushare_scheduler_workload_pods",
-			Help: "GPU pods the learned workload of the fragmentation-aware policy has counted, by scheduler profile (after a restart: the profile's pods in the cluster, then each new one).",
+			Help: "GPU pods the learned workload of the fragmentation-aware policy has counted, by scheduler profile: each pod once it is bound (after a restart: the profile's bound pods in the cluster, then each new one).",
 		}, []string{"profile"}),
 	}
 }

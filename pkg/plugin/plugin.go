@@ -224,10 +224,6 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return pl.preFilterPlain(state, pod)
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
-	pl.policy.Observe(string(pod.UID), req)
-	if l := pl.policy.Learner(); l != nil {
-		pl.metrics.learned.WithLabelValues(pl.handle.ProfileName()).Set(float64(l.Observed()))
-	}
 	placer := pl.policy.Placer()
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
@@ -408,7 +404,7 @@ func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if err := binding.Bind(ctx, pl.handle.ClientSet(), pod, nodeName, p); err != nil {
+	if err := binding.Bind(ctx, pl.handle.ClientSet(), pod, nodeName, p, pl.asked(pod)); err != nil {
 		return fwk.AsStatus(err)
 	}
 	c.mu.Lock()
@@ -417,13 +413,19 @@ func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.
 	return nil
 }
 
-// PostBind implements fwk.PostBindPlugin: when another bind plugin bound
-// a GPU pod, it records the allocation after the fact and says that the
-// profile is misconfigured.
+// PostBind implements fwk.PostBindPlugin: the bound GPU pod counts in
+// the learned workload (a pod that is never bound never counts, so pods
+// that cannot run do not steer placement); when another bind plugin bound
+// it, it records the allocation after the fact and says that the profile
+// is misconfigured.
 func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	c, err := readCycle(state)
 	if err != nil {
 		return
+	}
+	pl.policy.Observe(string(pod.UID), c.req)
+	if l := pl.policy.Learner(); l != nil {
+		pl.metrics.learned.WithLabelValues(pl.handle.ProfileName()).Set(float64(l.Observed()))
 	}
 	c.mu.Lock()
 	recorded := c.recorded
@@ -436,11 +438,16 @@ func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *cor
 		"pod", klog.KObj(pod), "node", nodeName)
 	p, err := c.reservation(nodeName)
 	if err == nil {
-		err = binding.Annotate(ctx, pl.handle.ClientSet(), pod, p)
+		err = binding.Annotate(ctx, pl.handle.ClientSet(), pod, p, pl.asked(pod))
 	}
 	if err != nil {
 		logger.Error(err, "Recording the GPU allocation after binding failed", "pod", klog.KObj(pod))
 	}
+}
+
+// asked is what pod's request-shaping annotations say, for its record.
+func (pl *GPUShare) asked(pod *corev1.Pod) *gpusharev1.Asked {
+	return gpusharev1.AskedOf(pod.Annotations, pl.model.RequestAnnotations())
 }
 
 // reservation returns the placement Reserve booked on node.

@@ -326,11 +326,13 @@ func TestPluginRanksPodsWithoutGPUs(t *testing.T) {
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse(cores)}
 		return p
 	}
-	// The workload learned: GPU pods of 8 CPUs each.
+	// The workload learned: GPU pods of 8 CPUs each, bound.
 	for i := range 20 {
-		if _, s, _ := fw.RunPreFilterPlugins(c.ctx, framework.NewCycleState(), cpuPod(gpuPod(fmt.Sprintf("g%d", i), "default-scheduler", 4096), "8")); !s.IsSuccess() {
+		state, p := framework.NewCycleState(), cpuPod(gpuPod(fmt.Sprintf("g%d", i), "default-scheduler", 4096), "8")
+		if _, s, _ := fw.RunPreFilterPlugins(c.ctx, state, p); !s.IsSuccess() {
 			t.Fatalf("PreFilter: %v", s)
 		}
+		fw.RunPostBindPlugins(c.ctx, state, p, "n2")
 	}
 
 	pod := cpuPod(gpuPod("plain", "default-scheduler", 0), "12")
@@ -469,9 +471,12 @@ func TestPluginWeighsGPUSupply(t *testing.T) {
 		if models != "" {
 			p.Annotations = map[string]string{"gpushare.io/gpu-models": models}
 		}
-		if _, s, _ := fw.RunPreFilterPlugins(c.ctx, framework.NewCycleState(), p); !s.IsSuccess() {
+		// A pod counts in the learned workload once it is bound.
+		state := framework.NewCycleState()
+		if _, s, _ := fw.RunPreFilterPlugins(c.ctx, state, p); !s.IsSuccess() {
 			t.Fatalf("PreFilter %s: %v", name, s)
 		}
+		fw.RunPostBindPlugins(c.ctx, state, p, "g2-0")
 	}
 	// With the prior (100 whole GPUs) P100 pods are 40 of 300, 9% of
 	// the GPU demand, for 3% of the GPUs.

@@ -95,6 +95,9 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 			Refused: func(pod *corev1.Pod, err error) {
 				RecordRefused(s.profiles.of(pod).recorder, pod, err)
 			},
+			RequestAnnotations: func(pod *corev1.Pod) []string {
+				return s.profiles.of(pod).model.RequestAnnotations()
+			},
 			Resources: resource.PodCPUMemory,
 		})
 		defer func() { go gpucache.RunExpiry(ctx, s.cache) }()
@@ -113,10 +116,19 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 // allocation record books nothing.
 const ReasonRecordRefused = "GPUAllocationRefused"
 
+// ReasonRequestEdited is the reason of the Warning event on a running pod
+// whose request-shaping annotations changed after it was bound: its
+// record keeps booking its GPUs.
+const ReasonRequestEdited = "GPURequestEdited"
+
 // RecordRefused emits the Warning event that says why a pod's allocation
 // record books no GPU.
 func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	if r == nil {
+		return
+	}
+	if errors.Is(err, gpucache.ErrRequestEdited) {
+		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRequestEdited, "Check", "%v", err)
 		return
 	}
 	if errors.Is(err, gpucache.ErrForeignRecord) {

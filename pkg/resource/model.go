@@ -87,6 +87,15 @@ func New(cfg *v1alpha1.ResourceModel) (*Model, error) {
 // pod accepts.
 func (m *Model) ModelsAnnotation() string { return m.modelsAnnotation }
 
+// RequestAnnotations returns the pod annotations that shape a pod's
+// request (GPU models, MPS compute, MPS memory): unlike its resources, a
+// pod's annotations can change after it is bound, so the scheduler keeps
+// their values in the pod's record (gpusharev1.Asked) and the admission
+// policy makes them immutable once the pod is bound.
+func (m *Model) RequestAnnotations() []string {
+	return []string{m.modelsAnnotation, m.mpsComputeAnnotation, m.mpsMemoryAnnotation}
+}
+
 // Names returns the managed extended resource names, sorted: the names the
 // default scheduler should leave to gpushare (ignoredByScheduler).
 func (m *Model) Names() []corev1.ResourceName { return slices.Clone(m.names) }

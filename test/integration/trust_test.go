@@ -251,3 +251,91 @@ func TestWithdrawnGPUsStayBooked(t *testing.T) {
 		t.Fatalf("pod whole was placed on a GPU that greedy holds: %v %v", p.Spec.NodeName, err)
 	}
 }
+
+// TestEditedRequest: a tenant edits the annotation that shaped its running
+// pod's request (here the GPU models it accepts, which the GPU it holds
+// no longer matches). With deploy/allocation-policy.yaml the edit is
+// refused, with the reason. Without it the edit lands, and a restarted
+// scheduler still books the pod's GPU (its record keeps the request it
+// was made for): a new pod that needs that GPU stays Pending, the edited
+// pod gets an event, and the metrics count it.
+func TestEditedRequest(t *testing.T) {
+	for _, policy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("policy=%v", policy), func(t *testing.T) { editedRequest(t, policy) })
+	}
+}
+
+func editedRequest(t *testing.T, policy bool) {
+	config := readFile(t, "deploy/scheduler-config.yaml")
+	c, admin, sched := startPlugin(t, config)
+	ctx := context.Background()
+	createNodes(t, admin, controlplane.NodeSpec{Name: "t4", Model: "Tesla T4", MemoryMiB: 15360, Count: 1})
+	if policy {
+		if err := controlplane.ApplyAllocationPolicy(ctx, admin, readFile(t, "deploy/allocation-policy.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := tenantClient(t, c, admin, "tenant")
+	p := gpuPod("mine", 10240, 0)
+	p.Namespace = "tenant"
+	p.Annotations = map[string]string{"gpushare.io/gpu-models": "Tesla T4"}
+	if _, err := tenant.CoreV1().Pods("tenant").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := record(t, boundPod(t, tenant, "tenant", "mine")); a.Asked == nil || a.Asked.Annotations["gpushare.io/gpu-models"] != "Tesla T4" {
+		t.Fatalf("the record keeps %+v of what the pod asked, want its models annotation", a.Asked)
+	}
+
+	patch := `{"metadata":{"annotations":{"gpushare.io/gpu-models":"NVIDIA A100-SXM4-80GB"}}}`
+	_, err := tenant.CoreV1().Pods("tenant").Patch(ctx, "mine", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if policy {
+		if err == nil || !strings.Contains(err.Error(), "gpushare.io/gpu-models shapes the pod's GPU request and cannot change once the pod is bound") {
+			t.Fatalf("editing a bound pod's models: %v, want it refused by the allocation policy", err)
+		}
+		// Before binding the annotation is the tenant's to change.
+		q := gpuPod("unbound", 1024, 0)
+		q.Namespace, q.Spec.SchedulerName = "tenant", "no-such-scheduler"
+		if _, err := tenant.CoreV1().Pods("tenant").Create(ctx, q, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tenant.CoreV1().Pods("tenant").Patch(ctx, "unbound", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("editing an unbound pod's models: %v", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("editing the models without the policy: %v", err)
+	}
+
+	// A new scheduler (a restart, or a standby that takes the lead)
+	// meets the pod edited.
+	sched.Stop(10 * time.Second)
+	next, err := c.StartSchedulerAs(ctx, "gpushare-scheduler-2", schedulerBin, accountKubeconfig(t, c, "scheduler"), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventNote(t, admin, "tenant", "mine", plugin.ReasonRequestEdited, "gpushare.io/gpu-models")
+	waitBooked(t, next, "t4", []float64{10240})
+	waitEdited(t, next, 1)
+	q := gpuPod("next", 10240, 0)
+	if _, err := admin.CoreV1().Pods("default").Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedSchedulingMessage(t, admin, "default", "next", "largest free share on any GPU is 5120 MiB, pod needs 10240 MiB")
+	checkNoOvercommit(t, admin)
+}
+
+// waitEdited waits until the scheduler counts n pods whose request was
+// edited after binding.
+func waitEdited(t *testing.T, s *controlplane.Scheduler, n float64) {
+	t.Helper()
+	var got float64
+	err := waitFor(30*time.Second, func() (bool, error) {
+		v, err := metricSum(scrape(t, s.URL+"/metrics"), "gpushare_pods_request_edited", nil)
+		got = v
+		return err == nil && v == n, nil
+	})
+	if err != nil {
+		t.Fatalf("gpushare_pods_request_edited = %v, want %v", got, n)
+	}
+}

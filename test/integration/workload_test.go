@@ -12,8 +12,11 @@ import (
 )
 
 // TestWorkloadLearned: gpushare-scheduler's default policy learns the
-// workload from its pods, each once, and a restarted scheduler learns it
-// again from the pods in the cluster before its first decision.
+// workload from its pods, each once it is bound, and a restarted
+// scheduler learns it again from the bound pods in the cluster before its
+// first decision. Pods that never bind (here a tenant's, whose
+// nodeSelector matches no node) count for nothing, before and after the
+// restart: they cannot steer where other pods go.
 func TestWorkloadLearned(t *testing.T) {
 	ctx := context.Background()
 	c, client, s := startPlugin(t, nil)
@@ -42,6 +45,18 @@ func TestWorkloadLearned(t *testing.T) {
 	for i := range 5 {
 		create(fmt.Sprintf("learn-%d", i))
 	}
+	learned(s, 5)
+	const stuck = 40
+	for i := range stuck {
+		p := gpuPod(fmt.Sprintf("stuck-%d", i), 15360, 0)
+		p.Spec.SchedulerName = "gpu-scheduler"
+		p.Spec.NodeSelector = map[string]string{"no-such-label": "x"}
+		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The scheduler has tried the last of them.
+	failedSchedulingMessage(t, client, "default", fmt.Sprintf("stuck-%d", stuck-1), "node(s) didn't match Pod's node affinity/selector")
 	learned(s, 5)
 
 	s.Stop(10 * time.Second)

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"maps"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -112,6 +114,22 @@ type Allocation struct {
 	// Containers lists each GPU container of the pod, in the order
 	// Kubernetes starts them: init containers, then app containers.
 	Containers []ContainerAllocation `json:"containers"`
+	// Asked is what the pod said of its request, beyond its spec, when the
+	// record was written: the request-shaping annotations of the resource
+	// model (GPU models, MPS compute and memory). A pod's resources cannot
+	// change once it exists, but its annotations can: readers check the
+	// record against the pod's spec with these annotations, so that an
+	// edit after binding neither frees the GPUs the record holds nor
+	// makes the record another pod's. Absent in records written before
+	// the field existed: readers then check against the pod as it is.
+	Asked *Asked `json:"asked,omitempty"`
+}
+
+// Asked is the request-shaping state of a pod at binding.
+type Asked struct {
+	// Annotations holds each request-shaping annotation the pod carried,
+	// by name; a name the pod did not carry is absent.
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // ContainerKind says when a container runs.
@@ -164,4 +182,50 @@ type GPULoad struct {
 	UsedMemoryMiB int64 `json:"usedMemoryMiB"`
 	// UtilizationPercent is the share of time a kernel ran, 0-100.
 	UtilizationPercent int64 `json:"utilizationPercent"`
+}
+
+// AskedOf returns the Asked of a pod whose annotations are annotations,
+// under a resource model whose request-shaping annotations are keys.
+func AskedOf(annotations map[string]string, keys []string) *Asked {
+	a := &Asked{}
+	for _, k := range keys {
+		if v, ok := annotations[k]; ok {
+			if a.Annotations == nil {
+				a.Annotations = make(map[string]string, len(keys))
+			}
+			a.Annotations[k] = v
+		}
+	}
+	return a
+}
+
+// Edited returns, in the order of keys, the request-shaping annotations
+// whose value in annotations (present or not) is not the one a records.
+func (a *Asked) Edited(annotations map[string]string, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		was, had := a.Annotations[k]
+		is, has := annotations[k]
+		if had != has || was != is {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Apply returns annotations with each of keys as a records it: the
+// annotations the pod had when the record was written, as far as its
+// request goes. annotations is not changed.
+func (a *Asked) Apply(annotations map[string]string, keys []string) map[string]string {
+	out := maps.Clone(annotations)
+	if out == nil {
+		out = make(map[string]string, len(a.Annotations))
+	}
+	for _, k := range keys {
+		delete(out, k)
+		if v, ok := a.Annotations[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
 }

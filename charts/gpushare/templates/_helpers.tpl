@@ -100,6 +100,14 @@ own resources, as a JSON list. */}}
 {{- toJson ($names | uniq) -}}
 {{- end -}}
 
+{{/* The pod annotations that shape a GPU request (the resourceModel's
+modelsAnnotation, mpsComputeAnnotation and mpsMemoryAnnotation, with
+resource.Model's defaults), as a JSON list. */}}
+{{- define "gpushare.requestAnnotations" -}}
+{{- $m := .Values.gpushare.resourceModel | default dict -}}
+{{- toJson (list ($m.modelsAnnotation | default "gpushare.io/gpu-models") ($m.mpsComputeAnnotation | default "gpushare.io/mps-compute") ($m.mpsMemoryAnnotation | default "GPUlimits")) -}}
+{{- end -}}
+
 {{/* The API groups of the GPU resource names, as a YAML flow list. */}}
 {{- define "gpushare.resourceGroups" -}}
 {{- $groups := list -}}

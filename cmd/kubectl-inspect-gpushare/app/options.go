@@ -148,7 +148,7 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 	now := o.Clock.Now()
 	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Leases: snap.leases, Now: now, SetLargestGPU: model.SetLargestGPU}
 	if checked {
-		in.Requests = model.PodRequest
+		in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
 	}
 	c := inspect.Build(in)
 	if o.pod != "" {
