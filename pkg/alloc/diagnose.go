@@ -15,8 +15,8 @@ type Diagnosis struct {
 	// when some node was short of GPU memory.
 	LargestFreeMiB int64
 	NeedMiB        int64
-	// The most GPUs one container needs and the most any node has, when
-	// some node had too few.
+	// The most GPUs one container needs and the most healthy GPUs any
+	// node has, when some node had too few (or too few healthy).
 	NeedGPUs, MostGPUs int
 	// Models the pod allows, when some node had no GPU of them.
 	Models []string
@@ -40,7 +40,7 @@ func Diagnose(nodes int, unfits []*Unfit) Diagnosis {
 			case ReasonGPUMemory, ReasonGPUTooSmall:
 				d.LargestFreeMiB = max(d.LargestFreeMiB, r.Free)
 				d.NeedMiB = max(d.NeedMiB, r.Requested)
-			case ReasonGPUCount:
+			case ReasonGPUCount, ReasonUnhealthy:
 				d.NeedGPUs = max(d.NeedGPUs, r.Needed)
 				d.MostGPUs = max(d.MostGPUs, r.Usable)
 			case ReasonModel:
@@ -86,7 +86,7 @@ func (d Diagnosis) String() string {
 
 // Detail is the numbers part of the diagnosis, e.g. "largest free share
 // on any GPU is 3000 MiB, pod needs 3500 MiB", "a container needs 4 GPUs,
-// the most any node has is 2", "pod allows GPU models NVIDIA A100", "a
+// the most healthy GPUs any node has is 2", "pod allows GPU models NVIDIA A100", "a
 // container needs 1 GPUs under MPS, the most any node has is 0"; "" when
 // no node was short of GPU memory, GPUs, a model or MPS.
 func (d Diagnosis) Detail() string {
@@ -95,7 +95,7 @@ func (d Diagnosis) Detail() string {
 		parts = append(parts, fmt.Sprintf("largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB))
 	}
 	if d.NeedGPUs > 0 {
-		parts = append(parts, fmt.Sprintf("a container needs %d GPUs, the most any node has is %d", d.NeedGPUs, d.MostGPUs))
+		parts = append(parts, fmt.Sprintf("a container needs %d GPUs, the most healthy GPUs any node has is %d", d.NeedGPUs, d.MostGPUs))
 	}
 	if len(d.Models) > 0 {
 		parts = append(parts, "pod allows GPU models "+strings.Join(d.Models, ", "))

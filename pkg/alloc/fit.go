@@ -62,6 +62,20 @@ type Unfit struct {
 	GPUs []GPUReject
 }
 
+// Resolvable reports whether evicting pods from the node could make room:
+// false when a reason lies in the node itself (too few GPUs, or too few
+// healthy, of an allowed model, under MPS or large enough, whole cards
+// only), which preemption cannot change.
+func (u *Unfit) Resolvable() bool {
+	for _, r := range u.Reasons {
+		switch r.Reason {
+		case ReasonWholeCard, ReasonGPUCount, ReasonUnhealthy, ReasonModel, ReasonNotMPS, ReasonGPUTooSmall, ReasonNodeRejected:
+			return false
+		}
+	}
+	return true
+}
+
 func (u *Unfit) Error() string {
 	parts := make([]string, 0, len(u.Reasons))
 	for _, r := range u.Reasons {
@@ -171,7 +185,14 @@ func shareOf(g *GPU, u Usage) int64 {
 func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, rejects []GPUReject) Insufficiency {
 	in := Insufficiency{Container: name, Needed: need, Usable: usable}
 	if len(s.Node.GPUs) < need {
-		in.Reason, in.Usable = ReasonGPUCount, len(s.Node.GPUs)
+		// Usable counts the healthy GPUs: a withdrawn GPU is no GPU to
+		// the pod.
+		in.Reason, in.Usable = ReasonGPUCount, 0
+		for i := range s.Node.GPUs {
+			if s.Node.GPUs[i].Healthy {
+				in.Usable++
+			}
+		}
 		return in
 	}
 	seen := make(map[Reason]bool, 4)

@@ -227,7 +227,7 @@ func TestDiagnoseDetail(t *testing.T) {
 		want string
 	}{
 		"too few GPUs": {makePod("p").whole("c", 4).obj(),
-			"0/2 nodes are available: 2 TooFewGPUs; a container needs 4 GPUs, the most any node has is 2."},
+			"0/2 nodes are available: 2 TooFewGPUs; a container needs 4 GPUs, the most healthy GPUs any node has is 2."},
 		"no allowed model": {makePod("p").container(App, ContainerRequest{Name: "c", MemoryMiB: 10, Models: []string{"A100", "H100"}}).obj(),
 			"0/2 nodes are available: 2 GPUModelNotAllowed; pod allows GPU models A100, H100."},
 	}
@@ -237,6 +237,30 @@ func TestDiagnoseDetail(t *testing.T) {
 				t.Errorf("Diagnose:\n got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A withdrawn (unhealthy) GPU does not count: with one of h100's 8 GPUs
+// withdrawn and a second node of 4 with one withdrawn, an 8-GPU pod is
+// told the most any node has is 7, and a 4-GPU pod that h100 takes is
+// placed.
+func TestDiagnoseCountsHealthyGPUs(t *testing.T) {
+	pl := mustPlacer("binpack")
+	states := []*NodeState{
+		makeNode("h100").gpus(8, "H100", 81559).unhealthy(7).state(),
+		makeNode("a100").gpus(4, "A100", 40960).unhealthy(0).state(),
+	}
+	pod := makePod("p").whole("c", 8).obj()
+	got := Diagnose(2, pl.Explain(states, pod)).String()
+	want := "0/2 nodes are available: 1 GPUUnhealthy, 1 TooFewGPUs; a container needs 8 GPUs, the most healthy GPUs any node has is 7."
+	if got != want {
+		t.Errorf("Diagnose:\n got %q\nwant %q", got, want)
+	}
+	pod = makePod("p").whole("c", 5).obj()
+	got = Diagnose(2, pl.Explain(states[1:], pod)).String()
+	want = "0/2 nodes are available: 1 TooFewGPUs; a container needs 5 GPUs, the most healthy GPUs any node has is 3."
+	if got != want {
+		t.Errorf("Diagnose:\n got %q\nwant %q", got, want)
 	}
 }
 

@@ -43,6 +43,9 @@ type Cache struct {
 	// refused holds, per pod, the record value the cache refused, so that
 	// each is reported once.
 	refused map[types.UID]string
+	// unrecorded holds the bound pods on gpushare nodes that carry no
+	// record, each checked once: whether it asks for GPUs.
+	unrecorded map[types.UID]bool
 	// gpuSizes counts the GPUs of each memory size over the nodes, for
 	// LargestGPU.
 	gpuSizes map[int64]int
@@ -154,19 +157,20 @@ type podEntry struct {
 // New returns an empty cache.
 func New(logger klog.Logger, o Options) *Cache {
 	return &Cache{
-		logger:    logger,
-		opts:      o,
-		nodes:     make(map[string]*nodeEntry),
-		rejected:  make(map[string]error),
-		pods:      make(map[types.UID]*podEntry),
-		refused:   make(map[types.UID]string),
-		gpuSizes:  make(map[int64]int),
-		supply:    make(map[alloc.Supply]int64),
-		leases:    make(map[string]time.Time),
-		leaseLive: make(map[string]*gpusharev1.GPUUsage),
-		now:       time.Now,
-		bound:     make(map[types.UID]podResources),
-		requested: make(map[string]podResources),
+		logger:     logger,
+		opts:       o,
+		nodes:      make(map[string]*nodeEntry),
+		rejected:   make(map[string]error),
+		pods:       make(map[types.UID]*podEntry),
+		refused:    make(map[types.UID]string),
+		unrecorded: make(map[types.UID]bool),
+		gpuSizes:   make(map[int64]int),
+		supply:     make(map[alloc.Supply]int64),
+		leases:     make(map[string]time.Time),
+		leaseLive:  make(map[string]*gpusharev1.GPUUsage),
+		now:        time.Now,
+		bound:      make(map[types.UID]podResources),
+		requested:  make(map[string]podResources),
 	}
 }
 
@@ -614,6 +618,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if !ok {
 		// gpushare's record first; else one another system left.
 		if value, foreign = foreignValue(pod); !foreign {
+			c.noteUnrecorded(pod)
 			return
 		}
 	}
@@ -678,11 +683,51 @@ func (c *Cache) noteEdits(pod *corev1.Pod, p *podEntry) {
 	}
 }
 
+// noteUnrecorded reports, once per pod, a pod bound to a gpushare node
+// that asks for GPUs and carries no record: it was bound without
+// gpushare (spec.nodeName set by hand, or another scheduler), so it books
+// no GPU and the node daemon gives its containers none.
+func (c *Cache) noteUnrecorded(pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" || c.opts.Requests == nil {
+		return
+	}
+	c.mu.RLock()
+	_, seen := c.unrecorded[pod.UID]
+	_, gpushare := c.nodes[pod.Spec.NodeName]
+	// A pod the scheduler assumed gets its record from it: a binder
+	// other than gpushare's may have bound it first.
+	_, assumed := c.pods[pod.UID]
+	c.mu.RUnlock()
+	if seen || !gpushare || assumed {
+		return
+	}
+	req, err := c.opts.Requests(pod)
+	asks := err == nil && req.GPUs()
+	c.mu.Lock()
+	if _, seen := c.unrecorded[pod.UID]; seen {
+		c.mu.Unlock()
+		return
+	}
+	c.unrecorded[pod.UID] = asks
+	c.mu.Unlock()
+	if !asks {
+		return
+	}
+	err = fmt.Errorf("%w: bound to node %s without gpushare's %s record (spec.nodeName set directly, or another scheduler bound it): "+
+		"gpushare books no GPU for it and gpushare-node gives its containers none; recreate it without spec.nodeName",
+		ErrNoRecord, pod.Spec.NodeName, gpusharev1.AllocationAnnotation)
+	c.logger.Error(err, "Pod asks for GPUs and holds none", "pod", klog.KObj(pod))
+	if c.opts.Refused != nil {
+		c.opts.Refused(pod, err)
+	}
+}
+
 // Why a record books nothing; check with errors.Is.
 var (
 	ErrNotBound      = errors.New("pod is not bound to a node: a record books GPUs only on a pod the scheduler bound")
 	ErrRecordChanged = errors.New("allocation record changed after the pod was bound")
 	ErrRequestEdited = errors.New("annotations that shape the pod's GPU request changed after it was bound")
+	ErrNoRecord      = errors.New("pod asks for GPUs but holds none")
 )
 
 // needsRebuild reports whether a names a GPU that e's state does not
@@ -790,6 +835,7 @@ func (c *Cache) RemovePod(uid types.UID) {
 	defer c.mu.Unlock()
 	c.uncountLocked(uid)
 	delete(c.refused, uid)
+	delete(c.unrecorded, uid)
 	if p := c.pods[uid]; p != nil {
 		c.unbook(uid, p)
 		delete(c.pods, uid)

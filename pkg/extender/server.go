@@ -244,7 +244,12 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		if detail != "" {
 			reason += " (gpushare: " + detail + ")"
 		}
-		res.FailedNodes[n] = reason
+		if u.Resolvable() {
+			res.FailedNodes[n] = reason
+		} else {
+			// kube-scheduler's preemption then leaves the node alone.
+			res.FailedAndUnresolvableNodes[n] = reason
+		}
 	}
 	keep := fit
 	limit := s.MaxNodes

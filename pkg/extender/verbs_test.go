@@ -29,15 +29,17 @@ func (ts *testServer) call(t *testing.T, verb string, body, out any) {
 }
 
 // TestFilterAnswers: filter fails the nodes the pod does not fit with the
-// core's reason and the cluster-wide numbers, nodes outside gpushare for
-// good, every node for good for a malformed request, and passes every
-// node for a pod without GPUs; the answer takes the form of the call.
+// core's reason and the cluster-wide numbers (for good where no eviction
+// could make room), nodes outside gpushare for good, every node for good
+// for a malformed request, and passes every node for a pod without GPUs;
+// the answer takes the form of the call.
 func TestFilterAnswers(t *testing.T) {
 	names := []string{"n1", "n2", "n9"}
 	outside := map[string]string{"n9": decision.ReasonNotGPUShareNode}
 	bad := pod("bad", 0)
 	bad.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(150, k8sresource.DecimalSI)}
 	const short = "GPUTooSmall (gpushare: largest free share on any GPU is 16384 MiB, pod needs 20000 MiB)"
+	const full = "InsufficientGPUMemory (gpushare: largest free share on any GPU is 15360 MiB, pod needs 16384 MiB)"
 	const malformed = `container "main": gpushare.io/gpu-core: 150 is above 100`
 	for name, c := range map[string]struct {
 		pod                     *corev1.Pod
@@ -48,7 +50,9 @@ func TestFilterAnswers(t *testing.T) {
 		// BestOnly: a pod without soft preferences goes on to the best
 		// alone: n1, whose GPU is in use, rather than n2's idle one.
 		"fits":         {pod: pod("small", 1024), passed: []string{"n1"}, failed: map[string]string{}, unresolvable: outside},
-		"fits nowhere": {pod: pod("big", 20000), passed: []string{}, failed: map[string]string{"n1": short, "n2": short}, unresolvable: outside},
+		"fits nowhere": {pod: pod("big", 20000), passed: []string{}, failed: map[string]string{},
+			unresolvable: map[string]string{"n1": short, "n2": short, "n9": decision.ReasonNotGPUShareNode}},
+		"full": {pod: pod("full", 16384), passed: []string{"n2"}, failed: map[string]string{"n1": full}, unresolvable: outside},
 		"no GPUs":      {pod: pod("plain", 0), passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
 		"malformed":    {pod: bad, passed: []string{}, failed: map[string]string{}, unresolvablePrefixOnAll: malformed},
 	} {

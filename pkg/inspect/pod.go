@@ -40,6 +40,8 @@ type PodView struct {
 	Reason  string    `json:"reason,omitempty"`
 	Event   string    `json:"event,omitempty"`
 	Closest []Closest `json:"closest,omitempty"`
+	// asksGPUs is set when the pod's request names GPUs.
+	asksGPUs bool
 }
 
 // Landing is one container's share of one GPU, beside the GPU's state.
@@ -76,6 +78,7 @@ func BuildPod(c *Cluster, in PodInput) *PodView {
 	case in.RequestErr != nil:
 		v.Asks = []string{"unreadable: " + in.RequestErr.Error()}
 	case in.Request != nil:
+		v.asksGPUs = in.Request.GPUs()
 		for _, r := range in.Request.Containers {
 			v.Asks = append(v.Asks, asks(r))
 		}
@@ -210,6 +213,10 @@ func WritePod(out io.Writer, v *PodView, u Unit) error {
 	}
 	if v.Refused != "" {
 		fmt.Fprintf(out, "Record:     refused, gpushare books nothing for it: %s\n", v.Refused)
+	}
+	if v.Node != "" && v.Refused == "" && len(v.Landed) == 0 && v.asksGPUs {
+		fmt.Fprintf(out, "Record:     none: the pod holds no GPU. It was bound to %s without gpushare (spec.nodeName set directly, or another scheduler), "+
+			"so gpushare books nothing for it and gpushare-node gives its containers no GPU; recreate it without spec.nodeName\n", v.Node)
 	}
 	if len(v.Landed) > 0 {
 		fmt.Fprintf(out, "\nWhere each container landed (from its %s record, as the scheduler books it):\n", gpusharev1.AllocationAnnotation)

@@ -262,6 +262,10 @@ func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.
 	defer c.mu.Unlock()
 	if unfit != nil {
 		c.unfits = append(c.unfits, unfit)
+		if !unfit.Resolvable() {
+			// Preemption would try the node in vain.
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, decision.Reason(unfit))
+		}
 		return fwk.NewStatus(fwk.Unschedulable, decision.Reason(unfit))
 	}
 	c.ratings[name] = rating

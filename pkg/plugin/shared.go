@@ -116,6 +116,10 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 // allocation record books nothing.
 const ReasonRecordRefused = "GPUAllocationRefused"
 
+// ReasonNoRecord is the reason of the Warning event on a pod that asks
+// for GPUs and was bound to a gpushare node without gpushare's record.
+const ReasonNoRecord = "GPUNotAllocated"
+
 // ReasonRequestEdited is the reason of the Warning event on a running pod
 // whose request-shaping annotations changed after it was bound: its
 // record keeps booking its GPUs.
@@ -125,6 +129,10 @@ const ReasonRequestEdited = "GPURequestEdited"
 // record books no GPU.
 func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	if r == nil {
+		return
+	}
+	if errors.Is(err, gpucache.ErrNoRecord) {
+		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNoRecord, "Check", "%v", err)
 		return
 	}
 	if errors.Is(err, gpucache.ErrRequestEdited) {
