@@ -7,9 +7,9 @@ import (
 )
 
 func (o *options) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration if empty")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; if empty, the KUBECONFIG environment variable, then the in-cluster configuration")
 	fs.StringVar(&o.serving.Address, "bind-address", "127.0.0.1", "address to serve on. Loopback by default, for a kube-scheduler in the same network namespace; "+
-		"a deployment that kube-scheduler reaches over the network sets the pod IP, and then needs --client-ca-file")
+		"a deployment that kube-scheduler reaches over the network sets the pod IP")
 	fs.IntVar(&o.port, "port", 8888, "port to serve the extender verbs, /healthz and /metrics on")
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "if not 0, also serve /healthz alone on this port of --bind-address, over plain HTTP without client certificates (for kubelet probes)")
 	fs.StringVar(&o.serving.CertFile, "tls-cert-file", "", "serving certificate (PEM); with --tls-private-key-file the extender serves HTTPS "+
@@ -18,8 +18,8 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.serving.ClientCAFile, "client-ca-file", "", "CA bundle (PEM): every client must present a certificate signed by it, checked in the TLS handshake "+
 		"(kube-scheduler: tlsConfig.certFile and tlsConfig.keyFile). This is the only client authentication: kube-scheduler's extender client can present a certificate but cannot send a bearer token")
 	fs.StringVar(&o.allowedNames, "client-allowed-names", "", "comma-separated client certificate common names accepted; every certificate --client-ca-file signed if empty")
-	fs.BoolVar(&o.serving.Insecure, "insecure-serve-unauthenticated", false, "allow a non-loopback --bind-address without --client-ca-file (plain HTTP, or TLS alone): "+
-		"anyone who reaches it can bind pods. For tests only")
+	fs.BoolVar(&o.serving.Insecure, "insecure-serve-unauthenticated", false, "serve without --client-ca-file (plain HTTP, or TLS alone): "+
+		"anyone who reaches --bind-address, on loopback every process of the host's network namespace, can bind pods. For tests only")
 	fs.StringVar(&o.schedulerNames, "scheduler-names", "default-scheduler,gpu-scheduler", "comma-separated schedulerNames whose pods bind binds (the profiles of the KubeSchedulerConfiguration that calls this extender); pods of other schedulers are refused")
 	fs.StringVar(&o.prefix, "url-prefix", "/gpushare-scheduler", "URL prefix of the filter, prioritize and bind verbs (the urlPrefix path in KubeSchedulerConfiguration)")
 	fs.StringVar(&o.config, "config", "", "GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1); defaults if empty")

@@ -2,9 +2,9 @@
 // clusters that keep stock kube-scheduler. See
 // deploy/extender-scheduler-config.yaml for the kube-scheduler side.
 //
-// It serves on loopback unless told otherwise: on any other address it
-// wants TLS with client certificates (kube-scheduler's extender client can
-// present a certificate, not a bearer token).
+// It serves TLS with client certificates (kube-scheduler's extender client
+// can present a certificate, not a bearer token), on loopback unless told
+// otherwise; plain HTTP only with --insecure-serve-unauthenticated.
 package main
 
 import (

@@ -71,8 +71,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig}, nil).ClientConfig()
+	// As kube-scheduler: --kubeconfig, else $KUBECONFIG, else in-cluster.
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}

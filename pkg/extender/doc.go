@@ -13,7 +13,8 @@
 // call for the pod did not pass.
 //
 // Whoever can call bind can place pods past every filter: Serving refuses
-// a non-loopback address without client certificates, and the handler
+// to serve without client certificates (loopback too, unless told it may),
+// and the handler
 // bounds calls in flight and body sizes (429, 413) so that memory stays
 // bounded.
 package extender

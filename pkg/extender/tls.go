@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 )
@@ -30,14 +29,16 @@ type Serving struct {
 	// AllowedNames, if not empty, are the only client certificate common
 	// names accepted.
 	AllowedNames []string
-	// Insecure allows serving a non-loopback address without checking
-	// client certificates.
+	// Insecure allows serving without checking client certificates.
 	Insecure bool
 }
 
-// ErrUnauthenticated is serving a non-loopback address without client
-// certificates and without Serving.Insecure.
-var ErrUnauthenticated = errors.New("refusing to serve a non-loopback address without client certificates")
+// ErrUnauthenticated is serving without client certificates and without
+// Serving.Insecure. Loopback is no exception: with host networking (the
+// chart's extender beside kube-scheduler) every host-network pod of the
+// node reaches it, and whoever can call bind places pods past every
+// filter.
+var ErrUnauthenticated = errors.New("refusing to serve without client certificates")
 
 // TLSConfig checks the combination and returns the server's TLS
 // configuration, nil for plain HTTP.
@@ -49,9 +50,9 @@ func (o Serving) TLSConfig() (*tls.Config, error) {
 		return nil, errors.New("--client-ca-file needs --tls-cert-file and --tls-private-key-file")
 	case len(o.AllowedNames) > 0 && o.ClientCAFile == "":
 		return nil, errors.New("--client-allowed-names needs --client-ca-file")
-	case o.ClientCAFile == "" && !o.Insecure && !loopback(o.Address):
-		return nil, fmt.Errorf("%w on %s: set --tls-cert-file, --tls-private-key-file and --client-ca-file, "+
-			"bind a loopback address, or pass --insecure-serve-unauthenticated", ErrUnauthenticated, o.Address)
+	case o.ClientCAFile == "" && !o.Insecure:
+		return nil, fmt.Errorf("%w on %q: set --tls-cert-file, --tls-private-key-file and --client-ca-file "+
+			"(kube-scheduler's tlsConfig certFile, keyFile and caFile), or pass --insecure-serve-unauthenticated", ErrUnauthenticated, o.Address)
 	case o.CertFile == "":
 		return nil, nil
 	}
@@ -86,13 +87,4 @@ func (o Serving) TLSConfig() (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// loopback reports whether host is a loopback address or localhost.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

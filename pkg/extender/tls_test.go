@@ -14,8 +14,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
-// TestServingRefusesUnauthenticated: a non-loopback address needs client
-// certificates, unless Insecure says otherwise.
+// TestServingRefusesUnauthenticated: every address, loopback too, needs
+// client certificates, unless Insecure says otherwise.
 func TestServingRefusesUnauthenticated(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := controlplane.NewCA("test-ca")
@@ -36,11 +36,14 @@ func TestServingRefusesUnauthenticated(t *testing.T) {
 		// certificates; else part of the error.
 		want string
 	}{
-		"loopback, plain":                     {Serving{Address: "127.0.0.1"}, ""},
-		"localhost, plain":                    {Serving{Address: "localhost"}, ""},
-		"IPv6 loopback, plain":                {Serving{Address: "::1"}, ""},
-		"loopback, TLS":                       {Serving{Address: "127.0.0.1", CertFile: cert, KeyFile: key}, "tls"},
-		"pod IP, plain":                       {Serving{Address: "10.0.0.5"}, "refusing to serve a non-loopback address without client certificates on 10.0.0.5"},
+		"loopback, plain":                     {Serving{Address: "127.0.0.1"}, `refusing to serve without client certificates on "127.0.0.1"`},
+		"localhost, plain":                    {Serving{Address: "localhost"}, "refusing"},
+		"IPv6 loopback, plain":                {Serving{Address: "::1"}, "refusing"},
+		"loopback, TLS":                       {Serving{Address: "127.0.0.1", CertFile: cert, KeyFile: key}, "refusing"},
+		"loopback, plain, insecure":           {Serving{Address: "127.0.0.1", Insecure: true}, ""},
+		"loopback, TLS, insecure":             {Serving{Address: "127.0.0.1", CertFile: cert, KeyFile: key, Insecure: true}, "tls"},
+		"loopback, mutual TLS":                {Serving{Address: "127.0.0.1", CertFile: cert, KeyFile: key, ClientCAFile: caFile}, "mtls"},
+		"pod IP, plain":                       {Serving{Address: "10.0.0.5"}, `refusing to serve without client certificates on "10.0.0.5"`},
 		"all interfaces, plain":               {Serving{Address: "0.0.0.0"}, "refusing"},
 		"all interfaces, empty":               {Serving{Address: ""}, "refusing"},
 		"pod IP, TLS without client CA":       {Serving{Address: "10.0.0.5", CertFile: cert, KeyFile: key}, "refusing"},

@@ -31,8 +31,9 @@ func startExtender(t *testing.T, c *controlplane.Cluster, extra ...string) strin
 }
 
 // runExtender runs gpushare-extender over plain HTTP on a free loopback
-// port with deploy/extender-config.yaml and flags, and returns its base
-// URL and process.
+// port (--insecure-serve-unauthenticated: the verbs' tests call it
+// directly) with deploy/extender-config.yaml and flags, and returns its
+// base URL and process.
 func runExtender(t *testing.T, c *controlplane.Cluster, flags ...string) (string, *controlplane.Process) {
 	t.Helper()
 	port, err := controlplane.FreePort()
@@ -41,7 +42,7 @@ func runExtender(t *testing.T, c *controlplane.Cluster, flags ...string) (string
 	}
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"--kubeconfig=" + accountKubeconfig(t, c, "extender"),
-		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port),
+		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--insecure-serve-unauthenticated",
 		"--config=" + root + "/deploy/extender-config.yaml", "-v=2"}, flags...)
 	p, err := c.Run("gpushare-extender", extenderBin, args...)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,6 +48,13 @@ type secureExtender struct {
 // named kube-scheduler, and waits until its plain /healthz port is ready.
 func startSecureExtender(t *testing.T, c *controlplane.Cluster, extra ...string) *secureExtender {
 	t.Helper()
+	return startSecureExtenderWith(t, c, nil, extra...)
+}
+
+// startSecureExtenderWith is startSecureExtender with environment
+// variables env set; with env, it gets no --kubeconfig flag.
+func startSecureExtenderWith(t *testing.T, c *controlplane.Cluster, env []string, extra ...string) *secureExtender {
+	t.Helper()
 	e := &secureExtender{dir: t.TempDir()}
 	var err error
 	if e.ca, err = controlplane.NewCA("gpushare-test-ca"); err != nil {
@@ -73,12 +81,21 @@ func startSecureExtender(t *testing.T, c *controlplane.Cluster, extra ...string)
 		t.Fatal(err)
 	}
 	e.base = "https://127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"--kubeconfig=" + accountKubeconfig(t, c, "extender"),
-		"--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
+	args := append([]string{"--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
 		"--config=" + root + "/deploy/extender-config.yaml", "-v=2",
 		"--tls-cert-file=" + cert, "--tls-private-key-file=" + key,
 		"--client-ca-file=" + caFile, "--client-allowed-names=kube-scheduler"}, extra...)
-	if e.proc, err = c.Run("gpushare-extender", extenderBin, args...); err != nil {
+	bin := extenderBin
+	if env == nil {
+		args = append([]string{"--kubeconfig=" + accountKubeconfig(t, c, "extender")}, args...)
+	} else {
+		// env(1) execs the extender in its own process.
+		if bin, err = exec.LookPath("env"); err != nil {
+			t.Fatal(err)
+		}
+		args = append(append(env, extenderBin), args...)
+	}
+	if e.proc, err = c.Run("gpushare-extender", bin, args...); err != nil {
 		t.Fatal(err)
 	}
 	notForbidden(t, e.proc)
@@ -299,4 +316,35 @@ func TestExtenderBindRefusals(t *testing.T) {
 	if got := boundPod(t, client, "default", "mine"); got.Spec.NodeName != "g1" {
 		t.Errorf("mine bound to %s, want g1", got.Spec.NodeName)
 	}
+}
+
+// TestExtenderStartup: started as an operator might, without TLS flags,
+// the extender refuses to serve (on loopback too: beside kube-scheduler it
+// is in the host network, where every host-network pod reaches it) and
+// says which flags it needs; and it finds its API credentials as
+// kube-scheduler does, here in $KUBECONFIG with no --kubeconfig flag.
+func TestExtenderStartup(t *testing.T) {
+	c := startCluster(t)
+	config := "--config=" + root + "/deploy/extender-config.yaml"
+	plain, err := c.Run("gpushare-extender-plain", extenderBin, "--kubeconfig="+accountKubeconfig(t, c, "extender"), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(30*time.Second, func() (bool, error) { return plain.Exited(), nil }); err != nil {
+		t.Fatalf("the extender serves without client certificates:\n%s", plain.Tail(2048))
+	}
+	if log := plain.Tail(4096); !strings.Contains(log, `refusing to serve without client certificates on \"127.0.0.1\"`) ||
+		!strings.Contains(log, "--client-ca-file") {
+		t.Errorf("the extender stopped (%v) without saying why in flags:\n%s", plain.Cmd.ProcessState, log)
+	}
+
+	// $KUBECONFIG, as client-go's loading rules read it: the extender
+	// sees the node through it and passes a pod that fits there.
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNodes(t, client, controlplane.NodeSpec{Name: "t4", Model: "Tesla T4", MemoryMiB: 15360, Count: 1})
+	e := startSecureExtenderWith(t, c, []string{"KUBECONFIG=" + accountKubeconfig(t, c, "extender")})
+	e.filter(t, gpuPod("p", 1024, 0), "t4")
 }
