@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
+	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
@@ -73,6 +75,10 @@ func up(ctx context.Context, o options) (err error) {
 	}
 	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler) as that service account")
 	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", o.scheduler, kubeconfig, config); err != nil {
+		return err
+	}
+	step("publishing its GPUShareArgs in ConfigMap kube-system/" + argsConfigMap + ", as the chart does: kubectl inspect gpushare reads the cluster's resource model there")
+	if err := publishArgs(ctx, client, config); err != nil {
 		return err
 	}
 	rbac, err = os.ReadFile(o.nodeRBAC)
@@ -157,6 +163,32 @@ func up(ctx context.Context, o options) (err error) {
 }
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
+
+// argsConfigMap is the ConfigMap the demo publishes the scheduler's
+// GPUShareArgs in, under the chart's label and key.
+const argsConfigMap = "gpushare-args"
+
+// publishArgs stores the GPUShare args of the scheduler's configuration
+// in kube-system/gpushare-args, labelled and keyed as the chart's.
+func publishArgs(ctx context.Context, client kubernetes.Interface, schedulerConfig []byte) error {
+	args, err := configv1.LoadArgsFrom(schedulerConfig)
+	if err != nil {
+		return fmt.Errorf("the scheduler's configuration: %w", err)
+	}
+	raw, err := yaml.Marshal(args)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: argsConfigMap, Namespace: metav1.NamespaceSystem,
+			Labels: map[string]string{"app.kubernetes.io/part-of": "gpushare"}},
+		Data: map[string]string{"args.yaml": string(raw)},
+	}
+	if _, err := client.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ConfigMap kube-system/%s: %w", argsConfigMap, err)
+	}
+	return nil
+}
 
 // startDaemon creates node n without a GPU inventory and starts its
 // gpushare-node on simulated GPUs, which publishes the inventory as it

@@ -1090,6 +1090,29 @@ func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {
 	return out
 }
 
+// ReadBooked calls fn with a copy of node's state whose GPU usage includes
+// what conflicting bookings hold, as the metrics show it: a GPU that
+// records over-commit shows more booked than it has.
+func (c *Cache) ReadBooked(node string, fn func(*alloc.NodeState)) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	if e == nil {
+		return c.nodeErrorLocked(node)
+	}
+	if err := c.downLocked(node, c.now()); err != nil {
+		return err
+	}
+	s := e.state.Clone()
+	s.Node = copyNode(s.Node)
+	for i, o := range e.over {
+		s.GPUs[i].MemoryMiB += o.MemoryMiB
+		s.GPUs[i].Compute += o.Compute
+	}
+	fn(s)
+	return nil
+}
+
 // Holding returns the placement the cache books for a pod, and whether it
 // is only assumed; nil if the pod holds nothing.
 func (c *Cache) Holding(uid types.UID) (p *alloc.Placement, assumed bool) {

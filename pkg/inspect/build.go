@@ -40,6 +40,9 @@ type Input struct {
 	// nodes are read and before any record is checked, as the scheduler
 	// tells its resource model (resource.Model's SetLargestGPU).
 	SetLargestGPU func(mib int64)
+	// Selected is set when Nodes are a selection (a label selector):
+	// pods held on other nodes are left out, not reported.
+	Selected bool
 }
 
 // Build reads the snapshot through the scheduler's cache and returns the
@@ -52,8 +55,10 @@ func Build(in Input) *Cluster {
 		Refused:            func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
 	})
 	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	listed := make(map[string]bool, len(in.Nodes))
 	for i := range in.Nodes {
 		n := &in.Nodes[i]
+		listed[n.Name] = true
 		if n.Labels[gpusharev1.NodeLabel] != "true" {
 			continue
 		}
@@ -66,7 +71,7 @@ func Build(in Input) *Cluster {
 	var recorded []*corev1.Pod
 	for i := range in.Pods {
 		p := &in.Pods[i]
-		if !gpucache.Recorded(p) || gpucache.Ended(p) {
+		if !gpucache.Recorded(p) || gpucache.Ended(p) || (in.Selected && !listed[p.Spec.NodeName]) {
 			continue
 		}
 		recorded = append(recorded, p)
@@ -158,7 +163,9 @@ func usageOf(n *corev1.Node, onLease string) (*gpusharev1.GPUUsage, error) {
 // with its usage sample (onLease is the one its daemon's lease carries).
 func nodeView(c *gpucache.Cache, n *corev1.Node, onLease string, now time.Time) Node {
 	v := Node{Name: n.Name, Address: address(n)}
-	err := c.Read(n.Name, func(s *alloc.NodeState) {
+	// With what conflicting records hold: an over-committed GPU shows
+	// more booked than it has, as the metrics do.
+	err := c.ReadBooked(n.Name, func(s *alloc.NodeState) {
 		v.Mode = string(gpusharev1.ModeShared)
 		if s.Node.Mode == alloc.WholeCard {
 			v.Mode = string(gpusharev1.ModeWholeCard)

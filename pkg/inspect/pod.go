@@ -6,7 +6,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
@@ -21,6 +24,10 @@ type PodInput struct {
 	// why it could not be read.
 	Request    *alloc.PodRequest
 	RequestErr error
+	// Nodes are the cluster's nodes, whose labels and taints say which
+	// of them the pod may land on: Closest names only those. Nil names
+	// any node.
+	Nodes []corev1.Node
 }
 
 // PodView is where a pod's containers landed, or why it waits.
@@ -113,7 +120,7 @@ func BuildPod(c *Cluster, in PodInput) *PodView {
 			}
 		}
 		v.Event = latest(in.Events, "FailedScheduling")
-		v.Closest = closest(c)
+		v.Closest = closest(c, eligible(p, in.Nodes))
 	}
 	return v
 }
@@ -168,13 +175,37 @@ func latest(events []corev1.Event, reason string) string {
 	return msg
 }
 
-// closest ranks the nodes by the largest free memory on one healthy GPU,
-// then by their idle GPUs: the scheduler's message counts nodes by reason
-// but names none.
-func closest(c *Cluster) []Closest {
+// eligible returns the nodes pod may land on by its required node
+// affinity (nodeSelector included) and its tolerations of the nodes'
+// NoSchedule and NoExecute taints; nil when nodes is nil.
+func eligible(pod *corev1.Pod, nodes []corev1.Node) map[string]bool {
+	if nodes == nil {
+		return nil
+	}
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	out := make(map[string]bool, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		if ok, err := affinity.Match(n); err != nil || !ok {
+			continue
+		}
+		_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}, false)
+		if !untolerated {
+			out[n.Name] = true
+		}
+	}
+	return out
+}
+
+// closest ranks the nodes the pod may land on (allowed; nil allows any)
+// by the largest free memory on one healthy GPU, then by their idle GPUs:
+// the scheduler's message counts nodes by reason but names none.
+func closest(c *Cluster, allowed map[string]bool) []Closest {
 	var out []Closest
 	for _, n := range c.Nodes {
-		if n.Error != "" {
+		if n.Error != "" || (allowed != nil && !allowed[n.Name]) {
 			continue
 		}
 		cl := Closest{Node: n.Name}

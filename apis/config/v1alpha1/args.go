@@ -1,12 +1,15 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
 )
 
 // KindGPUShareArgs is the kind of GPUShareArgs.
@@ -222,4 +225,39 @@ func LoadArgs(data []byte) (*GPUShareArgs, error) {
 		return nil, fmt.Errorf("invalid %s: %w", KindGPUShareArgs, errs.ToAggregate())
 	}
 	return a, nil
+}
+
+// LoadArgsFrom reads GPUShareArgs from data: a GPUShareArgs document (as
+// LoadArgs), or a KubeSchedulerConfiguration, gpushare-scheduler's
+// --config, whose first profile to configure the GPUShare plugin gives
+// them.
+func LoadArgsFrom(data []byte) (*GPUShareArgs, error) {
+	var head struct {
+		Kind     string `json:"kind"`
+		Profiles []struct {
+			SchedulerName string `json:"schedulerName"`
+			PluginConfig  []struct {
+				Name string          `json:"name"`
+				Args json.RawMessage `json:"args"`
+			} `json:"pluginConfig"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	if head.Kind != "KubeSchedulerConfiguration" {
+		return LoadArgs(data)
+	}
+	for _, p := range head.Profiles {
+		for _, pc := range p.PluginConfig {
+			if pc.Name == "GPUShare" {
+				a, err := LoadArgs(pc.Args)
+				if err != nil {
+					return nil, fmt.Errorf("profile %s, GPUShare's args: %w", p.SchedulerName, err)
+				}
+				return a, nil
+			}
+		}
+	}
+	return nil, errors.New("the KubeSchedulerConfiguration has no pluginConfig for GPUShare: pass gpushare-scheduler's configuration or a GPUShareArgs file")
 }

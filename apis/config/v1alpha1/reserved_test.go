@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -81,5 +82,29 @@ func TestReservedMiB(t *testing.T) {
 		if got := a.ReservedMiB(model); got != want {
 			t.Errorf("ReservedMiB(%q) = %d, want %d", model, got, want)
 		}
+	}
+}
+
+// LoadArgsFrom reads the GPUShare args out of gpushare-scheduler's own
+// configuration (deploy/scheduler-config.yaml), a GPUShareArgs document as
+// LoadArgs does, and says so when a scheduler configuration has none.
+func TestLoadArgsFrom(t *testing.T) {
+	raw, err := os.ReadFile("../../../deploy/scheduler-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := LoadArgsFrom(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := a.ResourceModel.UnitOverrides; len(o) != 1 || o[0].Unit != MiB || o[0].Namespaces[0] != "team-mib" {
+		t.Errorf("unit overrides %+v, want aliyun.com/gpu-mem in MiB in team-mib", o)
+	}
+	if a, err := LoadArgsFrom([]byte("apiVersion: config.gpushare.io/v1alpha1\nkind: GPUShareArgs\nnodePolicy: spread\n")); err != nil || a.NodePolicy != "spread" {
+		t.Errorf("GPUShareArgs: %+v, %v", a, err)
+	}
+	_, err = LoadArgsFrom([]byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: x\n"))
+	if err == nil || !strings.Contains(err.Error(), "no pluginConfig for GPUShare") {
+		t.Errorf("a configuration without GPUShare: %v", err)
 	}
 }

@@ -3,14 +3,17 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
@@ -95,4 +98,46 @@ func getPod(ctx context.Context, client kubernetes.Interface, namespace, name st
 		return nil, nil, fmt.Errorf("listing the pod's events: %w", err)
 	}
 	return pod, events.Items, nil
+}
+
+// argsKey is the key of the chart's args ConfigMap that holds the
+// GPUShareArgs every component reads.
+const argsKey = "args.yaml"
+
+// clusterArgs reads the GPUShareArgs of the gpushare install from its
+// ConfigMap (labelled app.kubernetes.io/part-of=gpushare, key args.yaml),
+// in any namespace. With none found, or none the user may list, it
+// returns nil args and why. Installs whose resource models differ are an
+// error: the user picks one with --config.
+func clusterArgs(ctx context.Context, client kubernetes.Interface) (*configv1.GPUShareArgs, string, error) {
+	l, err := client.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=gpushare"})
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, "you may not list ConfigMaps to find gpushare's args", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("listing gpushare's ConfigMaps: %w", err)
+	}
+	var found *configv1.GPUShareArgs
+	var from []string
+	for i := range l.Items {
+		cm := &l.Items[i]
+		raw, ok := cm.Data[argsKey]
+		if !ok {
+			continue
+		}
+		args, err := configv1.LoadArgs([]byte(raw))
+		if err != nil {
+			return nil, "", fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		}
+		if found != nil && !equality.Semantic.DeepEqual(found.ResourceModel, args.ResourceModel) {
+			return nil, "", fmt.Errorf("the gpushare ConfigMaps %s and %s/%s hold different resource models: pick one with --config",
+				strings.Join(from, ", "), cm.Namespace, cm.Name)
+		}
+		found = args
+		from = append(from, cm.Namespace+"/"+cm.Name)
+	}
+	if found == nil {
+		return nil, "no gpushare args ConfigMap (label app.kubernetes.io/part-of=gpushare, key " + argsKey + ") in the cluster", nil
+	}
+	return found, strings.Join(from, ", "), nil
 }

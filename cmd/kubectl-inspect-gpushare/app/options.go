@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -137,7 +138,7 @@ func (o *InspectOptions) Validate() error {
 
 // Run lists the cluster and writes the chosen view.
 func (o *InspectOptions) Run(ctx context.Context) error {
-	model, checked, err := o.model()
+	model, checked, err := o.model(ctx)
 	if err != nil {
 		return err
 	}
@@ -146,13 +147,14 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 		return err
 	}
 	now := o.Clock.Now()
-	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Leases: snap.leases, Now: now, SetLargestGPU: model.SetLargestGPU}
+	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Leases: snap.leases, Now: now, SetLargestGPU: model.SetLargestGPU,
+		Selected: o.Selector != ""}
 	if checked {
 		in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
 	}
 	c := inspect.Build(in)
 	if o.pod != "" {
-		return o.runPod(ctx, c, model)
+		return o.runPod(ctx, c, model, snap.nodes)
 	}
 	switch {
 	case o.Output == "json" || o.Output == "yaml":
@@ -164,33 +166,45 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 	}
 }
 
-// model returns the resource model of --config, and whether records are
-// checked by it; without --config, the default model, which the pod view
-// uses to show what a pod asks.
-func (o *InspectOptions) model() (*resource.Model, bool, error) {
-	if o.Config == "" {
+// model returns the resource model the cluster runs, and whether records
+// are checked by it: --config's (a GPUShareArgs file, or
+// gpushare-scheduler's KubeSchedulerConfiguration), else the one in the
+// cluster's gpushare args ConfigMap (the chart's). Where neither is found
+// (or may not be read) it is the default model, which the pod view uses
+// to show what a pod asks, and a note says so.
+func (o *InspectOptions) model(ctx context.Context) (*resource.Model, bool, error) {
+	if o.Config != "" {
+		raw, err := os.ReadFile(o.Config)
+		if err != nil {
+			return nil, false, fmt.Errorf("reading --config: %w", err)
+		}
+		args, err := configv1.LoadArgsFrom(raw)
+		if err != nil {
+			return nil, false, fmt.Errorf("--config %s: %w", o.Config, err)
+		}
+		m, err := resource.New(args.ResourceModel)
+		return m, true, err
+	}
+	args, from, err := clusterArgs(ctx, o.client)
+	if err != nil {
+		return nil, false, err
+	}
+	if args == nil {
+		fmt.Fprintf(o.ErrOut, "note: %s; reading pods by the default resource model (pass --config)\n", from)
 		m, err := resource.New(nil)
 		return m, false, err
-	}
-	raw, err := os.ReadFile(o.Config)
-	if err != nil {
-		return nil, false, fmt.Errorf("reading --config: %w", err)
-	}
-	args, err := configv1.LoadArgs(raw)
-	if err != nil {
-		return nil, false, fmt.Errorf("--config: %w", err)
 	}
 	m, err := resource.New(args.ResourceModel)
 	return m, true, err
 }
 
-func (o *InspectOptions) runPod(ctx context.Context, c *inspect.Cluster, model *resource.Model) error {
+func (o *InspectOptions) runPod(ctx context.Context, c *inspect.Cluster, model *resource.Model, nodes []corev1.Node) error {
 	pod, events, err := getPod(ctx, o.client, o.namespace, o.pod)
 	if err != nil {
 		return err
 	}
 	req, reqErr := model.PodRequest(pod)
-	v := inspect.BuildPod(c, inspect.PodInput{Pod: pod, Events: events, Request: req, RequestErr: reqErr})
+	v := inspect.BuildPod(c, inspect.PodInput{Pod: pod, Events: events, Request: req, RequestErr: reqErr, Nodes: nodes})
 	if o.Output == "json" || o.Output == "yaml" {
 		return o.encode(v)
 	}
