@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // The annotations Aliyun's gpushare scheduler extender writes on the pods
@@ -33,7 +33,7 @@ func aliyunAnnotations(pod *corev1.Pod, p *alloc.Placement, now time.Time) map[s
 	asks := map[string]bool{}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
-			if _, ok := gpucache.AliyunAmount(&cs[i]); ok {
+			if _, ok := record.AliyunAmount(&cs[i]); ok {
 				asks[cs[i].Name] = true
 			}
 		}
@@ -58,9 +58,9 @@ func aliyunAnnotations(pod *corev1.Pod, p *alloc.Placement, now time.Time) map[s
 		s[i] = strconv.Itoa(g)
 	}
 	return map[string]string{
-		gpucache.AliyunIndex: strings.Join(s, ","),
-		gpucache.AliyunPod:   strconv.FormatInt(gpucache.AliyunPodAmount(pod), 10),
-		aliyunAssigned:       "false",
-		aliyunAssumeTime:     strconv.FormatInt(now.UnixNano(), 10),
+		record.AliyunIndex: strings.Join(s, ","),
+		record.AliyunPod:   strconv.FormatInt(record.AliyunPodAmount(pod), 10),
+		aliyunAssigned:     "false",
+		aliyunAssumeTime:   strconv.FormatInt(now.UnixNano(), 10),
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // Bind binds the pod to node and, when p is not nil, records p on the pod
@@ -34,7 +34,7 @@ func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, nod
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
 	if p != nil {
-		value, err := record(p, asked)
+		value, err := recordValue(p, asked)
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func Bind(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, nod
 // patch carries the pod's UID, so it cannot land on a new pod of the same
 // name.
 func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, p *alloc.Placement, asked *gpusharev1.Asked) error {
-	value, err := record(p, asked)
+	value, err := recordValue(p, asked)
 	if err != nil {
 		return err
 	}
@@ -73,9 +73,9 @@ func Annotate(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod,
 	return nil
 }
 
-// record is the allocation annotation's value for p made for asked.
-func record(p *alloc.Placement, asked *gpusharev1.Asked) (string, error) {
-	a := gpucache.Record(p)
+// recordValue is the allocation annotation's value for p made for asked.
+func recordValue(p *alloc.Placement, asked *gpusharev1.Asked) (string, error) {
+	a := record.Record(p)
 	a.Asked = asked
 	return gpusharev1.Marshal(a)
 }

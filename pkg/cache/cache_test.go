@@ -16,6 +16,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // ignoreMemo leaves out NodeState's unexported cache of derived data.
@@ -285,7 +286,7 @@ func TestAssumeThenRecordDoesNotDoubleBook(t *testing.T) {
 	}
 
 	// Then with the record of the same placement, bound.
-	value, err := gpusharev1.Marshal(cache.Record(p))
+	value, err := gpusharev1.Marshal(record.Record(p))
 	if err != nil {
 		t.Fatal(err)
 	}

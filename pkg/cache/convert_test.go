@@ -10,7 +10,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 func TestNodeFrom(t *testing.T) {
@@ -26,7 +26,7 @@ func TestNodeFrom(t *testing.T) {
 	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("15500m"),
 		corev1.ResourceMemory: k8sresource.MustParse("1025Mi")}
 	n.Status.Allocatable[corev1.ResourceMemory] = *k8sresource.NewQuantity(1025<<20+1, k8sresource.BinarySI)
-	got, err := cache.NodeFrom(n)
+	got, err := record.NodeFrom(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestNodeFrom(t *testing.T) {
 	}
 
 	for _, mode := range []gpusharev1.Mode{gpusharev1.ModeShared, ""} {
-		got, err := cache.NodeFrom(inventoryNode(t, "n1", inventory("n1", mode, 1024)))
+		got, err := record.NodeFrom(inventoryNode(t, "n1", inventory("n1", mode, 1024)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,8 +49,8 @@ func TestNodeFrom(t *testing.T) {
 			t.Errorf("mode %q gives %v, want %v", mode, got.Mode, alloc.Shared)
 		}
 		// No allocatable CPU or memory: kube-scheduler judges them alone.
-		if got.CPUMilli != cache.Unlimited || got.MemoryMiB != cache.Unlimited {
-			t.Errorf("no allocatable: CPU %d, memory %d, want both %d", got.CPUMilli, got.MemoryMiB, cache.Unlimited)
+		if got.CPUMilli != record.Unlimited || got.MemoryMiB != record.Unlimited {
+			t.Errorf("no allocatable: CPU %d, memory %d, want both %d", got.CPUMilli, got.MemoryMiB, record.Unlimited)
 		}
 	}
 }
@@ -58,7 +58,7 @@ func TestNodeFrom(t *testing.T) {
 // fullNode returns the alloc view of a four-GPU test node.
 func fullNode(t *testing.T) *alloc.Node {
 	t.Helper()
-	n, err := cache.NodeFrom(gpuNode(t, "n1", 16384, 16384, 16384, 16384))
+	n, err := record.NodeFrom(gpuNode(t, "n1", 16384, 16384, 16384, 16384))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestRecordPlacementFromRoundTrip(t *testing.T) {
 	node := fullNode(t)
 	p := placed(t, node)
 
-	a := cache.Record(p)
+	a := record.Record(p)
 	if a.Node != p.Node || len(a.Containers) != len(p.Containers) {
 		t.Fatalf("Record = %+v, want node %s and %d containers", a, p.Node, len(p.Containers))
 	}
@@ -120,7 +120,7 @@ func TestRecordPlacementFromRoundTrip(t *testing.T) {
 		t.Fatalf("ParseAllocation(Record(p)): %v", err)
 	}
 	for _, n := range []*alloc.Node{node, nil} {
-		got, err := cache.PlacementFrom(parsed, n)
+		got, err := record.PlacementFrom(parsed, n)
 		if err != nil {
 			t.Fatalf("PlacementFrom(node %v): %v", n != nil, err)
 		}
@@ -152,7 +152,7 @@ func TestPlacementFromChecksNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 1024, 10)})
 			tc.mutate(a)
-			p, err := cache.PlacementFrom(a, node)
+			p, err := record.PlacementFrom(a, node)
 			if err == nil {
 				t.Fatalf("PlacementFrom = %+v, want an error", p)
 			}

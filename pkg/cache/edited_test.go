@@ -13,6 +13,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // askKey is the request-shaping annotation of editedCache's model: the
@@ -72,7 +73,7 @@ func TestEditedRequestKeepsBooking(t *testing.T) {
 	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
 		t.Fatalf("an edited pod's record books %v, want %v (what it names)", got, want)
 	}
-	if len(*reports) != 1 || !errors.Is((*reports)[0], cache.ErrRequestEdited) || !strings.Contains((*reports)[0].Error(), askKey) {
+	if len(*reports) != 1 || !errors.Is((*reports)[0], record.ErrRequestEdited) || !strings.Contains((*reports)[0].Error(), askKey) {
 		t.Fatalf("reports %v, want one ErrRequestEdited naming %s", *reports, askKey)
 	}
 	assertEdited(t, c, 1)
@@ -98,7 +99,7 @@ func TestEditAfterBookingReported(t *testing.T) {
 	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
 		t.Fatalf("after the edit the record books %v, want %v", got, want)
 	}
-	if len(*reports) != 1 || !errors.Is((*reports)[0], cache.ErrRequestEdited) {
+	if len(*reports) != 1 || !errors.Is((*reports)[0], record.ErrRequestEdited) {
 		t.Fatalf("reports %v, want one ErrRequestEdited", *reports)
 	}
 	assertEdited(t, c, 1)

@@ -14,6 +14,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -30,7 +31,7 @@ type elasticContainer struct {
 func elasticPod(uid, node, assumed string, cs ...elasticContainer) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pod-" + uid, UID: types.UID(uid),
-			Annotations: map[string]string{cache.ElasticAssumed: assumed}},
+			Annotations: map[string]string{record.ElasticAssumed: assumed}},
 		Spec:   corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -43,7 +44,7 @@ func elasticPod(uid, node, assumed string, cs ...elasticContainer) *corev1.Pod {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.name,
 			Resources: corev1.ResourceRequirements{Limits: r, Requests: r}})
 		if c.gpus != "" {
-			p.Annotations[cache.ElasticContainerPrefix+c.name] = c.gpus
+			p.Annotations[record.ElasticContainerPrefix+c.name] = c.gpus
 		}
 	}
 	return p
@@ -84,7 +85,7 @@ func TestElasticRecordsBook(t *testing.T) {
 	}
 	// Another Elastic annotation changes the value, not the booking.
 	p := elasticPod("b", "n1", "true", elasticContainer{"train", "3,2", []string{"gpu-core", "200"}})
-	p.Annotations[cache.ElasticContainerPrefix+"gone"] = "0"
+	p.Annotations[record.ElasticContainerPrefix+"gone"] = "0"
 	c.SetPod(p)
 	if got := usage(t, c, "n1"); !cmp.Equal(got, want) || len(*refused) != 0 {
 		t.Fatalf("after another annotation: %v, refused %q", got, *refused)
@@ -172,7 +173,7 @@ func TestElasticAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := cache.ForeignAllocation(p, req)
+	a, err := record.ForeignAllocation(p, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestElasticAllocation(t *testing.T) {
 	}
 	// On the node: UUIDs by index, whole GPUs sized by it.
 	gpus := []alloc.GPU{{UUID: "u0", MemoryMiB: 15000}, {UUID: "u1", MemoryMiB: 15000}, {UUID: "u2", MemoryMiB: 80000}}
-	placed, err := cache.ByIndex(a, req, func(i int) (alloc.GPU, bool) { return gpus[i], true })
+	placed, err := record.ByIndex(a, req, func(i int) (alloc.GPU, bool) { return gpus[i], true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,10 +196,10 @@ func TestElasticAllocation(t *testing.T) {
 	if diff := cmp.Diff(want, placed); diff != "" {
 		t.Fatalf("ByIndex (-want +got):\n%s", diff)
 	}
-	if err := cache.Foreign(p); !errors.Is(err, cache.ErrElasticRecord) || !errors.Is(err, cache.ErrForeignRecord) {
+	if err := record.Foreign(p); !errors.Is(err, record.ErrElasticRecord) || !errors.Is(err, record.ErrForeignRecord) {
 		t.Fatalf("Foreign = %v, want Elastic's, a foreign record", err)
 	}
-	if !cache.Recorded(p) {
+	if !record.Recorded(p) {
 		t.Fatal("Recorded = false for Elastic's record")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -23,12 +24,12 @@ import (
 func aliyunPod(uid, ns, node, idx, pod string, amounts ...int64) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pod-" + uid, UID: types.UID(uid),
-			Annotations: map[string]string{cache.AliyunIndex: idx}},
+			Annotations: map[string]string{record.AliyunIndex: idx}},
 		Spec:   corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	if pod != "" {
-		p.Annotations[cache.AliyunPod] = pod
+		p.Annotations[record.AliyunPod] = pod
 	}
 	for i, a := range amounts {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: []string{"main", "side"}[i],
@@ -147,7 +148,7 @@ func TestAliyunAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := cache.AliyunAllocation(p, req)
+	a, err := record.AliyunAllocation(p, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestAliyunAllocation(t *testing.T) {
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Fatalf("AliyunAllocation (-want +got):\n%s", diff)
 	}
-	if _, err := cache.ByIndex(a, req, func(int) (alloc.GPU, bool) { return alloc.GPU{}, false }); err == nil || !strings.Contains(err.Error(), "node n1 has no GPU 1") {
+	if _, err := record.ByIndex(a, req, func(int) (alloc.GPU, bool) { return alloc.GPU{}, false }); err == nil || !strings.Contains(err.Error(), "node n1 has no GPU 1") {
 		t.Fatalf("ByIndex with no GPUs: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -36,10 +36,10 @@ func aliyunEnv(pod *corev1.Pod, container string, c *gpusharev1.ContainerAllocat
 		dev = min(dev, gpuMiB[i])
 	}
 	return []string{
-		gpucache.AliyunIndex + "=" + strings.Join(idx, ","),
+		record.AliyunIndex + "=" + strings.Join(idx, ","),
 		"ALIYUN_COM_GPU_MEM_CONTAINER=" + strconv.FormatInt(mib/unitMiB, 10),
 		"ALIYUN_COM_GPU_MEM_DEV=" + strconv.FormatInt(dev/unitMiB, 10),
-		gpucache.AliyunPod + "=" + strconv.FormatInt(gpucache.AliyunPodAmount(pod), 10),
+		record.AliyunPod + "=" + strconv.FormatInt(record.AliyunPodAmount(pod), 10),
 	}
 }
 
@@ -47,7 +47,7 @@ func aliyunEnv(pod *corev1.Pod, container string, c *gpusharev1.ContainerAllocat
 // asks aliyun.com/gpu-mem.
 func asksAliyun(pod *corev1.Pod, container string) bool {
 	c := resource.Container(pod, container)
-	return c != nil && resource.ContainerAsks(c, gpucache.AliyunMemory)
+	return c != nil && resource.ContainerAsks(c, record.AliyunMemory)
 }
 
 // aliyunEnvOf is aliyunEnv for container of pod on this node's GPUs, in
@@ -64,5 +64,5 @@ func (c *Claims) aliyunEnvOf(pod *corev1.Pod, container string, a *gpusharev1.Co
 		}
 	}
 	c.mu.Unlock()
-	return aliyunEnv(pod, container, a, c.cfg.UnitMiB(gpucache.AliyunMemory, pod.Namespace), gpuMiB)
+	return aliyunEnv(pod, container, a, c.cfg.UnitMiB(record.AliyunMemory, pod.Namespace), gpuMiB)
 }

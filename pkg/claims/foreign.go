@@ -7,17 +7,17 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // foreignAllocation translates the placement another scheduler recorded
-// on pod (gpucache.ForeignAllocation: Aliyun's gpushare, Elastic GPU
+// on pod (record.ForeignAllocation: Aliyun's gpushare, Elastic GPU
 // Scheduler) onto this node's GPUs, so that a container of a pod placed
 // before gpushare took over gets its old GPUs when it (re)starts. It is
 // then checked as gpushare's own records are.
 func (c *Claims) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, error) {
-	sys := gpucache.Foreign(pod)
+	sys := record.Foreign(pod)
 	if c.cfg.Requests == nil {
 		return nil, fmt.Errorf("%w: no request model to read it by", sys)
 	}
@@ -25,13 +25,13 @@ func (c *Claims) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
 	}
-	a, err := gpucache.ForeignAllocation(pod, req)
+	a, err := record.ForeignAllocation(pod, req)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, err = gpucache.ByIndex(a, req, func(i int) (alloc.GPU, bool) {
+	a, err = record.ByIndex(a, req, func(i int) (alloc.GPU, bool) {
 		for _, d := range c.gpus {
 			if d.Index == i {
 				return alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d)}, true

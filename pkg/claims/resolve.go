@@ -12,8 +12,8 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/podresources"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -132,7 +132,7 @@ func (c *Claims) allocation(pod *corev1.Pod, container string) (*gpusharev1.Cont
 	switch {
 	case ok:
 		a, err = gpusharev1.ParseAllocation(value)
-	case gpucache.Foreign(pod) != nil:
+	case record.Foreign(pod) != nil:
 		a, err = c.foreignAllocation(pod)
 	default:
 		return nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", pod.Namespace, pod.Name, gpusharev1.AllocationAnnotation)
@@ -165,14 +165,14 @@ func (c *Claims) conforms(pod *corev1.Pod, a *gpusharev1.Allocation) error {
 	}
 	if a.Asked != nil {
 		if edited := a.Asked.Edited(pod.Annotations, c.cfg.RequestAnnotations); len(edited) > 0 {
-			return fmt.Errorf("%w: %s; recreate the pod to change its request", gpucache.ErrRequestEdited, strings.Join(edited, ", "))
+			return fmt.Errorf("%w: %s; recreate the pod to change its request", record.ErrRequestEdited, strings.Join(edited, ", "))
 		}
 	}
 	req, err := c.cfg.Requests(pod)
 	if err != nil {
 		return fmt.Errorf("the pod's own request: %w", err)
 	}
-	p, err := gpucache.PlacementFrom(a, nil)
+	p, err := record.PlacementFrom(a, nil)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // Input is a snapshot of the cluster.
@@ -71,7 +72,7 @@ func Build(in Input) *Cluster {
 	var recorded []*corev1.Pod
 	for i := range in.Pods {
 		p := &in.Pods[i]
-		if !gpucache.Recorded(p) || gpucache.Ended(p) || (in.Selected && !listed[p.Spec.NodeName]) {
+		if !record.Recorded(p) || gpucache.Ended(p) || (in.Selected && !listed[p.Spec.NodeName]) {
 			continue
 		}
 		recorded = append(recorded, p)

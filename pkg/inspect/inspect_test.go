@@ -156,7 +156,7 @@ func fixture(t *testing.T) (*Cluster, map[string]*corev1.Pod) {
 		if node != "" {
 			p.Spec.NodeName = node
 			p.Status.Phase = corev1.PodRunning
-			p.Annotations = map[string]string{gpusharev1.AllocationAnnotation: record(t, m, p, invs[node], gpus)}
+			p.Annotations = map[string]string{gpusharev1.AllocationAnnotation: recordFor(t, m, p, invs[node], gpus)}
 		}
 		pods[p.Namespace+"/"+p.Name] = p
 	}
@@ -217,9 +217,9 @@ func usage(t *testing.T, at time.Time, used ...int64) string {
 	return mustMarshal(t, u)
 }
 
-// record books, for each GPU container of p in order, the GPUs given, as
+// recordFor books, for each GPU container of p in order, the GPUs given, as
 // the scheduler would: the container's per-GPU demand, or the whole GPU.
-func record(t *testing.T, m *resource.Model, p *corev1.Pod, inv *gpusharev1.GPUInventory, gpus [][]int) string {
+func recordFor(t *testing.T, m *resource.Model, p *corev1.Pod, inv *gpusharev1.GPUInventory, gpus [][]int) string {
 	t.Helper()
 	req, err := m.PodRequest(p)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/binding"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/workload"
 )
@@ -465,7 +466,7 @@ func (c *cycle) reservation(node string) (*alloc.Placement, error) {
 }
 
 func describe(p *alloc.Placement) string {
-	b, _ := json.Marshal(gpucache.Record(p).Containers)
+	b, _ := json.Marshal(record.Record(p).Containers)
 	return string(b)
 }
 
@@ -490,7 +491,7 @@ func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHin
 
 func (pl *GPUShare) podReleased(_ klog.Logger, pod *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
-		if !gpucache.Recorded(p) {
+		if !record.Recorded(p) {
 			return fwk.QueueSkip, nil
 		}
 		pl.cache.RemovePod(p.UID)
@@ -507,7 +508,7 @@ func (pl *GPUShare) podUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj an
 		return fwk.Queue, nil
 	}
 	o, ok := oldObj.(*corev1.Pod)
-	if !gpucache.Recorded(n) || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
+	if !record.Recorded(n) || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
 		return fwk.QueueSkip, nil
 	}
 	// A pod holding GPUs ended: they are free.

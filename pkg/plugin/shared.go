@@ -14,6 +14,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -135,11 +136,11 @@ func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonNoRecord, "Check", "%v", err)
 		return
 	}
-	if errors.Is(err, gpucache.ErrRequestEdited) {
+	if errors.Is(err, record.ErrRequestEdited) {
 		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRequestEdited, "Check", "%v", err)
 		return
 	}
-	if errors.Is(err, gpucache.ErrForeignRecord) {
+	if errors.Is(err, record.ErrForeignRecord) {
 		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordRefused, "Check", "gpushare cannot adopt this pod's placement: %v", err)
 		return
 	}

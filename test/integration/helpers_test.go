@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	gpurecord "github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -162,7 +163,7 @@ func recompute(t *testing.T, client kubernetes.Interface) (map[string]*alloc.Nod
 	}
 	states := map[string]*alloc.NodeState{}
 	for i := range nodes.Items {
-		n, err := gpucache.NodeFrom(&nodes.Items[i])
+		n, err := gpurecord.NodeFrom(&nodes.Items[i])
 		if err != nil {
 			continue
 		}
@@ -183,7 +184,7 @@ func recompute(t *testing.T, client kubernetes.Interface) (map[string]*alloc.Nod
 		if s == nil {
 			t.Fatalf("pod %s/%s recorded on unknown node %s", pod.Namespace, pod.Name, a.Node)
 		}
-		p, err := gpucache.PlacementFrom(a, s.Node)
+		p, err := gpurecord.PlacementFrom(a, s.Node)
 		if err != nil {
 			t.Fatalf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
 		}

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	gpurecord "github.com/gpushare/gpushare/pkg/record"
 )
 
 // elasticPlaced returns a pod whose container "main" asks Elastic's
@@ -25,7 +25,7 @@ func elasticPlaced(ns, name, node, gpus string, asks ...string) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{
-			gpucache.ElasticAssumed: "true", gpucache.ElasticContainerPrefix + "main": gpus}},
+			gpurecord.ElasticAssumed: "true", gpurecord.ElasticContainerPrefix + "main": gpus}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "busybox",
 			Resources: corev1.ResourceRequirements{Limits: r, Requests: r}}}},
 	}

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/plugin"
+	gpurecord "github.com/gpushare/gpushare/pkg/record"
 )
 
 // aliyunPlaced returns a pod asking amount of aliyun.com/gpu-mem in one
@@ -23,7 +23,7 @@ import (
 func aliyunPlaced(ns, name, node, idx string, amount int64) *corev1.Pod {
 	p := aliyunPod(ns, name, amount)
 	p.Spec.NodeName = node
-	p.Annotations = map[string]string{gpucache.AliyunIndex: idx, gpucache.AliyunPod: strconv.FormatInt(amount, 10),
+	p.Annotations = map[string]string{gpurecord.AliyunIndex: idx, gpurecord.AliyunPod: strconv.FormatInt(amount, 10),
 		"ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1700000000000000000"}
 	return p
 }
@@ -118,8 +118,8 @@ func TestMigrationFromAliyun(t *testing.T) {
 	failedSchedulingMessage(t, admin, "default", "three-gib", "largest free share on any GPU is 2120 MiB, pod needs 3072 MiB")
 	create(aliyunPod("default", "two-gib", 2))
 	two := boundPod(t, admin, "default", "two-gib")
-	if g := record(t, two).Containers[0].GPUs[0].Index; g != 0 || two.Annotations[gpucache.AliyunIndex] != "0" {
-		t.Fatalf("two-gib landed on GPU %d (%s=%q), want 0", g, gpucache.AliyunIndex, two.Annotations[gpucache.AliyunIndex])
+	if g := record(t, two).Containers[0].GPUs[0].Index; g != 0 || two.Annotations[gpurecord.AliyunIndex] != "0" {
+		t.Fatalf("two-gib landed on GPU %d (%s=%q), want 0", g, gpurecord.AliyunIndex, two.Annotations[gpurecord.AliyunIndex])
 	}
 	waitBooked(t, sched, "gpu-a", []float64{15288, 15360})
 
@@ -130,9 +130,9 @@ func TestMigrationFromAliyun(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got.UID != uids[p.Namespace+"/"+p.Name] || got.Status.Phase != corev1.PodRunning ||
-			got.Annotations[gpucache.AliyunIndex] != p.Annotations[gpucache.AliyunIndex] {
+			got.Annotations[gpurecord.AliyunIndex] != p.Annotations[gpurecord.AliyunIndex] {
 			t.Errorf("old pod %s/%s: UID %s, phase %s, %s=%q; want it running untouched", p.Namespace, p.Name,
-				got.UID, got.Status.Phase, gpucache.AliyunIndex, got.Annotations[gpucache.AliyunIndex])
+				got.UID, got.Status.Phase, gpurecord.AliyunIndex, got.Annotations[gpurecord.AliyunIndex])
 		}
 	}
 

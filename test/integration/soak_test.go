@@ -23,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	gpurecord "github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -468,7 +469,7 @@ func soakSnap(ctx context.Context, client kubernetes.Interface) (*soakSnapshot, 
 	}
 	snap := &soakSnapshot{states: map[string]*alloc.NodeState{}}
 	for i := range nodes.Items {
-		n, err := gpucache.NodeFrom(&nodes.Items[i])
+		n, err := gpurecord.NodeFrom(&nodes.Items[i])
 		if err != nil {
 			continue
 		}
@@ -507,7 +508,7 @@ func soakSnap(ctx context.Context, client kubernetes.Interface) (*soakSnapshot, 
 		if s == nil {
 			return nil, fmt.Errorf("pod %s/%s is recorded on node %s, which has no GPUs", pod.Namespace, pod.Name, a.Node)
 		}
-		p, err := gpucache.PlacementFrom(a, s.Node)
+		p, err := gpurecord.PlacementFrom(a, s.Node)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -628,7 +629,7 @@ func TestFitWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := gpucache.NodeFrom(obj)
+	node, err := gpurecord.NodeFrom(obj)
 	if err != nil {
 		t.Fatal(err)
 	}

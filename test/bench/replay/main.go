@@ -77,8 +77,8 @@ import (
 	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
-	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/sim"
 	"github.com/gpushare/gpushare/pkg/trace"
 	"github.com/gpushare/gpushare/pkg/workload"
@@ -757,7 +757,7 @@ func (s *shadow) follow(k int, name string, p *trace.Pod, want string, got outco
 		if err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
 		}
-		if pl, err = gpucache.PlacementFrom(a, st.Node); err != nil {
+		if pl, err = record.PlacementFrom(a, st.Node); err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
 		}
 	}

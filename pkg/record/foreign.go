@@ -1,4 +1,4 @@
-package cache
+package record
 
 import (
 	"errors"
@@ -75,10 +75,10 @@ func ForeignAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Allo
 	return nil, fmt.Errorf("%w: the pod has none", ErrForeignRecord)
 }
 
-// foreignValue returns the annotations of the record another system left
+// ForeignValue returns the annotations of the record another system left
 // on pod, as one string that changes when any of them does, and whether
 // pod has one.
-func foreignValue(pod *corev1.Pod) (string, bool) {
+func ForeignValue(pod *corev1.Pod) (string, bool) {
 	switch sys := Foreign(pod); {
 	case errors.Is(sys, ErrAliyunRecord):
 		return AliyunIndex + "=" + pod.Annotations[AliyunIndex] + " " + AliyunPod + "=" + pod.Annotations[AliyunPod], true

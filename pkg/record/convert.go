@@ -1,6 +1,7 @@
-package cache
+package record
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,3 +94,8 @@ func PlacementFrom(a *gpusharev1.Allocation, node *alloc.Node) (*alloc.Placement
 	p.Booked = alloc.Booking(p.Containers)
 	return p, nil
 }
+
+// ErrRequestEdited says that a pod's request-shaping annotations are no
+// longer those its record keeps (gpusharev1.Asked): the pod was edited
+// after it was bound.
+var ErrRequestEdited = errors.New("annotations that shape the pod's GPU request changed after it was bound")

@@ -1,0 +1,135 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// nodeUsage parses the GPUUsage annotation on the Node; nil when absent
+// or malformed.
+func (c *Cache) nodeUsage(n *corev1.Node) *gpusharev1.GPUUsage {
+	value, ok := n.Annotations[gpusharev1.UsageAnnotation]
+	if !ok {
+		return nil
+	}
+	u, err := gpusharev1.ParseUsage(value)
+	if err != nil {
+		c.logger.V(2).Info("Ignoring the node's GPU usage", "node", klog.KObj(n), "err", err)
+		return nil
+	}
+	return u
+}
+
+// SetLive records the live use node's daemon published on its lease (nil:
+// none). It is the node's live use from then on unless the Node's own
+// annotation holds a newer sample (a daemon that predates the lease's
+// use, in a mixed cluster).
+func (c *Cache) SetLive(node string, u *gpusharev1.GPUUsage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u == nil {
+		delete(c.leaseLive, node)
+	} else {
+		c.leaseLive[node] = u
+	}
+	if e := c.nodes[node]; e != nil {
+		c.applyLive(node, e)
+	}
+}
+
+// applyLive sets e's live use from the newer of its lease's sample and
+// its Node's.
+func (c *Cache) applyLive(node string, e *nodeEntry) {
+	u := c.leaseLive[node]
+	if n := e.nodeUsage; n != nil && (u == nil || n.Time.After(u.Time.Time)) {
+		u = n
+	}
+	e.setLive(c.live(u, e.inventory))
+}
+
+// live reads u into samples parallel to the node's GPUs, with the
+// sample's time; nil when u is nil or stale.
+func (c *Cache) live(u *gpusharev1.GPUUsage, node *alloc.Node) *liveSample {
+	if u == nil || c.now().Sub(u.Time.Time) > LiveStaleAfter {
+		return nil
+	}
+	live := make([]alloc.Live, len(node.GPUs))
+	for _, g := range u.GPUs {
+		if g.Index < len(live) {
+			live[g.Index] = alloc.Live{Valid: true, MemoryMiB: g.UsedMemoryMiB, Utilization: g.UtilizationPercent}
+		}
+	}
+	return &liveSample{at: u.Time.Time, gpus: live}
+}
+
+// liveSample is a node's live GPU use at a time.
+type liveSample struct {
+	at   time.Time
+	gpus []alloc.Live
+}
+
+func (e *nodeEntry) setLive(l *liveSample) {
+	e.liveAt = time.Time{}
+	e.state.Live = nil
+	if l != nil {
+		e.liveAt, e.state.Live = l.at, l.gpus
+	}
+}
+
+// ExpireLive drops live samples older than LiveStaleAfter, so that a node
+// whose daemon stopped reporting is scored by its bookings. Call it
+// periodically.
+func (c *Cache) ExpireLive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, e := range c.nodes {
+		if e.state.Live != nil && c.now().Sub(e.liveAt) > LiveStaleAfter {
+			c.logger.V(2).Info("Live GPU usage is stale; scoring by bookings", "node", name, "sampled", e.liveAt)
+			e.setLive(nil)
+		}
+	}
+}
+
+// ErrDaemonDown is returned by Read and ReadEach for a node whose daemon
+// let its lease expire: it may not serve containers their GPUs.
+var ErrDaemonDown = errors.New("gpushare-node on the node stopped renewing its lease")
+
+// SetLease records until when node's daemon holds its lease, and reports
+// whether that brings back a daemon whose lease had expired. A node
+// without a lease is not judged by one (its daemon may predate leases).
+func (c *Cache) SetLease(node string, expires time.Time) (recovered bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	old, had := c.leases[node]
+	c.leases[node] = expires
+	return had && now.After(old) && !now.After(expires)
+}
+
+// RemoveLease forgets node's lease, and the live use it carried.
+func (c *Cache) RemoveLease(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, node)
+	if _, ok := c.leaseLive[node]; ok {
+		delete(c.leaseLive, node)
+		if e := c.nodes[node]; e != nil {
+			c.applyLive(node, e)
+		}
+	}
+}
+
+// downLocked says whether node's daemon let its lease expire by now.
+func (c *Cache) downLocked(node string, now time.Time) error {
+	if expires, ok := c.leases[node]; ok && now.After(expires) {
+		return fmt.Errorf("%w (it expired at %s): %s", ErrDaemonDown, expires.UTC().Format(time.RFC3339), node)
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/record"
+)
+
+// SetNode adds or updates a node. A node that does not opt in, or whose
+// inventory is invalid, is dropped and its reason kept for NodeError.
+func (c *Cache) SetNode(n *corev1.Node) {
+	node, err := record.NodeFrom(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.nodes[n.Name]
+	if err != nil {
+		if old != nil {
+			c.logger.Error(err, "Node leaves gpushare; its pods' bookings are kept until it returns", "node", klog.KObj(n))
+		}
+		c.dropNode(n.Name)
+		c.rejected[n.Name] = err
+		// Pods keep their entries: if the node comes back they are
+		// booked again.
+		return
+	}
+	delete(c.rejected, n.Name)
+	if old != nil && sameInventory(old.inventory, node) {
+		old.nodeUsage = c.nodeUsage(n)
+		c.applyLive(n.Name, old)
+		return
+	}
+	e := &nodeEntry{inventory: node, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
+	c.dropNode(n.Name)
+	c.nodes[n.Name] = e
+	c.countGPUs(node, 1)
+	for uid, p := range c.pods {
+		if p.node == n.Name {
+			e.pods[uid] = p
+		}
+	}
+	c.rebuild(e)
+	c.applyLive(n.Name, e)
+	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
+}
+
+func sameInventory(a, b *alloc.Node) bool {
+	if a.Mode != b.Mode || len(a.GPUs) != len(b.GPUs) || a.CPUMilli != b.CPUMilli || a.MemoryMiB != b.MemoryMiB {
+		return false
+	}
+	for i := range a.GPUs {
+		x, y := a.GPUs[i], b.GPUs[i]
+		if x.UUID != y.UUID || x.Model != y.Model || x.MemoryMiB != y.MemoryMiB || x.Healthy != y.Healthy ||
+			x.NUMANode != y.NUMANode || x.Compute != y.Compute || fmt.Sprint(x.Peers) != fmt.Sprint(y.Peers) {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveNode drops a node; its pods' entries stay until the pods go.
+func (c *Cache) RemoveNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropNode(name)
+	delete(c.rejected, name)
+}
+
+// dropNode removes a node entry and its GPUs from the size counts.
+func (c *Cache) dropNode(name string) {
+	if e := c.nodes[name]; e != nil {
+		c.countGPUs(e.inventory, -1)
+		delete(c.nodes, name)
+	}
+}
+
+func (c *Cache) countGPUs(n *alloc.Node, delta int) {
+	for _, g := range n.GPUs {
+		if c.gpuSizes[g.MemoryMiB] += delta; c.gpuSizes[g.MemoryMiB] <= 0 {
+			delete(c.gpuSizes, g.MemoryMiB)
+		}
+		if !g.Healthy {
+			continue
+		}
+		kind := alloc.Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
+		if c.supply[kind] += int64(delta); c.supply[kind] <= 0 {
+			delete(c.supply, kind)
+		}
+		c.supplyGen.Add(1)
+	}
+}
+
+// Supply returns the nodes' healthy GPUs per kind, sorted by
+// alloc.CompareSupply, and a generation that changes when they do.
+func (c *Cache) Supply() ([]alloc.Supply, uint64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]alloc.Supply, 0, len(c.supply))
+	for kind, n := range c.supply {
+		kind.GPUs = n
+		out = append(out, kind)
+	}
+	slices.SortFunc(out, alloc.CompareSupply)
+	return out, c.supplyGen.Load()
+}
+
+// SupplyGeneration returns Supply's generation alone, without a lock.
+func (c *Cache) SupplyGeneration() uint64 { return c.supplyGen.Load() }
+
+// LargestGPU returns the memory of the largest GPU of any node, in MiB.
+func (c *Cache) LargestGPU() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var largest int64
+	for size := range c.gpuSizes {
+		largest = max(largest, size)
+	}
+	return largest
+}
+
+// rebuild books every entry of e again on a fresh state of its inventory,
+// with the GPUs its records hold that the inventory no longer lists.
+func (c *Cache) rebuild(e *nodeEntry) {
+	var live []alloc.Live
+	if e.state != nil {
+		live = e.state.Live
+	}
+	// In a fixed order, so that which of two conflicting bookings comes
+	// first does not depend on map order: the older pod's.
+	pods := sortedEntries(e.pods)
+	node := withVanished(e.inventory, pods)
+	e.state = alloc.NewNodeState(node)
+	r := c.requested[node.Name]
+	e.state.CPUMilli, e.state.MemoryMiB = r.cpu, r.memoryMi
+	// Live samples are by inventory index; vanished GPUs have none.
+	e.state.Live = live
+	e.over = make([]alloc.Usage, len(node.GPUs))
+	for _, p := range pods {
+		c.book(e, p)
+	}
+}
+
+// VanishedModel is the model a GPU gets in the cache when the node's
+// inventory no longer lists a GPU that a record holds.
+const VanishedModel = "vanished"
+
+// withVanished returns a copy of inv with one unhealthy GPU appended for
+// each UUID that a record of pods names and inv does not list, sized to
+// hold every record's share of it.
+func withVanished(inv *alloc.Node, pods []*podEntry) *alloc.Node {
+	n := copyNode(inv)
+	index := uuidIndex(inv)
+	for _, p := range pods {
+		if p.alloc == nil || p.foreign {
+			continue
+		}
+		for _, ca := range p.alloc.Containers {
+			for _, g := range ca.GPUs {
+				i, ok := index[g.UUID]
+				if !ok {
+					i = len(n.GPUs)
+					index[g.UUID] = i
+					n.GPUs = append(n.GPUs, alloc.GPU{Index: i, UUID: g.UUID, Model: VanishedModel, NUMANode: -1})
+				}
+				if i >= len(inv.GPUs) {
+					v := &n.GPUs[i]
+					v.MemoryMiB += g.MemoryMiB
+					v.Compute = max(v.Compute, alloc.FullCompute) + g.Compute
+				}
+			}
+		}
+	}
+	return n
+}
+
+func uuidIndex(n *alloc.Node) map[string]int {
+	index := make(map[string]int, len(n.GPUs))
+	for i, g := range n.GPUs {
+		index[g.UUID] = i
+	}
+	return index
+}
+
+// sortedEntries returns the entries oldest record first (then by key).
+func sortedEntries(pods map[types.UID]*podEntry) []*podEntry {
+	out := make([]*podEntry, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.pod != nil && b.pod != nil && !a.pod.CreationTimestamp.Equal(&b.pod.CreationTimestamp) {
+			return a.pod.CreationTimestamp.Before(&b.pod.CreationTimestamp)
+		}
+		return a.key < b.key
+	})
+	return out
+}
+
+func copyNode(n *alloc.Node) *alloc.Node {
+	c := *n
+	c.GPUs = append([]alloc.GPU(nil), n.GPUs...)
+	return &c
+}
+
+// ErrNodeGone is returned by Assume for a node the cache does not hold.
+var ErrNodeGone = errors.New("node is not a gpushare node")

@@ -1,0 +1,143 @@
+package cache
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// Read calls fn with the node's state under the read lock, or returns why
+// the node takes no part. fn must not keep or change the state.
+func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	if e == nil {
+		return c.nodeErrorLocked(node)
+	}
+	if err := c.downLocked(node, c.now()); err != nil {
+		return err
+	}
+	fn(e.state)
+	return nil
+}
+
+// ReadEach calls fn with the state of each named node, or why the node is
+// not in the cache, under one read lock: rating many nodes for one request
+// takes the lock once. fn must not keep the state or call the Cache.
+func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState, err error)) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var now time.Time
+	if len(c.leases) > 0 {
+		now = c.now()
+	}
+	for _, name := range names {
+		e := c.nodes[name]
+		if e == nil {
+			fn(name, nil, c.nodeErrorLocked(name))
+			continue
+		}
+		if len(c.leases) > 0 {
+			if err := c.downLocked(name, now); err != nil {
+				fn(name, nil, err)
+				continue
+			}
+		}
+		fn(name, e.state, nil)
+	}
+}
+
+// NodeError says why a node is not in the cache, nil if it is.
+func (c *Cache) NodeError(node string) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.nodes[node] != nil {
+		return nil
+	}
+	return c.nodeErrorLocked(node)
+}
+
+func (c *Cache) nodeErrorLocked(node string) error {
+	if err := c.rejected[node]; err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s", ErrNodeGone, node)
+}
+
+// Snapshot returns copies of every node's state, sorted by name.
+func (c *Cache) Snapshot() []*alloc.NodeState {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.snapshotLocked(false)
+}
+
+// booked returns, per node sorted by name, a copy of its state whose GPU
+// usage includes what conflicting bookings hold, how many records the
+// cache refuses, and how many booked pods' requests were edited after
+// binding: what the metrics show.
+func (c *Cache) booked() (states []*alloc.NodeState, refused, edited int) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, p := range c.pods {
+		if len(p.edited) > 0 {
+			edited++
+		}
+	}
+	return c.snapshotLocked(true), len(c.refused), edited
+}
+
+func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {
+	out := make([]*alloc.NodeState, 0, len(c.nodes))
+	for _, e := range c.nodes {
+		s := e.state.Clone()
+		s.Node = copyNode(s.Node)
+		if withConflicts {
+			for i, o := range e.over {
+				s.GPUs[i].MemoryMiB += o.MemoryMiB
+				s.GPUs[i].Compute += o.Compute
+			}
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
+	return out
+}
+
+// ReadBooked calls fn with a copy of node's state whose GPU usage includes
+// what conflicting bookings hold, as the metrics show it: a GPU that
+// records over-commit shows more booked than it has.
+func (c *Cache) ReadBooked(node string, fn func(*alloc.NodeState)) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[node]
+	if e == nil {
+		return c.nodeErrorLocked(node)
+	}
+	if err := c.downLocked(node, c.now()); err != nil {
+		return err
+	}
+	s := e.state.Clone()
+	s.Node = copyNode(s.Node)
+	for i, o := range e.over {
+		s.GPUs[i].MemoryMiB += o.MemoryMiB
+		s.GPUs[i].Compute += o.Compute
+	}
+	fn(s)
+	return nil
+}
+
+// Holding returns the placement the cache books for a pod, and whether it
+// is only assumed; nil if the pod holds nothing.
+func (c *Cache) Holding(uid types.UID) (p *alloc.Placement, assumed bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if e := c.pods[uid]; e != nil && !e.invalid {
+		return e.placement, e.assumed
+	}
+	return nil, false
+}

@@ -1,0 +1,402 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/record"
+)
+
+// book applies entry p to e. A record is first placed on e's GPUs by UUID
+// and checked against the pod's request; one that fails is kept invalid
+// and books nothing. A booking that no longer fits (the node's GPUs
+// changed under running pods, or records over-commit a GPU) is kept as a
+// conflict: its GPUs are marked unhealthy in the cache's copy so nothing
+// more lands on them, and what it holds is shown in e.over.
+func (c *Cache) book(e *nodeEntry, p *podEntry) {
+	p.invalid, p.conflict = false, false
+	if p.alloc != nil {
+		a, err := p.alloc, error(nil)
+		if p.foreign {
+			a, err = record.ByIndex(a, p.req, func(i int) (alloc.GPU, bool) {
+				if i < 0 || i >= len(e.inventory.GPUs) {
+					return alloc.GPU{}, false
+				}
+				return e.inventory.GPUs[i], true
+			})
+			if err != nil {
+				err = fmt.Errorf("%w: %w", record.Foreign(p.pod), err)
+			}
+		}
+		var placement *alloc.Placement
+		if err == nil {
+			placement, err = placeRecord(a, e.state.Node)
+		}
+		if err == nil && p.req != nil {
+			err = alloc.Conform(placement, p.req, e.inventory)
+		}
+		if err != nil {
+			p.invalid = true
+			c.report(p.pod, p.key, p.record, err)
+			return
+		}
+		p.placement = placement
+		if p.pod != nil && !p.foreign {
+			delete(c.refused, p.pod.UID)
+		}
+	}
+	err := e.state.Apply(p.placement)
+	if err == nil && p.foreign && p.pod != nil {
+		delete(c.refused, p.pod.UID)
+	}
+	if err != nil {
+		p.conflict = true
+		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
+		if p.foreign {
+			// gpushare placed nothing here: say so on the pod.
+			c.report(p.pod, p.key, p.record, fmt.Errorf("%w over-commits its GPU; holding it full: %w", record.Foreign(p.pod), err))
+		}
+		// A new Node, not a change in place: the core's memo relies on it.
+		n := copyNode(e.state.Node)
+		for _, b := range p.placement.Booked {
+			if b.GPU >= 0 && b.GPU < len(n.GPUs) {
+				n.GPUs[b.GPU].Healthy = false
+				o := &e.over[b.GPU]
+				o.MemoryMiB += b.MemoryMiB
+				o.Compute += b.Compute
+			}
+		}
+		e.state.Node = n
+	}
+}
+
+// placeRecord turns a record into a placement on node's GPUs, each named
+// by its UUID: the index a record gives is where the GPU was when it was
+// written, and a driver may renumber GPUs.
+func placeRecord(a *gpusharev1.Allocation, node *alloc.Node) (*alloc.Placement, error) {
+	p, err := record.PlacementFrom(a, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Node != node.Name {
+		return nil, fmt.Errorf("allocation is for node %s, not %s", a.Node, node.Name)
+	}
+	index := uuidIndex(node)
+	for ci := range p.Containers {
+		gpus := p.Containers[ci].GPUs
+		for k := range gpus {
+			i, ok := index[gpus[k].UUID]
+			if !ok {
+				return nil, fmt.Errorf("container %s: node %s has no GPU with UUID %s", p.Containers[ci].Name, node.Name, gpus[k].UUID)
+			}
+			gpus[k].GPU = i
+		}
+	}
+	p.Booked = alloc.Booking(p.Containers)
+	return p, nil
+}
+
+// report logs, once per record value, why a pod's record books nothing,
+// and tells Options.Refused.
+func (c *Cache) report(pod *corev1.Pod, key, record string, err error) {
+	if pod != nil {
+		if r, ok := c.refused[pod.UID]; ok && r == record {
+			return
+		}
+		c.refused[pod.UID] = record
+	}
+	c.logger.Error(err, "Ignoring the pod's allocation record", "pod", key)
+	if c.opts.Refused != nil && pod != nil {
+		c.opts.Refused(pod, err)
+	}
+}
+
+func (c *Cache) unbook(uid types.UID, p *podEntry) {
+	e := c.nodes[p.node]
+	if e == nil || e.pods[uid] != p {
+		return
+	}
+	delete(e.pods, uid)
+	if p.invalid {
+		return
+	}
+	if p.conflict {
+		// Rebuild the node from its inventory: the conflict's GPUs may
+		// be usable again.
+		c.rebuild(e)
+		return
+	}
+	if err := e.state.Release(p.placement); err != nil {
+		c.logger.Error(err, "Releasing a pod's GPUs failed; rebuilding the node", "pod", p.key)
+		c.rebuild(e)
+		return
+	}
+	if len(e.state.Node.GPUs) > len(e.inventory.GPUs) {
+		// The pod may have been the last to hold a vanished GPU.
+		c.rebuild(e)
+	}
+}
+
+// Ended reports whether a pod no longer holds its GPUs.
+func Ended(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// SetPod adds or updates a pod from the informer. A bound pod with a
+// valid allocation record for its node books it (replacing an assumed
+// placement); a pod that ended releases its GPUs; a pod without a record
+// keeps whatever was assumed for it. A record on a pod that is not bound,
+// or that is not what the pod asks for, books nothing and is reported;
+// once booked, a record is not changed by edits of the annotation.
+func (c *Cache) SetPod(pod *corev1.Pod) {
+	if Ended(pod) {
+		c.RemovePod(pod.UID)
+		return
+	}
+	if c.opts.Resources != nil && pod.Spec.NodeName != "" {
+		// Most updates are of pods counted already (status changes):
+		// those take only the read lock.
+		c.mu.RLock()
+		_, counted := c.bound[pod.UID]
+		c.mu.RUnlock()
+		if !counted {
+			c.mu.Lock()
+			c.countLocked(pod)
+			c.mu.Unlock()
+		}
+	}
+	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
+	foreign := false
+	if !ok {
+		// gpushare's record first; else one another system left.
+		if value, foreign = record.ForeignValue(pod); !foreign {
+			c.noteUnrecorded(pod)
+			return
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.pods[pod.UID]
+	if old != nil && !old.assumed && old.record == value {
+		c.noteEdits(pod, old)
+		return
+	}
+	key := pod.Namespace + "/" + pod.Name
+	p, err := c.parseRecord(pod, value, foreign)
+	if err != nil {
+		c.report(pod, key, value, err)
+		return
+	}
+	if old != nil && !old.assumed && !old.invalid {
+		if equalRecords(old.alloc, p.alloc) {
+			old.record = value
+			c.noteEdits(pod, old)
+			return
+		}
+		c.report(pod, key, value, fmt.Errorf("%w; keeping the booking of the record it was bound with", ErrRecordChanged))
+		return
+	}
+	if old != nil {
+		c.unbook(pod.UID, old)
+	}
+	delete(c.refused, pod.UID)
+	c.pods[pod.UID] = p
+	if e := c.nodes[p.node]; e != nil {
+		e.pods[pod.UID] = p
+		if !p.foreign && needsRebuild(e, p.alloc) {
+			c.rebuild(e)
+		} else {
+			c.book(e, p)
+		}
+	}
+	c.noteEdits(pod, p)
+}
+
+// noteEdits reports, once per change, that a booked pod's request-shaping
+// annotations are no longer those its record was made for. The record
+// keeps booking its GPUs: the pod's containers run with them.
+func (c *Cache) noteEdits(pod *corev1.Pod, p *podEntry) {
+	if p.alloc == nil || p.alloc.Asked == nil || c.opts.RequestAnnotations == nil || p.invalid {
+		return
+	}
+	edited := p.alloc.Asked.Edited(pod.Annotations, c.opts.RequestAnnotations(pod))
+	if slices.Equal(edited, p.edited) {
+		return
+	}
+	p.edited, p.pod = edited, pod
+	if len(edited) == 0 {
+		return
+	}
+	err := fmt.Errorf("%w: %s; the record keeps booking the GPUs it names, and the node daemon serves its containers no more",
+		record.ErrRequestEdited, strings.Join(edited, ", "))
+	c.logger.Error(err, "Pod's GPU request was edited after binding", "pod", p.key)
+	if c.opts.Refused != nil {
+		c.opts.Refused(pod, err)
+	}
+}
+
+// noteUnrecorded reports, once per pod, a pod bound to a gpushare node
+// that asks for GPUs and carries no record: it was bound without
+// gpushare (spec.nodeName set by hand, or another scheduler), so it books
+// no GPU and the node daemon gives its containers none.
+func (c *Cache) noteUnrecorded(pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" || c.opts.Requests == nil {
+		return
+	}
+	c.mu.RLock()
+	_, seen := c.unrecorded[pod.UID]
+	_, gpushare := c.nodes[pod.Spec.NodeName]
+	// A pod the scheduler assumed gets its record from it: a binder
+	// other than gpushare's may have bound it first.
+	_, assumed := c.pods[pod.UID]
+	c.mu.RUnlock()
+	if seen || !gpushare || assumed {
+		return
+	}
+	req, err := c.opts.Requests(pod)
+	asks := err == nil && req.GPUs()
+	c.mu.Lock()
+	if _, seen := c.unrecorded[pod.UID]; seen {
+		c.mu.Unlock()
+		return
+	}
+	c.unrecorded[pod.UID] = asks
+	c.mu.Unlock()
+	if !asks {
+		return
+	}
+	err = fmt.Errorf("%w: bound to node %s without gpushare's %s record (spec.nodeName set directly, or another scheduler bound it): "+
+		"gpushare books no GPU for it and gpushare-node gives its containers none; recreate it without spec.nodeName",
+		ErrNoRecord, pod.Spec.NodeName, gpusharev1.AllocationAnnotation)
+	c.logger.Error(err, "Pod asks for GPUs and holds none", "pod", klog.KObj(pod))
+	if c.opts.Refused != nil {
+		c.opts.Refused(pod, err)
+	}
+}
+
+// Why a record books nothing; check with errors.Is.
+var (
+	ErrNotBound      = errors.New("pod is not bound to a node: a record books GPUs only on a pod the scheduler bound")
+	ErrRecordChanged = errors.New("allocation record changed after the pod was bound")
+	ErrNoRecord      = errors.New("pod asks for GPUs but holds none")
+)
+
+// needsRebuild reports whether a names a GPU that e's state does not
+// list: the node is then rebuilt with that GPU, vanished.
+func needsRebuild(e *nodeEntry, a *gpusharev1.Allocation) bool {
+	index := uuidIndex(e.state.Node)
+	for _, ca := range a.Containers {
+		for _, g := range ca.GPUs {
+			if _, ok := index[g.UUID]; !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func equalRecords(a, b *gpusharev1.Allocation) bool {
+	x, err1 := gpusharev1.Marshal(a)
+	y, err2 := gpusharev1.Marshal(b)
+	return err1 == nil && err2 == nil && x == y
+}
+
+// parseRecord reads the record value of pod: gpushare's allocation, or
+// with foreign the annotations another system left, translated
+// (record.ForeignAllocation). Both are held to the same rules.
+func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEntry, error) {
+	if foreign {
+		return c.parseForeign(pod, value)
+	}
+	a, err := gpusharev1.ParseAllocation(value)
+	if err != nil {
+		return nil, err
+	}
+	if pod.Spec.NodeName == "" {
+		return nil, ErrNotBound
+	}
+	if pod.Spec.NodeName != a.Node {
+		return nil, fmt.Errorf("pod is bound to node %s but its allocation is for node %s", pod.Spec.NodeName, a.Node)
+	}
+	p, err := record.PlacementFrom(a, nil)
+	if err != nil {
+		return nil, err
+	}
+	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a, pod: pod}
+	if c.opts.Requests != nil {
+		req, err := c.opts.Requests(c.asBound(pod, a))
+		if err != nil {
+			return nil, fmt.Errorf("the pod's own request: %w", err)
+		}
+		if err := alloc.Conform(p, req, nil); err != nil {
+			return nil, err
+		}
+		entry.req = req
+	}
+	return entry, nil
+}
+
+// asBound returns pod as it was when record a was written: with the
+// request-shaping annotations a keeps. A pod whose annotations did not
+// change, or a record that keeps none, is returned as it is.
+func (c *Cache) asBound(pod *corev1.Pod, a *gpusharev1.Allocation) *corev1.Pod {
+	if a.Asked == nil || c.opts.RequestAnnotations == nil {
+		return pod
+	}
+	keys := c.opts.RequestAnnotations(pod)
+	if len(a.Asked.Edited(pod.Annotations, keys)) == 0 {
+		return pod
+	}
+	bound := *pod
+	bound.Annotations = a.Asked.Apply(pod.Annotations, keys)
+	return &bound
+}
+
+// parseForeign is parseRecord for another system's record
+// (record.ForeignAllocation): it is read through the pod's own request, so it
+// needs Options.Requests. It is held to the pod's request when it is
+// booked, once the node's GPUs are known: whole GPUs are sized by them.
+func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
+	sys := record.Foreign(pod)
+	if pod.Spec.NodeName == "" {
+		return nil, fmt.Errorf("%w: %w", sys, ErrNotBound)
+	}
+	if c.opts.Requests == nil {
+		return nil, fmt.Errorf("%w: no request model to read it by", sys)
+	}
+	req, err := c.opts.Requests(pod)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
+	}
+	a, err := record.ForeignAllocation(pod, req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := record.PlacementFrom(a, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sys, err)
+	}
+	return &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a,
+		req: req, pod: pod, foreign: true}, nil
+}
+
+// RemovePod releases whatever a pod held or was assumed to hold.
+func (c *Cache) RemovePod(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.uncountLocked(uid)
+	delete(c.refused, uid)
+	delete(c.unrecorded, uid)
+	if p := c.pods[uid]; p != nil {
+		c.unbook(uid, p)
+		delete(c.pods, uid)
+	}
+}
