@@ -258,7 +258,8 @@ func TestWithdrawnGPUsStayBooked(t *testing.T) {
 // refused, with the reason. Without it the edit lands, and a restarted
 // scheduler still books the pod's GPU (its record keeps the request it
 // was made for): a new pod that needs that GPU stays Pending, the edited
-// pod gets an event, and the metrics count it.
+// pod gets an event, and the metrics count it. So does a standby that
+// had the pod booked before the edit and takes the lead after it.
 func TestEditedRequest(t *testing.T) {
 	for _, policy := range []bool{true, false} {
 		t.Run(fmt.Sprintf("policy=%v", policy), func(t *testing.T) { editedRequest(t, policy) })
@@ -285,9 +286,15 @@ func editedRequest(t *testing.T, policy bool) {
 	if a := record(t, boundPod(t, tenant, "tenant", "mine")); a.Asked == nil || a.Asked.Annotations["gpushare.io/gpu-models"] != "Tesla T4" {
 		t.Fatalf("the record keeps %+v of what the pod asked, want its models annotation", a.Asked)
 	}
+	// A standby replica, its cache built, waiting for the lease.
+	standby, err := c.StartSchedulerAs(ctx, "gpushare-scheduler-standby", schedulerBin, accountKubeconfig(t, c, "scheduler"), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBooked(t, standby, "t4", []float64{10240})
 
 	patch := `{"metadata":{"annotations":{"gpushare.io/gpu-models":"NVIDIA A100-SXM4-80GB"}}}`
-	_, err := tenant.CoreV1().Pods("tenant").Patch(ctx, "mine", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err = tenant.CoreV1().Pods("tenant").Patch(ctx, "mine", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if policy {
 		if err == nil || !strings.Contains(err.Error(), "gpushare.io/gpu-models shapes the pod's GPU request and cannot change once the pod is bound") {
 			t.Fatalf("editing a bound pod's models: %v, want it refused by the allocation policy", err)
@@ -306,22 +313,31 @@ func editedRequest(t *testing.T, policy bool) {
 	if err != nil {
 		t.Fatalf("editing the models without the policy: %v", err)
 	}
+	waitEdited(t, standby, 1)
 
-	// A new scheduler (a restart, or a standby that takes the lead)
-	// meets the pod edited.
+	// Failover: the standby, which booked the pod before the edit, leads.
 	sched.Stop(10 * time.Second)
-	next, err := c.StartSchedulerAs(ctx, "gpushare-scheduler-2", schedulerBin, accountKubeconfig(t, c, "scheduler"), config)
+	waitBooked(t, standby, "t4", []float64{10240})
+	q := gpuPod("next", 10240, 0)
+	if _, err := admin.CoreV1().Pods("default").Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedSchedulingMessage(t, admin, "default", "next", "largest free share on any GPU is 5120 MiB, pod needs 10240 MiB")
+
+	// Restart: a new scheduler meets the pod edited.
+	standby.Stop(10 * time.Second)
+	next, err := c.StartSchedulerAs(ctx, "gpushare-scheduler-3", schedulerBin, accountKubeconfig(t, c, "scheduler"), config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eventNote(t, admin, "tenant", "mine", plugin.ReasonRequestEdited, "gpushare.io/gpu-models")
 	waitBooked(t, next, "t4", []float64{10240})
 	waitEdited(t, next, 1)
-	q := gpuPod("next", 10240, 0)
+	q = gpuPod("after-restart", 10240, 0)
 	if _, err := admin.CoreV1().Pods("default").Create(ctx, q, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	failedSchedulingMessage(t, admin, "default", "next", "largest free share on any GPU is 5120 MiB, pod needs 10240 MiB")
+	failedSchedulingMessage(t, admin, "default", "after-restart", "largest free share on any GPU is 5120 MiB, pod needs 10240 MiB")
 	checkNoOvercommit(t, admin)
 }
 
