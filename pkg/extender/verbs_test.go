@@ -49,12 +49,12 @@ func TestFilterAnswers(t *testing.T) {
 	}{
 		// BestOnly: a pod without soft preferences goes on to the best
 		// alone: n1, whose GPU is in use, rather than n2's idle one.
-		"fits":         {pod: pod("small", 1024), passed: []string{"n1"}, failed: map[string]string{}, unresolvable: outside},
+		"fits": {pod: pod("small", 1024), passed: []string{"n1"}, failed: map[string]string{}, unresolvable: outside},
 		"fits nowhere": {pod: pod("big", 20000), passed: []string{}, failed: map[string]string{},
 			unresolvable: map[string]string{"n1": short, "n2": short, "n9": decision.ReasonNotGPUShareNode}},
-		"full": {pod: pod("full", 16384), passed: []string{"n2"}, failed: map[string]string{"n1": full}, unresolvable: outside},
-		"no GPUs":      {pod: pod("plain", 0), passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
-		"malformed":    {pod: bad, passed: []string{}, failed: map[string]string{}, unresolvablePrefixOnAll: malformed},
+		"full":      {pod: pod("full", 16384), passed: []string{"n2"}, failed: map[string]string{"n1": full}, unresolvable: outside},
+		"no GPUs":   {pod: pod("plain", 0), passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
+		"malformed": {pod: bad, passed: []string{}, failed: map[string]string{}, unresolvablePrefixOnAll: malformed},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ts := newTestServer(t)
