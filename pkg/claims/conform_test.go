@@ -1,0 +1,48 @@
+package claims
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/record"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// A pod edited after binding (its GPU models annotation) gets no GPU for
+// a new container, though its record is the scheduler's; unedited, the
+// same record is served; a record that books more than the pod asked is
+// refused as before.
+func TestConformsRefusesEditedPods(t *testing.T) {
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Claims{cfg: Config{Requests: model.PodRequest, RequestAnnotations: model.RequestAnnotations()}}
+	pod := func(models string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", Annotations: map[string]string{"gpushare.io/gpu-models": models}},
+			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(4096, k8sresource.DecimalSI)}}}}}}
+		return p
+	}
+	rec := func(mib int64) *gpusharev1.Allocation {
+		return &gpusharev1.Allocation{Node: "n1", Asked: gpusharev1.AskedOf(map[string]string{"gpushare.io/gpu-models": "Tesla T4"}, model.RequestAnnotations()),
+			Containers: []gpusharev1.ContainerAllocation{{Name: "main", Kind: gpusharev1.ContainerApp,
+				GPUs: []gpusharev1.GPUShare{{Index: 0, UUID: "GPU-0", MemoryMiB: mib}}}}}
+	}
+	if err := c.conforms(pod("Tesla T4"), rec(4096)); err != nil {
+		t.Errorf("the pod as bound: %v", err)
+	}
+	err = c.conforms(pod("NVIDIA A100-SXM4-80GB"), rec(4096))
+	if !errors.Is(err, record.ErrRequestEdited) || !strings.Contains(err.Error(), "gpushare.io/gpu-models") {
+		t.Errorf("the edited pod: %v, want ErrRequestEdited naming the annotation", err)
+	}
+	if err := c.conforms(pod("Tesla T4"), rec(15360)); err == nil {
+		t.Error("a record of 15360 MiB for a pod of 4096 was served")
+	}
+}
