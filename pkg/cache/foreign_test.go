@@ -49,9 +49,10 @@ func aliyunCache(t *testing.T) (*cache.Cache, *[]string) {
 	}
 	var refused []string
 	r := &logRecorder{}
-	c := cache.New(r.logger(), cache.Options{Requests: model.PodRequest, Refused: func(p *corev1.Pod, err error) {
-		refused = append(refused, p.Name+": "+err.Error())
-	}})
+	c := cache.New(r.logger(), cache.Options{Requests: model.PodRequest, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() },
+		Refused: func(p *corev1.Pod, err error) {
+			refused = append(refused, p.Name+": "+err.Error())
+		}})
 	return c, &refused
 }
 
@@ -82,6 +83,23 @@ func TestAliyunRecordsBook(t *testing.T) {
 	c.SetPod(done)
 	if got := usage(t, c, "n1"); !cmp.Equal(got, []alloc.Usage{{MemoryMiB: 3500}, {}}) {
 		t.Fatalf("after the pod ended: %v", got)
+	}
+}
+
+// Aliyun's placement read none of gpushare's request-shaping annotations:
+// a GPU models annotation added later (here one the node's GPU is not)
+// does not unbook the pod, in a cache that meets it so.
+func TestAliyunRecordIgnoresGPUShareAnnotations(t *testing.T) {
+	c, refused := aliyunCache(t)
+	c.SetNode(gpuNode(t, "n1", 15360))
+	p := aliyunPod("a", "default", "n1", "0", "3", 3)
+	p.Annotations["gpushare.io/gpu-models"] = "NVIDIA H100 80GB HBM3"
+	c.SetPod(p)
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 3072}}; !cmp.Equal(got, want) {
+		t.Fatalf("booked %v, want %v", got, want)
+	}
+	if len(*refused) != 0 {
+		t.Fatalf("refused %q", *refused)
 	}
 }
 

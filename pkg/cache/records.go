@@ -348,15 +348,21 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 // request-shaping annotations a keeps. A pod whose annotations did not
 // change, or a record that keeps none, is returned as it is.
 func (c *Cache) asBound(pod *corev1.Pod, a *gpusharev1.Allocation) *corev1.Pod {
-	if a.Asked == nil || c.opts.RequestAnnotations == nil {
+	return c.asked(pod, a.Asked)
+}
+
+// asked returns pod with its request-shaping annotations as asked has
+// them; pod itself where they are the same, or asked is nil.
+func (c *Cache) asked(pod *corev1.Pod, asked *gpusharev1.Asked) *corev1.Pod {
+	if asked == nil || c.opts.RequestAnnotations == nil {
 		return pod
 	}
 	keys := c.opts.RequestAnnotations(pod)
-	if len(a.Asked.Edited(pod.Annotations, keys)) == 0 {
+	if len(asked.Edited(pod.Annotations, keys)) == 0 {
 		return pod
 	}
 	bound := *pod
-	bound.Annotations = a.Asked.Apply(pod.Annotations, keys)
+	bound.Annotations = asked.Apply(pod.Annotations, keys)
 	return &bound
 }
 
@@ -372,7 +378,10 @@ func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
 	if c.opts.Requests == nil {
 		return nil, fmt.Errorf("%w: no request model to read it by", sys)
 	}
-	req, err := c.opts.Requests(pod)
+	// The other system read none of gpushare's request-shaping
+	// annotations (GPU models, MPS shares): they did not shape its
+	// placement, and adding or editing one later must not unbook it.
+	req, err := c.opts.Requests(c.asked(pod, &gpusharev1.Asked{}))
 	if err != nil {
 		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
 	}
