@@ -94,41 +94,32 @@ func (c *Cache) booked() (states []*alloc.NodeState, refused, edited int) {
 func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {
 	out := make([]*alloc.NodeState, 0, len(c.nodes))
 	for _, e := range c.nodes {
-		s := e.state.Clone()
-		s.Node = copyNode(s.Node)
-		if withConflicts {
-			for i, o := range e.over {
-				s.GPUs[i].MemoryMiB += o.MemoryMiB
-				s.GPUs[i].Compute += o.Compute
-			}
-		}
-		out = append(out, s)
+		out = append(out, e.copyState(withConflicts))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
 	return out
+}
+
+// copyState returns a copy of e's state; withConflicts adds to each GPU's
+// usage what conflicting bookings hold.
+func (e *nodeEntry) copyState(withConflicts bool) *alloc.NodeState {
+	s := e.state.Clone()
+	s.Node = copyNode(s.Node)
+	if withConflicts {
+		for i, o := range e.over {
+			s.GPUs[i].MemoryMiB += o.MemoryMiB
+			s.GPUs[i].Compute += o.Compute
+		}
+	}
+	return s
 }
 
 // ReadBooked calls fn with a copy of node's state whose GPU usage includes
 // what conflicting bookings hold, as the metrics show it: a GPU that
 // records over-commit shows more booked than it has.
 func (c *Cache) ReadBooked(node string, fn func(*alloc.NodeState)) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	e := c.nodes[node]
-	if e == nil {
-		return c.nodeErrorLocked(node)
-	}
-	if err := c.downLocked(node, c.now()); err != nil {
-		return err
-	}
-	s := e.state.Clone()
-	s.Node = copyNode(s.Node)
-	for i, o := range e.over {
-		s.GPUs[i].MemoryMiB += o.MemoryMiB
-		s.GPUs[i].Compute += o.Compute
-	}
-	fn(s)
-	return nil
+	// Read holds the read lock while fn runs, so c.nodes[node] is e.
+	return c.Read(node, func(*alloc.NodeState) { fn(c.nodes[node].copyState(true)) })
 }
 
 // Holding returns the placement the cache books for a pod, and whether it
