@@ -36,6 +36,11 @@ build: ## Build every binary into bin/.
 images: ## Build the gpushare-scheduler, gpushare-extender and gpushare-node images into bin/images/ (docs/images.md).
 	$(GO) -C hack/image run . --out $(BIN)/images --version=$(VERSION)
 
+.PHONY: release
+release: $(HELM) ## Release VERSION=vX.Y.Z: images tagged VERSION, into bin/release/ the chart (appVersion VERSION) and the kubectl plugin's archives, sha256 files and krew manifest.
+	@case "$(origin VERSION)" in "command line"|environment) ;; *) echo "make release needs VERSION=vX.Y.Z" >&2; exit 1;; esac
+	HELM=$(HELM) MAKE="$(MAKE)" hack/release.sh $(VERSION) $(BIN)/release
+
 .PHONY: image-test
 image-test: ## Build the images twice (same digests?) and run each one's --version inside it (needs root or user namespaces).
 	$(GO) -C hack/image test -count=1 -timeout 20m ./...
