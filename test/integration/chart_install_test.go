@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -31,6 +32,22 @@ const chartNamespace = "gpushare-system"
 // seedValues are the values the seeds need: seed 003's namespace counts
 // aliyun.com/gpu-mem in MiB.
 var seedValues = []string{"--set-json", `gpushare.resourceModel.unitOverrides=[{"name":"aliyun.com/gpu-mem","unit":"MiB","namespaces":["team-mib"]}]`}
+
+// seedPools are the node pools of the seed nodes: whole GPUs on
+// h100-whole-0, MPS on t4-0 (labelled gpushare.io/node-pool by
+// installChart), shared GPUs elsewhere; one release serves them all.
+var seedPools = []string{"--set-json", `node.pools=[{"name":"whole-card","wholeCard":true},{"name":"mps","mps":true}]`}
+
+// seedPool returns the node pool of a seed node ("" for none).
+func seedPool(s controlplane.NodeSpec) string {
+	switch {
+	case s.WholeCard:
+		return "whole-card"
+	case s.MPS:
+		return "mps"
+	}
+	return ""
+}
 
 // stockSchedulerConfig is the cluster's own kube-scheduler, before
 // gpushare: it schedules the chart's pods.
@@ -76,6 +93,9 @@ func installChart(t *testing.T, values ...string) *chartInstall {
 	createNodes(t, in.client, bare...)
 	for _, s := range seedNodes {
 		patch := []byte(`{"metadata":{"labels":{"gpushare":"true"}}}`)
+		if pool := seedPool(s); pool != "" {
+			patch = []byte(`{"metadata":{"labels":{"gpushare":"true","gpushare.io/node-pool":"` + pool + `"}}}`)
+		}
 		if _, err := in.client.CoreV1().Nodes().Patch(ctx, s.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -94,14 +114,25 @@ func installChart(t *testing.T, values ...string) *chartInstall {
 	}
 	args := append([]string{"install", "gpushare", chart, "--kubeconfig", in.c.Kubeconfig,
 		"--namespace", chartNamespace, "--create-namespace", "--wait", "--timeout", "3m"}, seedValues...)
+	args = append(args, seedPools...)
 	helm(t, append(args, values...)...)
-	// The DaemonSet rolled out on every GPU node.
-	ds, err := in.client.AppsV1().DaemonSets(chartNamespace).Get(ctx, "gpushare-node", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The DaemonSets rolled out, each on the GPU nodes of its pool.
+	want := map[string]int32{}
+	for _, s := range seedNodes {
+		name := "gpushare-node"
+		if pool := seedPool(s); pool != "" {
+			name += "-" + pool
+		}
+		want[name]++
 	}
-	if s := ds.Status; s.DesiredNumberScheduled != int32(len(seedNodes)) || s.NumberReady != s.DesiredNumberScheduled {
-		t.Fatalf("DaemonSet gpushare-node: %d scheduled, %d ready; want %d", s.DesiredNumberScheduled, s.NumberReady, len(seedNodes))
+	for name, n := range want {
+		ds, err := in.client.AppsV1().DaemonSets(chartNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := ds.Status; s.DesiredNumberScheduled != n || s.NumberReady != s.DesiredNumberScheduled {
+			t.Fatalf("DaemonSet %s: %d scheduled, %d ready; want %d", name, s.DesiredNumberScheduled, s.NumberReady, n)
+		}
 	}
 	// The API server takes up the two hook policies one by one; until
 	// both are in force GPU pods may be refused (docs/install.md).
@@ -117,13 +148,18 @@ func installChart(t *testing.T, values ...string) *chartInstall {
 	return in
 }
 
-// pods returns the running pods of a component.
+// pods returns the running pods of a component; "node" is the node
+// daemons of every pool.
 func (in *chartInstall) pods(t *testing.T, component string) []corev1.Pod {
 	t.Helper()
+	selector := "app.kubernetes.io/name=gpushare-" + component
+	if component == "node" {
+		selector = "app.kubernetes.io/component=node,app.kubernetes.io/instance=gpushare"
+	}
 	var pods []corev1.Pod
 	err := waitFor(time.Minute, func() (bool, error) {
 		list, err := in.client.CoreV1().Pods(chartNamespace).List(context.Background(),
-			metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpushare-" + component})
+			metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false, err
 		}
@@ -168,15 +204,10 @@ func (in *chartInstall) startNodeDaemons(t *testing.T) {
 		// NODE_NAME (the downward API) in the pod.
 		args := append(o.args(t), "--kubeconfig="+o.kubeconfig, "--node-name="+pod.Spec.NodeName,
 			"--simulated-gpus="+sim, "--no-device-plugin", "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(port))
-		if spec.WholeCard {
-			// One release has one node mode; this node stands for a
-			// second release with node.wholeCard=true.
-			args = append(args, "--whole-card")
-		}
-		if spec.MPS {
-			// Likewise a release with node.mps=true; without the device
-			// plugins --mps only marks the inventory.
-			args = append(args, "--mps")
+		// Its pool's DaemonSet runs it with the pool's mode (without the
+		// device plugins --mps only marks the inventory).
+		if slices.Contains(args, "--whole-card") != spec.WholeCard || slices.Contains(args, "--mps") != spec.MPS {
+			t.Errorf("gpushare-node pod %s on %s runs with %v; want --whole-card %v, --mps %v", pod.Name, spec.Name, args, spec.WholeCard, spec.MPS)
 		}
 		p, err := in.c.Run("gpushare-node-"+spec.Name, nodeBin(t), args...)
 		if err != nil {
@@ -313,17 +344,30 @@ func (in *chartInstall) checkNotForbidden(t *testing.T) {
 }
 
 // TestChartInstall: the chart installs onto a real control plane, its
-// DaemonSet rolls out on the GPU nodes, and gpushare-scheduler and the node
-// daemons, run as its objects say with its service accounts' tokens,
-// schedule the seed examples; nothing is refused by RBAC. helm upgrade to
-// another node policy takes effect, and helm uninstall leaves nothing.
+// DaemonSets roll out on the GPU nodes of their pools, and
+// gpushare-scheduler and the node daemons, run as its objects say with its
+// service accounts' tokens, schedule the seed examples; nothing is refused
+// by RBAC. A second release is refused, docs/install.md's "Check" commands
+// print what they say, helm upgrade to another node policy takes effect,
+// and helm uninstall, after kube-scheduler is restored as the guide says,
+// leaves nothing and a cluster that schedules.
 func TestChartInstall(t *testing.T) {
 	ctx := context.Background()
 	in := installChart(t, "--set", "scheduler.replaceDefault=true")
+	// One release serves the cluster: a second, in this namespace or
+	// another, is refused with the reason.
+	for _, second := range [][]string{{"second", chartNamespace}, {"gpushare", "default"}} {
+		_, err := helmErr(t, "install", second[0], chart, "--kubeconfig", in.c.Kubeconfig, "--namespace", second[1],
+			"--set", "mode=extender")
+		if want := `gpushare is installed already (release "gpushare" in namespace "` + chartNamespace + `")`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a second release %s in %s: %v; want an error saying %q", second[0], second[1], err, want)
+		}
+	}
 	// The operator removes kube-scheduler's static pod: gpushare-scheduler
 	// serves default-scheduler from now on.
 	in.stock.Stop(10 * time.Second)
 	in.startNodeDaemons(t)
+	in.checkDocCheck(t)
 	sched := in.startScheduler(t, in.pods(t, "scheduler")[0])
 	checkSeedPods(t, in.client)
 	in.checkNotForbidden(t)
@@ -370,13 +414,86 @@ func TestChartInstall(t *testing.T) {
 	}
 	in.checkNotForbidden(t)
 
-	// helm uninstall: the pods' containers stop, and no object of the
-	// release is left.
+	// Uninstall as docs/install.md says: kube-scheduler's static pod back
+	// first (with replaceDefault nothing else schedules), then helm
+	// uninstall: the pods' containers stop, and no object of the release
+	// is left.
+	stock, err := in.c.StartScheduler(ctx, "kube-scheduler-restored", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stock.Stop(10 * time.Second)
 	for _, p := range in.procs {
 		p.Stop(10 * time.Second)
 	}
 	helm(t, "uninstall", "gpushare", "--kubeconfig", in.c.Kubeconfig, "--namespace", chartNamespace, "--wait", "--timeout", "2m")
 	in.checkUninstalled(t)
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after-uninstall", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := in.client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	boundPod(t, in.client, "default", plain.Name)
+}
+
+// checkDocCheck runs docs/install.md's "Check" commands that need no
+// example applied (the node daemons' rollout and each GPU node's
+// inventory) as an operator pastes them (runDoc): they succeed, and each
+// GPU node's line shows its inventory annotation.
+func (in *chartInstall) checkDocCheck(t *testing.T) {
+	t.Helper()
+	lines := docBlock(t, "docs/install.md", "### Check")
+	if len(lines) < 2 || !strings.Contains(lines[0], "rollout status") || !strings.HasPrefix(lines[1], "kubectl get nodes") {
+		t.Fatalf("docs/install.md's Check block begins %q; want the rollout and the nodes' inventory", lines)
+	}
+	runDoc(t, in.c, lines[0])
+	out := runDoc(t, in.c, lines[1])
+	shown := map[string]string{}
+	for l := range strings.Lines(out) {
+		name, gpus, _ := strings.Cut(strings.TrimSpace(l), " ")
+		shown[name] = strings.TrimSpace(gpus)
+	}
+	for _, s := range seedNodes {
+		n, err := in.client.CoreV1().Nodes().Get(context.Background(), s.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := n.Annotations[gpusharev1.InventoryAnnotation]; shown[s.Name] != want {
+			t.Errorf("%s printed for %s %q; want its inventory %q\n%s", lines[1], s.Name, shown[s.Name], want, out)
+		}
+	}
+}
+
+// runDoc runs a command of the docs in bash, as an operator pastes it,
+// with c's kubeconfig, the control plane's kubectl and the chart's
+// namespace for kube-system, and returns its output.
+func runDoc(t *testing.T, c *controlplane.Cluster, cmd string) string {
+	t.Helper()
+	cmd = strings.ReplaceAll(cmd, "kube-system", chartNamespace)
+	sh := exec.Command("bash", "-c", cmd)
+	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig,
+		"PATH="+filepath.Dir(tools.Bin("kubectl"))+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := sh.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	return string(out)
+}
+
+// docBlock returns the lines of the first fenced code block after heading
+// in the file rel of the repository.
+func docBlock(t *testing.T, rel, heading string) []string {
+	t.Helper()
+	_, rest, ok := strings.Cut(string(readFile(t, rel)), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("%s has no heading %q", rel, heading)
+	}
+	_, rest, ok = strings.Cut(rest, "```sh\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatalf("%s: no code block after %q", rel, heading)
+	}
+	return strings.Split(strings.TrimSpace(block), "\n")
 }
 
 // checkUninstalled fails the test if any object of the release is left:

@@ -3,6 +3,8 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +16,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/yaml"
 )
 
@@ -108,6 +115,8 @@ var chartToggles = map[string][]string{
 	"runtime-class":    {"node.runtimeClassName=nvidia"},
 	"own-extender-tls": {"mode=extender", "extender.tls.secretName=my-tls"},
 	"extender-service": {"mode=extender", "extender.beside=false"},
+	"node-pools": {"node.pools[0].name=whole-card", "node.pools[0].wholeCard=true",
+		"node.pools[1].name=mps", "node.pools[1].mps=true"},
 }
 
 // TestChartLint: helm lint passes on the chart with every toggle, and
@@ -125,14 +134,21 @@ func TestChartLint(t *testing.T) {
 	for name, c := range map[string]struct {
 		set  []string
 		want string
+		args []string
 	}{
-		"unknown mode":         {[]string{"mode=plugin"}, `mode: "plugin" is neither scheduler nor extender`},
-		"two extenders":        {[]string{"mode=extender", "extender.replicas=2"}, "extender.replicas: must be 1"},
-		"two without election": {[]string{"scheduler.leaderElection.enabled=false", "scheduler.replicas=2"}, "needs scheduler.leaderElection.enabled"},
-		"no profile":           {[]string{"scheduler.schedulerNames=null"}, "gpushare-scheduler would serve no pod"},
-		"hook route unknown":   {[]string{"hookPolicy.enabled=maybe"}, `hookPolicy.enabled: "maybe" is not true, false or auto`},
+		"unknown mode":         {set: []string{"mode=plugin"}, want: `mode: "plugin" is neither scheduler nor extender`},
+		"two extenders":        {set: []string{"mode=extender", "extender.replicas=2"}, want: "extender.replicas: must be 1"},
+		"two without election": {set: []string{"scheduler.leaderElection.enabled=false", "scheduler.replicas=2"}, want: "needs scheduler.leaderElection.enabled"},
+		"no profile":           {set: []string{"scheduler.schedulerNames=null"}, want: "gpushare-scheduler would serve no pod"},
+		"hook route unknown":   {set: []string{"hookPolicy.enabled=maybe"}, want: `hookPolicy.enabled: "maybe" is not true, false or auto`},
+		"pool without name":    {set: []string{"node.pools[0].wholeCard=true"}, want: `node.pools: name "<nil>" is not a DNS label`},
+		"pool named twice":     {set: []string{"node.pools[0].name=a", "node.pools[1].name=a"}, want: `two pools are named "a"`},
+		"pool value unknown":   {set: []string{"node.pools[0].name=a", "node.pools[0].wholecard=true"}, want: `node.pools[a]: "wholecard" is not a value of node`},
+		"scheduler on 1.35":    {args: []string{"--kube-version", "1.35"}, want: "mode: scheduler needs Kubernetes 1.36"},
+		"hooks on 1.35": {set: []string{"mode=extender", "hookPolicy.enabled=true"}, args: []string{"--kube-version", "1.35"},
+			want: "hookPolicy.enabled: true needs Kubernetes 1.36"},
 	} {
-		args := []string{"template", "gpushare", chart}
+		args := append([]string{"template", "gpushare", chart}, c.args...)
 		for _, s := range c.set {
 			args = append(args, "--set", s)
 		}
@@ -176,6 +192,7 @@ func TestChartRender(t *testing.T) {
 	for name, set := range chartToggles {
 		t.Run(name, func(t *testing.T) {
 			objs := render(t, "gpushare-system", set...)
+			checkNoCollisions(t, objs)
 			var workloads int
 			for _, obj := range objs {
 				switch o := obj.(type) {
@@ -195,8 +212,14 @@ func TestChartRender(t *testing.T) {
 					checkPodSpec(t, o.Name, &o.Spec.Template.Spec, set)
 				}
 			}
-			if workloads != 2 {
-				t.Errorf("%d Deployments and DaemonSets; want the node daemon and the scheduler or extender", workloads)
+			pools := 0
+			for _, s := range set {
+				if strings.HasPrefix(s, "node.pools[") && strings.Contains(s, "].name=") {
+					pools++
+				}
+			}
+			if workloads != 2+pools {
+				t.Errorf("%d Deployments and DaemonSets; want the node daemon, one per node pool (%d) and the scheduler or extender", workloads, pools)
 			}
 			monitors := 0
 			if slices.Contains(set, "serviceMonitor.enabled=true") {
@@ -242,7 +265,13 @@ func checkBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbac
 
 func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string) {
 	t.Helper()
-	if spec.ServiceAccountName != name {
+	// The node daemons of every pool (gpushare-node-<pool>) run as one
+	// service account, gpushare-node.
+	account := name
+	if strings.HasPrefix(name, "gpushare-node-") {
+		account = "gpushare-node"
+	}
+	if spec.ServiceAccountName != account {
 		t.Errorf("%s runs as service account %q", name, spec.ServiceAccountName)
 	}
 	// The extender beside kube-scheduler listens on the host's loopback;
@@ -251,7 +280,8 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 	if spec.HostNetwork != hostNet || spec.HostPID || spec.HostIPC {
 		t.Errorf("%s: host network %v (want %v), PID %v, IPC %v", name, spec.HostNetwork, hostNet, spec.HostPID, spec.HostIPC)
 	}
-	mps := slices.Contains(set, "node.mps=true")
+	// node-pools' pool mps runs with node.mps.
+	mps := slices.Contains(set, "node.mps=true") || name == "gpushare-node-mps"
 	for _, c := range spec.Containers {
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Errorf("%s: container %s lacks CPU and memory requests or a memory limit", name, c.Name)
@@ -266,13 +296,13 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 			continue
 		}
 		var wantAdd []corev1.Capability
-		if name == "gpushare-node" && mps {
+		if account == "gpushare-node" && mps {
 			wantAdd = []corev1.Capability{"SYS_ADMIN"}
 		}
 		if !slices.Equal(sc.Capabilities.Add, wantAdd) {
 			t.Errorf("%s: container %s adds capabilities %v; want %v", name, c.Name, sc.Capabilities.Add, wantAdd)
 		}
-		if name != "gpushare-node" && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
+		if account != "gpushare-node" && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
 			t.Errorf("%s: container %s may run as root", name, c.Name)
 		}
 	}
@@ -283,7 +313,7 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 		}
 	}
 	var want []string
-	if name == "gpushare-node" {
+	if account == "gpushare-node" {
 		want = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/run/cdi"}
 		if mps {
 			want = append(want, "/tmp/nvidia-mps", "/var/log/nvidia-mps", "/run/gpushare/mps-shm")
@@ -372,6 +402,10 @@ func TestChartWorkedConfigs(t *testing.T) {
 	}
 }
 
+// strictCodecs refuse a field the kind does not have (server-side apply
+// does too).
+var strictCodecs = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict)
+
 func decodeAll(t *testing.T, out []byte) []runtime.Object {
 	t.Helper()
 	var objs []runtime.Object
@@ -389,7 +423,7 @@ func decodeAll(t *testing.T, out []byte) []runtime.Object {
 		if _, err := yaml.YAMLToJSONStrict(doc); err != nil {
 			t.Fatalf("%v in\n%s", err, doc)
 		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		obj, _, err := strictCodecs.UniversalDeserializer().Decode(doc, nil, nil)
 		if err != nil {
 			t.Fatalf("%v in\n%s", err, doc)
 		}
@@ -404,4 +438,182 @@ func yamlMap(t *testing.T, b []byte) map[string]any {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// checkNoCollisions fails the test if two objects share a kind, namespace
+// and name: helm would refuse to install them.
+func checkNoCollisions(t *testing.T, objs []runtime.Object) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, obj := range objs {
+		gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := gvks[0].GroupKind().String() + " " + m.GetNamespace() + "/" + m.GetName()
+		if seen[key] {
+			t.Errorf("two objects are %s", key)
+		}
+		seen[key] = true
+	}
+}
+
+// TestChartNodePools: one release serves GPU nodes whose daemons differ
+// (node.pools; here whole GPUs and MPS beside shared GPUs): a DaemonSet
+// per pool with the pool's values over node's, each node runs exactly one
+// node daemon whatever pool label it carries, no DaemonSet's selector
+// takes another's pods, and no two objects share a kind, namespace and
+// name.
+func TestChartNodePools(t *testing.T) {
+	objs := render(t, "gpushare-system", chartToggles["node-pools"]...)
+	checkNoCollisions(t, objs)
+	daemons := map[string]*appsv1.DaemonSet{}
+	for _, obj := range objs {
+		if ds, ok := obj.(*appsv1.DaemonSet); ok {
+			daemons[ds.Name] = ds
+		}
+	}
+	want := []string{"gpushare-node", "gpushare-node-mps", "gpushare-node-whole-card"}
+	if got := slices.Sorted(maps.Keys(daemons)); !slices.Equal(got, want) {
+		t.Fatalf("DaemonSets %v; want %v", got, want)
+	}
+	for a, da := range daemons {
+		sel, err := metav1.LabelSelectorAsSelector(da.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b, db := range daemons {
+			if a != b && sel.Matches(labels.Set(db.Spec.Template.Labels)) {
+				t.Errorf("DaemonSet %s's selector %s matches the pods of %s", a, sel, b)
+			}
+		}
+		if l := da.Spec.Template.Labels["app.kubernetes.io/component"]; l != "node" {
+			t.Errorf("DaemonSet %s's pods: app.kubernetes.io/component %q; want node (the metrics Service selects it)", a, l)
+		}
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		daemon string
+	}{
+		{map[string]string{"gpushare": "true"}, "gpushare-node"},
+		{map[string]string{"gpushare": "true", "gpushare.io/node-pool": "whole-card"}, "gpushare-node-whole-card"},
+		{map[string]string{"gpushare": "true", "gpushare.io/node-pool": "mps"}, "gpushare-node-mps"},
+		{map[string]string{"gpushare": "true", "gpushare.io/node-pool": "no-such-pool"}, "gpushare-node"},
+		{map[string]string{"gpushare.io/node-pool": "mps"}, ""},
+		{nil, ""},
+	} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: c.labels}}
+		var on []string
+		for name, ds := range daemons {
+			pod := &corev1.Pod{Spec: ds.Spec.Template.Spec}
+			ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				on = append(on, name)
+			}
+		}
+		if want := []string{c.daemon}; c.daemon == "" && len(on) > 0 || c.daemon != "" && !slices.Equal(on, want) {
+			t.Errorf("a node labelled %v runs %v; want %q alone", c.labels, on, c.daemon)
+		}
+	}
+	for name, flags := range map[string][]string{
+		"gpushare-node":            {},
+		"gpushare-node-whole-card": {"--whole-card"},
+		"gpushare-node-mps":        {"--mps"},
+	} {
+		args := daemons[name].Spec.Template.Spec.Containers[0].Args
+		for _, f := range []string{"--whole-card", "--mps"} {
+			if slices.Contains(args, f) != slices.Contains(flags, f) {
+				t.Errorf("%s runs with %v; want %s only of %v", name, args, flags, []string{"--whole-card", "--mps"})
+			}
+		}
+	}
+}
+
+// servedSince is the Kubernetes minor version that first serves each kind
+// the chart renders (GA, on by default); a kind the chart renders that is
+// missing here fails TestChartVersions until it is added.
+var servedSince = map[string]int{
+	"/v1, Kind=ConfigMap":                                                    0,
+	"/v1, Kind=ResourceQuota":                                                0,
+	"/v1, Kind=Secret":                                                       0,
+	"/v1, Kind=Service":                                                      0,
+	"/v1, Kind=ServiceAccount":                                               0,
+	"apps/v1, Kind=DaemonSet":                                                9,
+	"apps/v1, Kind=Deployment":                                               9,
+	"rbac.authorization.k8s.io/v1, Kind=ClusterRole":                         8,
+	"rbac.authorization.k8s.io/v1, Kind=ClusterRoleBinding":                  8,
+	"rbac.authorization.k8s.io/v1, Kind=Role":                                8,
+	"rbac.authorization.k8s.io/v1, Kind=RoleBinding":                         8,
+	"policy/v1, Kind=PodDisruptionBudget":                                    21,
+	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicy":        30,
+	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicyBinding": 30,
+	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicy":          36,
+	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicyBinding":   36,
+}
+
+// TestChartVersions: for Kubernetes 1.33 to 1.37, with every toggle, the
+// chart renders only kinds the version serves, even where the API
+// versions offered include MutatingAdmissionPolicy v1 (as docs/install.md's
+// offline command passes them): the hook route (its policies and
+// gpushare-node's --hook-memory) is on by default from 1.36 only and
+// refused below when asked for; gpushare-scheduler (kube-scheduler 1.36)
+// is refused below 1.36, where the extender renders.
+func TestChartVersions(t *testing.T) {
+	const mapV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+	for minor := 33; minor <= 37; minor++ {
+		version := fmt.Sprintf("1.%d", minor)
+		base := []string{"template", "gpushare", chart, "--namespace", "gpushare-system", "--kube-version", version, "--api-versions", mapV1}
+		_, err := helmErr(t, base...)
+		if want := "mode: scheduler needs Kubernetes 1.36"; minor < 36 && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s, default values: %v; want an error saying %q", version, err, want)
+		} else if minor >= 36 && err != nil {
+			t.Errorf("%s, default values: %v", version, err)
+		}
+		for name, set := range chartToggles {
+			if minor < 36 {
+				set = append(slices.Clone(set), "mode=extender")
+			}
+			args := slices.Clone(base)
+			for _, s := range set {
+				args = append(args, "--set", s)
+			}
+			out, err := helmErr(t, args...)
+			askHooks := slices.Contains(set, "hookPolicy.enabled=true")
+			if minor < 36 && askHooks {
+				if want := "hookPolicy.enabled: true needs Kubernetes 1.36"; err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s, %s: %v", version, name, err)
+				continue
+			}
+			for _, obj := range decodeAll(t, out) {
+				gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				since, ok := servedSince[gvks[0].String()]
+				if !ok {
+					t.Errorf("the chart renders %s: add to servedSince the version that first serves it", gvks[0])
+				} else if since > minor {
+					m, _ := meta.Accessor(obj)
+					t.Errorf("%s, %s: %s %s is served from 1.%d only", version, name, gvks[0].Kind, m.GetName(), since)
+				}
+			}
+			policy := bytes.Contains(out, []byte("\nkind: MutatingAdmissionPolicy\n"))
+			flag := bytes.Contains(out, []byte("- --hook-memory\n"))
+			if want := minor >= 36; policy != want || flag != want {
+				t.Errorf("%s, %s: hook policy %v, gpushare-node --hook-memory %v; want both %v", version, name, policy, flag, want)
+			}
+		}
+	}
 }

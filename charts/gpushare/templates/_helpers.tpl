@@ -55,6 +55,40 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if and (eq .Values.mode "scheduler") (not .Values.scheduler.replaceDefault) (empty .Values.scheduler.schedulerNames) -}}
 {{- fail "scheduler.schedulerNames: empty, and scheduler.replaceDefault is false: gpushare-scheduler would serve no pod" -}}
 {{- end -}}
+{{- $names := list -}}
+{{- range .Values.node.pools | default list -}}
+{{- $name := toString .name -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,47}[a-z0-9])?$" $name) -}}
+{{- fail (printf "node.pools: name %q is not a DNS label of at most 49 characters" $name) -}}
+{{- end -}}
+{{- if has $name $names -}}
+{{- fail (printf "node.pools: two pools are named %q" $name) -}}
+{{- end -}}
+{{- $names = append $names $name -}}
+{{- range $k, $_ := . -}}
+{{- if or (eq $k "pools") (and (ne $k "name") (not (hasKey $.Values.node $k))) -}}
+{{- fail (printf "node.pools[%s]: %q is not a value of node" $name $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $names .Values.node.affinity -}}
+{{- fail "node.affinity: cannot be set with node.pools (gpushare-node's affinity keeps it off the pools' nodes)" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "scheduler") (not (include "gpushare.kube136" .)) -}}
+{{- fail (printf "mode: scheduler needs Kubernetes 1.36 (gpushare-scheduler is kube-scheduler 1.36), this is %s: use mode=extender" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- if and (eq (toString .Values.hookPolicy.enabled) "true") (not (include "gpushare.kube136" .)) -}}
+{{- fail (printf "hookPolicy.enabled: true needs Kubernetes 1.36 (MutatingAdmissionPolicy v1), this is %s" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- /* One release per cluster: its cluster-wide objects have fixed names. */ -}}
+{{- with lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" "" "gpushare-node" -}}
+{{- $a := .metadata.annotations | default dict -}}
+{{- $rel := index $a "meta.helm.sh/release-name" | default "" -}}
+{{- $ns := index $a "meta.helm.sh/release-namespace" | default "" -}}
+{{- if or (ne $rel $.Release.Name) (ne $ns $.Release.Namespace) -}}
+{{- fail (printf "gpushare is installed already (release %q in namespace %q): one release serves the cluster; give it more node pools (node.pools) instead" $rel $ns) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -62,17 +96,24 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 policies are installed and gpushare-node serves no device per MiB
 (--hook-memory). hookPolicy.enabled auto turns it on for a new install
 where the API server serves MutatingAdmissionPolicy
-(admissionregistration.k8s.io/v1, Kubernetes 1.36); an upgrade keeps
-what the release had (whether its policy exists), as a node that served
-MiB devices refuses pods asking for them once it stops.
+(admissionregistration.k8s.io/v1, Kubernetes 1.36; never below 1.36);
+an upgrade keeps what the release had (whether its policy exists), as a
+node that served MiB devices refuses pods asking for them once it stops.
 */}}
 {{- define "gpushare.hooks" -}}
 {{- $e := toString .Values.hookPolicy.enabled -}}
-{{- if eq $e "auto" -}}
+{{- if not (include "gpushare.kube136" .) -}}
+{{- else if eq $e "auto" -}}
 {{- if .Release.IsInstall -}}
 {{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}true{{- end -}}
 {{- else if lookup "admissionregistration.k8s.io/v1" "MutatingAdmissionPolicy" "" "gpushare-gpu-hook" -}}true{{- end -}}
 {{- else if eq $e "true" -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" where the cluster is Kubernetes 1.36 or later: gpushare-scheduler
+(kube-scheduler 1.36) and MutatingAdmissionPolicy v1. */}}
+{{- define "gpushare.kube136" -}}
+{{- if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
 {{- end -}}
 
 {{/* The profiles gpushare-scheduler serves. */}}
