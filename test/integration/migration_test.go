@@ -46,6 +46,8 @@ func aliyunPod(ns, name string, amount int64) *corev1.Pod {
 // they fill, a restart of the scheduler in the middle changes nothing, the
 // old pods keep running untouched, a record naming a GPU the node lacks is
 // reported, and a tenant can no longer write Aliyun's annotations.
+// docs/install.md's cut-over itself, step by step in extender mode from
+// the chart, is TestChartMigrationFromAliyun.
 func TestMigrationFromAliyun(t *testing.T) {
 	c := startCluster(t)
 	admin, err := c.Client()
