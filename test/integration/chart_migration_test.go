@@ -83,6 +83,9 @@ func docSteps(t *testing.T, rel, heading string) map[int][]string {
 type docShell struct {
 	env   []string
 	nodes []string
+	// dir, if set, is where the commands run instead of the repository's
+	// root (for commands that write files there).
+	dir string
 }
 
 func newDocShell(t *testing.T, c *controlplane.Cluster, nodes ...string) *docShell {
@@ -103,6 +106,13 @@ func newDocShell(t *testing.T, c *controlplane.Cluster, nodes ...string) *docShe
 
 func (s *docShell) run(t *testing.T, cmd string) {
 	t.Helper()
+	s.output(t, cmd)
+}
+
+// output runs cmd as run does and returns what it printed.
+func (s *docShell) output(t *testing.T, cmd string) string {
+	t.Helper()
+	var all strings.Builder
 	cmds := []string{cmd}
 	if strings.Contains(cmd, "<gpu-node>") {
 		cmds = cmds[:0]
@@ -113,12 +123,17 @@ func (s *docShell) run(t *testing.T, cmd string) {
 	for _, cmd := range cmds {
 		sh := exec.Command("bash", "-c", "set -eo pipefail\n"+cmd)
 		sh.Dir, sh.Env = root, s.env
+		if s.dir != "" {
+			sh.Dir = s.dir
+		}
 		out, err := sh.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", cmd, err, out)
 		}
 		t.Logf("$ %s\n%s", cmd, out)
+		all.Write(out)
 	}
+	return all.String()
 }
 
 // aliyunExtender stands in for Aliyun's gpushare-schd-extender, as

@@ -80,12 +80,14 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if and (eq (toString .Values.hookPolicy.enabled) "true") (not (include "gpushare.kube136" .)) -}}
 {{- fail (printf "hookPolicy.enabled: true needs Kubernetes 1.36 (MutatingAdmissionPolicy v1), this is %s" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
-{{- /* One release per cluster: its cluster-wide objects have fixed names. */ -}}
+{{- /* One release per cluster: its cluster-wide objects have fixed names.
+An install from deploy/ (no release owns it) is adopted with
+--take-ownership (docs/install.md, section 4). */ -}}
 {{- with lookup "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" "" "gpushare-node" -}}
 {{- $a := .metadata.annotations | default dict -}}
 {{- $rel := index $a "meta.helm.sh/release-name" | default "" -}}
 {{- $ns := index $a "meta.helm.sh/release-namespace" | default "" -}}
-{{- if or (ne $rel $.Release.Name) (ne $ns $.Release.Namespace) -}}
+{{- if and $rel (or (ne $rel $.Release.Name) (ne $ns $.Release.Namespace)) -}}
 {{- fail (printf "gpushare is installed already (release %q in namespace %q): one release serves the cluster; give it more node pools (node.pools) instead" $rel $ns) -}}
 {{- end -}}
 {{- end -}}
