@@ -600,30 +600,7 @@ func TestChartExtender(t *testing.T) {
 	// Secret into /etc/kubernetes/gpushare-extender/, and the chart's
 	// KubeSchedulerConfiguration (here the extender's port on 127.0.0.1
 	// is the one it was given).
-	cm, err := in.client.CoreV1().ConfigMaps(chartNamespace).Get(ctx, "gpushare-kube-scheduler-config", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := in.client.CoreV1().Secrets(chartNamespace).Get(ctx, "gpushare-extender-client", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsDir := t.TempDir()
-	for k, v := range secret.Data {
-		if err := os.WriteFile(filepath.Join(tlsDir, k), v, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	config := cm.Data["kube-scheduler-config.yaml"]
-	for old, repl := range map[string]string{
-		"https://127.0.0.1:10262/":           "https://127.0.0.1:" + strconv.Itoa(ports["--port="]) + "/",
-		"/etc/kubernetes/gpushare-extender/": tlsDir + "/",
-	} {
-		if !strings.Contains(config, old) {
-			t.Fatalf("the chart's kube-scheduler configuration lacks %q:\n%s", old, config)
-		}
-		config = strings.ReplaceAll(config, old, repl)
-	}
+	config, _ := extenderSchedulerConfig(t, in.client, chartNamespace, ports["--port="])
 	in.stock.Stop(10 * time.Second)
 	if _, err := in.c.StartScheduler(ctx, "kube-scheduler-gpushare", tools.Bin("kube-scheduler"), []byte(config)); err != nil {
 		t.Fatal(err)
@@ -688,4 +665,40 @@ func TestChartSecondScheduler(t *testing.T) {
 	leader(rest)
 	schedule("second")
 	in.checkNotForbidden(t)
+}
+
+// extenderSchedulerConfig does the operator's steps for kube-scheduler in
+// extender mode: kube-scheduler's client certificate from the Secret the
+// chart made in ns into a directory (/etc/kubernetes/gpushare-extender/
+// on a real node), and the chart's KubeSchedulerConfiguration pointing at
+// it and at the extender's port on 127.0.0.1. It returns the
+// configuration and the Secret.
+func extenderSchedulerConfig(t *testing.T, client kubernetes.Interface, ns string, port int) (string, *corev1.Secret) {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "gpushare-kube-scheduler-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := client.CoreV1().Secrets(ns).Get(ctx, "gpushare-extender-client", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := t.TempDir()
+	for k, v := range secret.Data {
+		if err := os.WriteFile(filepath.Join(tlsDir, k), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := cm.Data["kube-scheduler-config.yaml"]
+	for old, repl := range map[string]string{
+		"https://127.0.0.1:10262/":           "https://127.0.0.1:" + strconv.Itoa(port) + "/",
+		"/etc/kubernetes/gpushare-extender/": tlsDir + "/",
+	} {
+		if !strings.Contains(config, old) {
+			t.Fatalf("the chart's kube-scheduler configuration lacks %q:\n%s", old, config)
+		}
+		config = strings.ReplaceAll(config, old, repl)
+	}
+	return config, secret
 }

@@ -384,30 +384,7 @@ func startChartExtender(t *testing.T, c *controlplane.Cluster, client kubernetes
 	if err := controlplane.WaitHTTP(wctx, p, "http://127.0.0.1:"+strconv.Itoa(ports["--healthz-port="])+"/healthz", ""); err != nil {
 		t.Fatal(err)
 	}
-	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "gpushare-kube-scheduler-config", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := client.CoreV1().Secrets(ns).Get(ctx, "gpushare-extender-client", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsDir := t.TempDir()
-	for k, v := range secret.Data {
-		if err := os.WriteFile(filepath.Join(tlsDir, k), v, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	config := cm.Data["kube-scheduler-config.yaml"]
-	for old, repl := range map[string]string{
-		"https://127.0.0.1:10262/":           "https://127.0.0.1:" + strconv.Itoa(ports["--port="]) + "/",
-		"/etc/kubernetes/gpushare-extender/": tlsDir + "/",
-	} {
-		if !strings.Contains(config, old) {
-			t.Fatalf("the chart's kube-scheduler configuration lacks %q:\n%s", old, config)
-		}
-		config = strings.ReplaceAll(config, old, repl)
-	}
+	config, secret := extenderSchedulerConfig(t, client, ns, ports["--port="])
 	pair, err := tls.X509KeyPair(secret.Data["scheduler.crt"], secret.Data["scheduler.key"])
 	if err != nil {
 		t.Fatal(err)
