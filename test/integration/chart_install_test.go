@@ -569,40 +569,12 @@ func TestChartExtender(t *testing.T) {
 		t.Errorf("Service gpushare-extender: %v, want none beside kube-scheduler", err)
 	}
 
-	pod := pods[0]
-	o := runOutside(t, in.c, in.client, &pod, "gpushare-extender")
-	ports := map[string]int{}
-	var args []string
-	for _, a := range o.args(t) {
-		for _, flag := range []string{"--port=", "--healthz-port="} {
-			if strings.HasPrefix(a, flag) {
-				port, err := controlplane.FreePort()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ports[flag], a = port, flag+strconv.Itoa(port)
-			}
-		}
-		args = append(args, a)
-	}
-	p, err := in.c.Run("gpushare-extender", extenderBin, append(args, "--kubeconfig="+o.kubeconfig)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.procs = append(in.procs, p)
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := controlplane.WaitHTTP(wctx, p, "http://127.0.0.1:"+strconv.Itoa(ports["--healthz-port="])+"/healthz", ""); err != nil {
-		t.Fatal(err)
-	}
-
-	// The operator's steps: kube-scheduler's client certificate from the
-	// Secret into /etc/kubernetes/gpushare-extender/, and the chart's
-	// KubeSchedulerConfiguration (here the extender's port on 127.0.0.1
-	// is the one it was given).
-	config, _ := extenderSchedulerConfig(t, in.client, chartNamespace, ports["--port="])
+	// The extender as the DaemonSet runs it; kube-scheduler with the
+	// operator's steps done (extenderSchedulerConfig).
+	e := startChartExtender(t, in.c, in.client, chartNamespace, pods[0])
+	in.procs = append(in.procs, e.proc)
 	in.stock.Stop(10 * time.Second)
-	if _, err := in.c.StartScheduler(ctx, "kube-scheduler-gpushare", tools.Bin("kube-scheduler"), []byte(config)); err != nil {
+	if _, err := in.c.StartScheduler(ctx, "kube-scheduler-gpushare", tools.Bin("kube-scheduler"), []byte(e.config)); err != nil {
 		t.Fatal(err)
 	}
 	checkSeedPods(t, in.client)

@@ -354,12 +354,11 @@ type chartExtender struct {
 	client *http.Client
 }
 
-// startChartExtender runs the first pod of the chart's extender
-// DaemonSet in ns as a process, with its service account's token.
-func startChartExtender(t *testing.T, c *controlplane.Cluster, client kubernetes.Interface, ns string) *chartExtender {
+// startChartExtender runs pod, one of the chart's extender DaemonSet in
+// ns, as a process with its service account's token, on free ports.
+func startChartExtender(t *testing.T, c *controlplane.Cluster, client kubernetes.Interface, ns string, pod corev1.Pod) *chartExtender {
 	t.Helper()
 	ctx := context.Background()
-	pod := runningPods(t, client, ns, "app.kubernetes.io/name=gpushare-extender")[0]
 	o := runOutside(t, c, client, &pod, "gpushare-extender")
 	ports := map[string]int{}
 	var args []string
@@ -663,7 +662,7 @@ func TestChartMigrationFromAliyun(t *testing.T) {
 	// Step 2: kube-scheduler calls gpushare's extender instead of
 	// Aliyun's (section 2's steps: the chart's configuration and client
 	// certificate), then the page's commands.
-	gext := startChartExtender(t, c, client, ns)
+	gext := startChartExtender(t, c, client, ns, runningPods(t, client, ns, "app.kubernetes.io/name=gpushare-extender")[0])
 	notForbidden(t, gext.proc)
 	kubeScheduler.Stop(10 * time.Second)
 	if _, err := c.StartScheduler(ctx, "kube-scheduler-gpushare", tools.Bin("kube-scheduler"), []byte(gext.config)); err != nil {
