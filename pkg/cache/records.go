@@ -332,7 +332,7 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 	}
 	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a, pod: pod}
 	if c.opts.Requests != nil {
-		req, err := c.opts.Requests(c.asBound(pod, a))
+		req, err := c.opts.Requests(c.asked(pod, a.Asked))
 		if err != nil {
 			return nil, fmt.Errorf("the pod's own request: %w", err)
 		}
@@ -344,15 +344,10 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 	return entry, nil
 }
 
-// asBound returns pod as it was when record a was written: with the
-// request-shaping annotations a keeps. A pod whose annotations did not
-// change, or a record that keeps none, is returned as it is.
-func (c *Cache) asBound(pod *corev1.Pod, a *gpusharev1.Allocation) *corev1.Pod {
-	return c.asked(pod, a.Asked)
-}
-
 // asked returns pod with its request-shaping annotations as asked has
-// them; pod itself where they are the same, or asked is nil.
+// them: with a record's Asked, the pod as it was when the record was
+// written. pod itself where they are the same, or asked is nil (a record
+// written before Asked existed).
 func (c *Cache) asked(pod *corev1.Pod, asked *gpusharev1.Asked) *corev1.Pod {
 	if asked == nil || c.opts.RequestAnnotations == nil {
 		return pod
