@@ -96,12 +96,18 @@ func TestNodeResources(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: gpushare-node did not publish the GPUs: %v\n%s", route.name, err, p.Tail(3000))
 		}
-		capacity, _, _ := kubelet.Manager().GetCapacity()
-		got := slices.Sorted(maps.Keys(capacity))
+		// The kubelet counts a plugin's devices when its first
+		// ListAndWatch answer arrives, a moment after it registered.
 		var names []string
-		for _, r := range got {
-			names = append(names, string(r))
-		}
+		var capacity corev1.ResourceList
+		_ = waitFor(30*time.Second, func() (bool, error) {
+			capacity, _, _ = kubelet.Manager().GetCapacity()
+			names = names[:0]
+			for _, r := range slices.Sorted(maps.Keys(capacity)) {
+				names = append(names, string(r))
+			}
+			return slices.Equal(names, route.want) && kubelet.Allocatable("aliyun.com/gpu-mem") == route.aliyunMem, nil
+		})
 		if !slices.Equal(names, route.want) {
 			t.Errorf("%s: gpushare-node registered %v; want %v", route.name, names, route.want)
 		}

@@ -591,8 +591,10 @@ func TestInventoryAfterRegistration(t *testing.T) {
 	if err := waitFor(time.Minute, published); err != nil {
 		t.Fatalf("the inventory was not published after the plugins registered: %v", err)
 	}
+	// Registered, the kubelet counts a plugin's devices once its first
+	// ListAndWatch answer arrives.
 	for _, r := range []string{gpusharev1.HookResource, "gpushare.io/gpu-mem"} {
-		if kubelet.Allocatable(r) == 0 {
+		if err := waitFor(30*time.Second, func() (bool, error) { return kubelet.Allocatable(r) > 0, nil }); err != nil {
 			t.Errorf("published with %s not registered", r)
 		}
 	}
