@@ -64,11 +64,26 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.36.4
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-test: lint unit fuzz integration chart-test image-test ## Run every test: lint, unit tests with -race, brief fuzzing, integration tests on a real control plane, the images.
+test: lint unit gpu-check-fake fuzz integration chart-test image-test ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the images.
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
+
+# The GPU check (docs/gpu-check.md): the node daemon's NVML, health
+# events, usage sampling and MPS supervisor on this machine's GPUs
+# (GPU=nvml), or against go-nvml's mock NVML and stand-ins (GPU=fake);
+# GPU=auto picks nvml where an NVIDIA driver is installed. One JSON line
+# on stdout.
+GPU ?= auto
+
+.PHONY: gpu-check
+gpu-check: ## The node daemon's GPU code on this machine's GPU, no Kubernetes: NVML against nvidia-smi, health events, usage, MPS limits; one JSON line (GPU=auto|nvml|fake).
+	@hack/gpu-check.sh $(GPU)
+
+.PHONY: gpu-check-fake
+gpu-check-fake: ## make gpu-check against the NVML fake and stand-ins (part of make test).
+	@hack/gpu-check.sh fake
 
 # Helm, built from the Go module proxy into the tools cache.
 HELM_VERSION := v4.3.1
