@@ -22,6 +22,7 @@ require (
 	k8s.io/client-go v0.36.4
 	k8s.io/component-base v0.36.4
 	k8s.io/component-helpers v0.36.4
+	k8s.io/cri-api v0.36.4
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-scheduler v0.0.0
 	k8s.io/kubelet v0.36.4
@@ -133,7 +134,6 @@ require (
 	k8s.io/apiserver v0.36.4 // indirect
 	k8s.io/cloud-provider v0.0.0 // indirect
 	k8s.io/controller-manager v0.36.4 // indirect
-	k8s.io/cri-api v0.36.4 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.36.4 // indirect

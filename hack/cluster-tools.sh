@@ -2,13 +2,19 @@
 # Builds the real control plane that gpushare's integration tests, benchmarks
 # and demo run on, from the Go module proxy, into a cache outside the clone:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-#   (from the tools module in hack/tools) and kwok (its own module).
+#   and the kubelet (from the tools module in hack/tools), kwok, and the
+#   real node's container runtime: containerd, its runc shim and ctr,
+#   runc and the CNI plugins bridge, host-local and loopback (each from
+#   its own module).
 # Usage: hack/cluster-tools.sh [DIR]   (default: $HOME/.cache/gpushare/cluster-v1.36.4)
 # Prints the directory that holds bin/ and kwok's stage files.
 set -euo pipefail
 
 KUBE_VERSION=v1.36.4
 KWOK_VERSION=v0.8.0
+CONTAINERD_VERSION=v2.4.2
+RUNC_VERSION=v1.5.2
+CNI_PLUGINS_VERSION=v1.10.0
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-$KUBE_VERSION}}
 mkdir -p "$dir/bin" "$dir/stages"
@@ -17,7 +23,7 @@ ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
 
 cd "$root/hack/tools"
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
 	echo "building $cmd $KUBE_VERSION" >&2
 	go build -ldflags "$ldflags" -o "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
 done
@@ -31,6 +37,31 @@ if [[ ! -x "$dir/bin/kwok-$KWOK_VERSION" ]]; then
 	mv "$dir/bin/.kwok/kwok" "$dir/bin/kwok-$KWOK_VERSION"
 fi
 ln -sf "kwok-$KWOK_VERSION" "$dir/bin/kwok"
+
+# The real node's runtime, each from its own module as kwok is. runc needs
+# cgo (its nsenter) and, for the seccomp profiles containerd asks for
+# (seccompProfile: RuntimeDefault), libseccomp's headers: Debian's
+# libseccomp-dev, installed here when missing. The CNI plugins go to cni/,
+# the directory containerd is told to look in.
+install() { # install VERSION DIR TAGS PACKAGE...
+	local version=$1 out=$2 tags=$3 stamp
+	shift 3
+	stamp="$out/.$(basename "$1")-$version"
+	[[ -e $stamp ]] && return
+	echo "building $* $version" >&2
+	mkdir -p "$out"
+	GOBIN="$out" GOFLAGS=-mod=mod go install -tags "$tags" "${@/%/@$version}"
+	touch "$stamp"
+}
+if ! pkg-config --exists libseccomp 2>/dev/null; then
+	echo "installing libseccomp-dev and pkg-config (Debian) for runc" >&2
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp-dev pkg-config >&2
+fi
+install "$RUNC_VERSION" "$dir/bin" seccomp github.com/opencontainers/runc
+install "$CONTAINERD_VERSION" "$dir/bin" "" github.com/containerd/containerd/v2/cmd/containerd \
+	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+install "$CNI_PLUGINS_VERSION" "$dir/cni" "" github.com/containernetworking/plugins/plugins/main/bridge \
+	github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/main/loopback
 # kwok needs stages (node heartbeat, pod lifecycle) or it exits "no stages found".
 kwokdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 stages="$dir/stages/kwok-stages.yaml"

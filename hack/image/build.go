@@ -27,7 +27,7 @@ func buildBinaries(ctx context.Context, logger *slog.Logger, o options, want []i
 		var pkgs []string
 		for _, s := range want {
 			if s.cgo == cgo {
-				pkgs = append(pkgs, "./cmd/"+s.name)
+				pkgs = append(pkgs, s.pkgOf())
 			}
 		}
 		if len(pkgs) == 0 {

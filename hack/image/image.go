@@ -38,6 +38,22 @@ type imageSpec struct {
 	user        string
 	env         []string
 	description string
+	// pkg is the command's package; ./cmd/<name> if empty.
+	pkg string
+	// links are paths in the image that link to the command, which
+	// tells by its name what to do.
+	links []string
+	// test marks an image only the tests build and run: not released,
+	// not built unless named.
+	test bool
+}
+
+// pkgOf is the package of s's command.
+func (s imageSpec) pkgOf() string {
+	if s.pkg != "" {
+		return s.pkg
+	}
+	return "./cmd/" + s.name
 }
 
 func specs() []imageSpec {
@@ -72,13 +88,28 @@ func specs() []imageSpec {
 		},
 		description: "gpushare's node daemon: GPU inventory and kubelet device plugins. " +
 			"Runs as root: it writes device plugin sockets and CDI specs under host paths",
+	}, {
+		// The real-node tests' workload and pod sandbox (test/gpushare-probe):
+		// it stands in for the seed examples' images, whose commands
+		// (sleep, true) link to it, and reports what a container sees
+		// of its GPUs.
+		name:        "gpushare-probe",
+		pkg:         "./test/gpushare-probe",
+		user:        "0:0",
+		env:         []string{pathEnv},
+		links:       []string{"bin/sleep", "bin/true"},
+		test:        true,
+		description: "gpushare's test workload: reports the GPUs a container sees",
 	}}
 }
 
+// imageNames are the images built by default: those released.
 func imageNames() []string {
 	var names []string
 	for _, s := range specs() {
-		names = append(names, s.name)
+		if !s.test {
+			names = append(names, s.name)
+		}
 	}
 	return names
 }
@@ -239,6 +270,9 @@ func assemble(o options, s imageSpec, base v1.Layer, binary string) (built, erro
 	}
 	bin := tree{}
 	bin.add(binDir+"/"+s.name, &file{typ: tar.TypeReg, mode: 0o755, data: data})
+	for _, l := range s.links {
+		bin.add(l, &file{typ: tar.TypeSymlink, mode: 0o777, link: "/" + binDir + "/" + s.name})
+	}
 	top, err := bin.layer(o.created)
 	if err != nil {
 		return built{}, fmt.Errorf("binary layer: %w", err)

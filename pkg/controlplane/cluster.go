@@ -54,9 +54,13 @@ type Cluster struct {
 	Token string
 
 	ownDir bool
-	qps    float32
-	burst  int
-	procs  []*Process
+	// kubeletClientCA is the CA file kubelets trust the apiserver's
+	// client certificate by; nodes are the real nodes started.
+	kubeletClientCA string
+	nodes           []*RealNode
+	qps             float32
+	burst           int
+	procs           []*Process
 	// apiArgs are kube-apiserver's flags and apiIndex its place in procs,
 	// for RestartAPIServer; apiRestarts counts the restarts.
 	apiArgs     []string
@@ -170,8 +174,24 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 			return err
 		}
 	}
+	// The apiserver's client certificate for kubelets (exec, logs),
+	// from a CA of its own that real nodes trust.
+	kubeletCA, err := NewCA("gpushare-kubelet-client-ca")
+	if err != nil {
+		return err
+	}
+	c.kubeletClientCA = c.path("pki", "kubelet-client-ca.crt")
+	if err := os.WriteFile(c.kubeletClientCA, kubeletCA.CertPEM, 0o600); err != nil {
+		return err
+	}
+	kubeletCert, kubeletKey, err := kubeletCA.IssueFiles(c.path("pki"), "apiserver-kubelet-client", "kube-apiserver-kubelet-client")
+	if err != nil {
+		return err
+	}
 	c.Host = "https://" + hostPort(port)
 	c.apiArgs = []string{
+		"--kubelet-client-certificate=" + kubeletCert, "--kubelet-client-key=" + kubeletKey,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--client-ca-file=" + c.path("pki", "client-ca.crt"),
 		"--requestheader-client-ca-file=" + c.path("pki", "front-proxy-ca.crt"), "--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
@@ -318,6 +338,10 @@ func (c *Cluster) Processes() []*Process { return append([]*Process(nil), c.proc
 // Stop stops every process the cluster started, newest first, and removes
 // its directory if Start made it.
 func (c *Cluster) Stop() {
+	for i := len(c.nodes) - 1; i >= 0; i-- {
+		c.nodes[i].stop()
+	}
+	c.nodes = nil
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].Stop(10 * time.Second)
 	}

@@ -29,6 +29,11 @@ type Process struct {
 // start runs bin with args, output to dir/logs/name.log, in its own
 // process group so that Stop reaches its children too.
 func start(dir, name, bin string, args ...string) (*Process, error) {
+	return startEnv(dir, name, nil, bin, args...)
+}
+
+// startEnv is start with the environment env (this process's if nil).
+func startEnv(dir, name string, env []string, bin string, args ...string) (*Process, error) {
 	logs := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
@@ -39,6 +44,7 @@ func start(dir, name, bin string, args ...string) (*Process, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,540 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// nodeBinaries are the real node's, beside the control plane's in bin/;
+// the CNI plugins are in cni/.
+var nodeBinaries = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc"}
+
+// RealNodeOptions configure StartRealNode.
+type RealNodeOptions struct {
+	// Name is the Node's.
+	Name string
+	// Images are OCI image layouts (hack/image, `make images`) imported
+	// into containerd before the kubelet starts, by the reference each
+	// layout's tag completes: ref "ghcr.io/gpushare/gpushare-node" and
+	// a layout tagged v1 give ghcr.io/gpushare/gpushare-node:v1.
+	Images map[string]string
+	// SandboxImage is the pod sandbox's image, one of Images'.
+	SandboxImage string
+	// Mirror, host:port, serves every registry's images over plain
+	// HTTP: containerd pulls from it what is not imported.
+	Mirror string
+	// Labels are the Node's, as the kubelet registers it.
+	Labels map[string]string
+}
+
+// A RealNode is a kubelet and containerd, with runc and the CNI bridge,
+// that start pods' containers for real. Its directories are the
+// kubelet's --root-dir, the CDI directory containerd reads, and
+// containerd's own, all under the cluster's.
+type RealNode struct {
+	Name string
+	// KubeletDir is the kubelet's --root-dir (KubeletRoot):
+	// device-plugins/ and pod-resources/ are in it.
+	KubeletDir string
+	// CDIDir is where containerd reads CDI specs.
+	CDIDir string
+	// Socket is containerd's.
+	Socket string
+
+	c           *Cluster
+	dir         string
+	kubeletCfg  string
+	kubeletArgs []string
+	healthz     string
+	bridge      string
+	forward     net.Listener
+	containerd  *Process
+	kubelet     *Process
+	restarts    int
+}
+
+// KubeletRoot is the real node's kubelet --root-dir. The kubelet serves
+// device plugins at KubeletRoot/device-plugins/kubelet.sock whatever its
+// --root-dir, so it is the default: one real node on a machine, with the
+// chart's default host paths.
+const KubeletRoot = "/var/lib/kubelet"
+
+// rootMarker marks a KubeletRoot that a real node made, and may remove.
+const rootMarker = ".gpushare-real-node"
+
+// claimKubeletRoot makes KubeletRoot for a real node, or refuses: a
+// kubelet serves there, or it is some other kubelet's directory.
+func claimKubeletRoot() error {
+	sock := filepath.Join(KubeletRoot, "device-plugins", "kubelet.sock")
+	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		_ = conn.Close()
+		return fmt.Errorf("a kubelet already serves %s: one real node per machine (stop the other, e.g. make demo-down)", sock)
+	}
+	if entries, err := os.ReadDir(KubeletRoot); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(filepath.Join(KubeletRoot, rootMarker)); err != nil {
+			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", KubeletRoot)
+		}
+		unmountUnder(KubeletRoot)
+		if err := os.RemoveAll(KubeletRoot); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(KubeletRoot, 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), nil, 0o600)
+}
+
+// RealNodeTools reports whether the real node's binaries are built.
+func (t Tools) RealNodeTools() error {
+	for _, b := range nodeBinaries {
+		if _, err := os.Stat(t.Bin(b)); err != nil {
+			return fmt.Errorf("%w: %s missing", ErrNoTools, t.Bin(b))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(t.Dir, "cni", "bridge")); err != nil {
+		return fmt.Errorf("%w: the CNI plugins are missing", ErrNoTools)
+	}
+	return nil
+}
+
+// StartRealNode starts containerd, imports o.Images and starts a kubelet
+// that registers the Node o.Name, and waits until the Node is Ready. It
+// needs root. Stop (the cluster's) stops the pods' containers too.
+//
+// The kubelet runs on cgroup v1 (failCgroupV1: false), with the cgroupfs
+// driver, on 127.0.0.1; it takes the apiserver's requests (exec, logs)
+// from a client certificate of the cluster's kubelet client CA only.
+func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *RealNode, err error) {
+	if err := c.Tools.RealNodeTools(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("a real node needs root: the kubelet and containerd manage cgroups, mounts and network namespaces")
+	}
+	n := &RealNode{Name: o.Name, c: c, dir: c.path("nodes", o.Name)}
+	n.KubeletDir = KubeletRoot
+	if err := claimKubeletRoot(); err != nil {
+		return nil, err
+	}
+	n.CDIDir = filepath.Join(n.dir, "cdi")
+	n.Socket = filepath.Join(n.dir, "containerd", "containerd.sock")
+	for _, d := range []string{n.CDIDir, filepath.Join(n.dir, "containerd"), filepath.Join(n.dir, "cni"),
+		filepath.Join(n.dir, "certs.d", "_default"), filepath.Join(n.dir, "pod-logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	c.nodes = append(c.nodes, n)
+	if err := n.startNetwork(); err != nil {
+		return nil, err
+	}
+	if err := n.writeContainerdConfig(o); err != nil {
+		return nil, err
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return nil, err
+	}
+	for ref, layout := range o.Images {
+		if err := n.Import(ctx, ref, layout); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.writeKubeletConfig(o); err != nil {
+		return nil, err
+	}
+	if err := n.startKubelet(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// containerdConfig is containerd 2's (version 3): CRI with CDI on, the
+// CNI bridge, pulls through the mirror, and the network namespaces under
+// its state directory rather than the host's /var/run/netns. Where root
+// lacks CAP_SYS_RESOURCE (some sandboxed machines), no process may lower
+// its OOM score below where it is, and runc fails every pod sandbox
+// ("failed to update /proc/self/oom_score_adj: Permission denied")
+// unless containerd keeps the kubelet's scores at or above its own
+// (restrict_oom_score_adj).
+const containerdConfig = `version = 3
+root = %[1]q
+state = %[2]q
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = "%[3]s.ttrpc"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = %[4]q
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = %[5]q
+  [plugins.'io.containerd.cri.v1.runtime']
+    enable_cdi = true
+    cdi_spec_dirs = [%[6]q]
+    netns_mounts_under_state_dir = true
+    restrict_oom_score_adj = %[9]t
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = [%[7]q]
+      conf_dir = %[8]q
+  [plugins.'io.containerd.grpc.v1.cri']
+    disable_tcp_service = true
+`
+
+// The pods' network: one bridge on the node, addresses from host-local.
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "gpushare",
+  "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "10.88.0.1"}]],
+      "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}}]
+}
+`
+
+// serviceIP is the kubernetes Service's cluster IP: the first of the
+// apiserver's --service-cluster-ip-range, the address pods' in-cluster
+// clients (KUBERNETES_SERVICE_HOST) dial.
+const serviceIP = "10.96.0.1"
+
+// gatewayIP is the bridge's address on the node: the pods' gateway, and
+// the node's InternalIP, where the kubelet serves the apiserver (a node's
+// address may not be loopback). Only the node reaches it.
+const gatewayIP = "10.88.0.1"
+
+// startNetwork makes the pods' bridge before the CNI plugin does, with
+// the gateway's address and the kubernetes Service's, and forwards
+// connections to serviceIP:443 to the apiserver on loopback: what
+// kube-proxy does for pods on a real cluster. The bridge joins no other
+// interface: only the node's pods reach it.
+func (n *RealNode) startNetwork() error {
+	// Linux names an interface in at most 15 bytes.
+	n.bridge = "gpushare" + strconv.FormatInt(time.Now().UnixNano()%(1<<30), 36)
+	for _, args := range [][]string{
+		{"link", "add", n.bridge, "type", "bridge"},
+		{"addr", "add", gatewayIP + "/16", "dev", n.bridge},
+		{"addr", "add", serviceIP + "/32", "dev", n.bridge},
+		{"link", "set", n.bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(serviceIP, "443"))
+	if err != nil {
+		return fmt.Errorf("the kubernetes Service's address: %w", err)
+	}
+	n.forward = l
+	api := strings.TrimPrefix(n.c.Host, "https://")
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = in.Close() }()
+				out, err := net.Dial("tcp", api)
+				if err != nil {
+					return
+				}
+				defer func() { _ = out.Close() }()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return nil
+}
+
+func (n *RealNode) writeContainerdConfig(o RealNodeOptions) error {
+	cfg := fmt.Sprintf(containerdConfig, filepath.Join(n.dir, "containerd", "root"), filepath.Join(n.dir, "containerd", "state"),
+		n.Socket, o.SandboxImage, filepath.Join(n.dir, "certs.d"), n.CDIDir,
+		filepath.Join(n.c.Tools.Dir, "cni"), filepath.Join(n.dir, "cni"), !canLowerOOMScore())
+	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	cni := fmt.Sprintf(cniConfig, n.bridge, filepath.Join(n.dir, "cni-ipam"))
+	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-gpushare.conflist"), []byte(cni), 0o600); err != nil {
+		return err
+	}
+	hosts := ""
+	if o.Mirror != "" {
+		hosts = fmt.Sprintf("[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", o.Mirror)
+	}
+	return os.WriteFile(filepath.Join(n.dir, "certs.d", "_default", "hosts.toml"), []byte(hosts), 0o600)
+}
+
+// kubeletConfig is the KubeletConfiguration. Eviction is off: the
+// machine's disk and memory are the tests', not the pods'.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://%[1]s
+address: %[6]s
+port: %[2]d
+healthzBindAddress: 127.0.0.1
+healthzPort: %[3]d
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %[4]q}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+evictionHard: {memory.available: "0%%", nodefs.available: "0%%", imagefs.available: "0%%"}
+podLogsDir: %[5]q
+resolvConf: ""
+serializeImagePulls: false
+syncFrequency: 10s
+nodeStatusReportFrequency: 10s
+`
+
+func (n *RealNode) writeKubeletConfig(o RealNodeOptions) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(kubeletConfig, n.Socket, ports[0], ports[1], n.c.kubeletClientCA, filepath.Join(n.dir, "pod-logs"), gatewayIP)
+	n.kubeletCfg = filepath.Join(n.dir, "kubelet.yaml")
+	if err := os.WriteFile(n.kubeletCfg, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	var labels []string
+	for k, v := range o.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	n.kubeletArgs = []string{"--config=" + n.kubeletCfg, "--kubeconfig=" + n.c.Kubeconfig, "--root-dir=" + n.KubeletDir,
+		"--cert-dir=" + filepath.Join(n.dir, "kubelet-pki"), "--hostname-override=" + n.Name, "--node-ip=" + gatewayIP,
+		"--node-labels=" + strings.Join(labels, ","), "--v=2"}
+	n.healthz = "http://" + hostPort(ports[1]) + "/healthz"
+	return nil
+}
+
+func (n *RealNode) startContainerd(ctx context.Context) error {
+	p, err := n.c.runEnv(n.logName("containerd"), n.pathEnv(), n.c.Tools.Bin("containerd"),
+		"--config="+filepath.Join(n.dir, "containerd.toml"))
+	if err != nil {
+		return err
+	}
+	n.containerd = p
+	return n.waitCRI(ctx)
+}
+
+// waitCRI waits until containerd answers on its CRI socket.
+func (n *RealNode) waitCRI(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		err := n.cri(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+			_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+			return err
+		})
+		if err == nil {
+			return nil
+		}
+		if n.containerd.Exited() {
+			return fmt.Errorf("containerd exited: %s", n.containerd.Tail(2000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("containerd did not answer: %w; %s", err, n.containerd.Tail(2000))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (n *RealNode) startKubelet(ctx context.Context) error {
+	p, err := n.c.runEnv(n.logName("kubelet"), n.pathEnv(), n.c.Tools.Bin("kubelet"), n.kubeletArgs...)
+	if err != nil {
+		return err
+	}
+	n.kubelet = p
+	if err := WaitHTTP(ctxTimeout(ctx, 2*time.Minute), p, n.healthz, ""); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
+	return n.waitReady(ctx)
+}
+
+// waitReady waits until the Node reports Ready.
+func (n *RealNode) waitReady(ctx context.Context) error {
+	client, err := n.c.Client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		if n.kubelet.Exited() {
+			return fmt.Errorf("the kubelet exited: %s", n.kubelet.Tail(3000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %s not Ready: %s", n.Name, n.kubelet.Tail(3000))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// logName names the nth start of a process of the node.
+func (n *RealNode) logName(what string) string {
+	n.restarts++
+	return fmt.Sprintf("%s-%s-%d", what, n.Name, n.restarts)
+}
+
+// pathEnv puts the tools first on PATH: containerd finds its shim there,
+// and the shim runc.
+func (n *RealNode) pathEnv() []string {
+	return append(os.Environ(), "PATH="+filepath.Join(n.c.Tools.Dir, "bin")+":"+os.Getenv("PATH"))
+}
+
+// RestartKubelet stops the kubelet (SIGTERM) and starts it again with the
+// same configuration; running containers are left alone. It returns once
+// the Node is Ready again.
+func (n *RealNode) RestartKubelet(ctx context.Context) error {
+	n.kubelet.Stop(30 * time.Second)
+	return n.startKubelet(ctx)
+}
+
+// RestartContainerd stops containerd (SIGTERM) and starts it again; the
+// containers keep running under their shims.
+func (n *RealNode) RestartContainerd(ctx context.Context) error {
+	n.containerd.Stop(30 * time.Second)
+	return n.startContainerd(ctx)
+}
+
+// Import imports the OCI image layout dir into containerd's CRI
+// namespace as ref:<the layout's tag>.
+func (n *RealNode) Import(ctx context.Context, ref, layout string) error {
+	archive := filepath.Join(n.dir, filepath.Base(layout)+".tar")
+	if out, err := exec.CommandContext(ctx, "tar", "-C", layout, "-cf", archive, ".").CombinedOutput(); err != nil {
+		return fmt.Errorf("packing %s: %v: %s", layout, err, out)
+	}
+	defer func() { _ = os.Remove(archive) }()
+	out, err := exec.CommandContext(ctx, n.c.Tools.Bin("ctr"), "--address="+n.Socket, "--namespace=k8s.io",
+		"images", "import", "--base-name="+ref, archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("importing %s as %s: %v: %s", layout, ref, err, out)
+	}
+	return nil
+}
+
+// cri calls fn with a CRI runtime client on containerd's socket.
+func (n *RealNode) cri(ctx context.Context, fn func(runtimeapi.RuntimeServiceClient) error) error {
+	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	return fn(runtimeapi.NewRuntimeServiceClient(conn))
+}
+
+// stop stops the kubelet, then every pod sandbox through the CRI (their
+// containers, and the network namespaces), then containerd, and unmounts
+// what containerd left mounted under the node's directory.
+func (n *RealNode) stop() {
+	if n.kubelet != nil {
+		n.kubelet.Stop(30 * time.Second)
+	}
+	if n.containerd != nil && !n.containerd.Exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = n.cri(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+			pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id})
+				_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id})
+			}
+			return nil
+		})
+		cancel()
+		n.containerd.Stop(30 * time.Second)
+	}
+	unmountUnder(n.dir)
+	unmountUnder(n.KubeletDir)
+	if err := os.RemoveAll(n.KubeletDir); err != nil {
+		fmt.Fprintf(os.Stderr, "removing the real node's %s: %v\n", n.KubeletDir, err)
+	}
+	if n.forward != nil {
+		_ = n.forward.Close()
+	}
+	if n.bridge != "" {
+		_ = exec.Command("ip", "link", "del", n.bridge).Run()
+	}
+}
+
+// unmountUnder lazily unmounts every mount point under dir, deepest
+// first, so that the directory can be removed.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
+}
+
+// runEnv is Run with the environment env.
+func (c *Cluster) runEnv(name string, env []string, bin string, args ...string) (*Process, error) {
+	p, err := startEnv(c.Dir, name, env, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// canLowerOOMScore reports whether this process holds CAP_SYS_RESOURCE,
+// which lowering an OOM score below the current one needs.
+func canLowerOOMScore() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			const capSysResource = 24
+			return err == nil && caps&(1<<capSysResource) != 0
+		}
+	}
+	return false
+}
