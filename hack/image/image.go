@@ -97,7 +97,7 @@ func specs() []imageSpec {
 		pkg:         "./test/gpushare-probe",
 		user:        "0:0",
 		env:         []string{pathEnv},
-		links:       []string{"bin/sleep", "bin/true"},
+		links:       []string{"bin/sleep", "bin/true", "bin/sh", "bin/bash"},
 		test:        true,
 		description: "gpushare's test workload: reports the GPUs a container sees",
 	}}

@@ -3,12 +3,16 @@ package podresources
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -171,15 +175,42 @@ func (r *Client) run() {
 }
 
 // call calls a PodResources method (List if list, else Get) and decodes
-// its answer.
+// its answer. The kubelet rate-limits the API (10 calls at once, then 100
+// a second, for every client together) and refuses a call over the limit
+// with ResourceExhausted: call tries again, backing off, until its
+// deadline. An answer to a later try is as fresh as the first try's
+// would have been, or fresher.
 func (r *Client) call(method string, req proto.Message, list bool) (*Listing, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var raw []byte
-	if err := r.conn.Invoke(ctx, method, req, &raw, grpc.ForceCodecV2(rawCodec{})); err != nil {
-		return nil, err
+	wait := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		err := r.conn.Invoke(ctx, method, req, &raw, grpc.ForceCodecV2(rawCodec{}))
+		if err == nil {
+			break
+		}
+		if !rateLimited(err) {
+			return nil, err
+		}
+		r.logger.V(4).Info("The kubelet's PodResources API is rate-limited; trying again", "method", method, "try", try, "after", wait)
+		t := time.NewTimer(wait + rand.N(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (rate-limited by the kubelet, %d tries)", err, try)
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
 	}
 	return Decode(raw, list)
+}
+
+// rateLimited reports whether err is the kubelet's refusal of a call over
+// its PodResources rate limit, rather than, say, an answer too large.
+func rateLimited(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && !strings.Contains(st.Message(), "larger than max")
 }
 
 // Latest returns the latest listing, however old; nil if none is kept.

@@ -1,7 +1,8 @@
 // Command gpushare-probe is the workload of gpushare's real-node tests:
 // one static binary in a small image (hack/image, gpushare-probe) that
-// stands in for the seed examples' images. Named by argv[0] or its first
-// argument it behaves as
+// stands in for the seed examples' images, whose commands (sleep, true,
+// sh and bash) link to it. Named by argv[0] or its first argument it
+// behaves as
 //
 //	sleep N|infinity   sleeps, until SIGTERM
 //	true               exits 0
@@ -11,8 +12,9 @@
 //	                   each PATH exists and what is in it
 //	crash              exits 1 after printing its GPUs (a crash loop)
 //
-// and otherwise (no arguments, as the pod sandbox, or a seed's own
-// arguments such as "nbody -benchmark") waits until SIGTERM.
+// and otherwise (no arguments, as the pod sandbox, a seed's own
+// arguments such as "nbody -benchmark", or a shell's script) waits until
+// SIGTERM.
 package main
 
 import (

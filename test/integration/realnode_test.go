@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	recordpkg "github.com/gpushare/gpushare/pkg/record"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // imageTag is the tag of the images the real-node tests build.
@@ -64,7 +68,10 @@ type realCluster struct {
 }
 
 // realNodeGPUs are the real node's simulated GPUs.
-const realNodeGPUs = "gpus:\n- {model: Tesla T4, memoryMiB: 15360, count: 2}\n"
+// Four 32 GiB GPUs hold the seed examples that fit one node (all but
+// the H200 and MPS ones), and stay within what the device-per-MiB route
+// serves.
+const realNodeGPUs = "gpus:\n- {model: Tesla V100-SXM2-32GB, memoryMiB: 32768, count: 4}\n"
 
 func startRealCluster(t *testing.T, values ...string) *realCluster {
 	t.Helper()
@@ -115,18 +122,22 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 	if err := os.WriteFile(filepath.Join(sim, "gpus.yaml"), []byte(realNodeGPUs), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
+	stock, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig))
+	if err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"install", "gpushare", chart, "--kubeconfig", c.Kubeconfig,
 		"--namespace", chartNamespace, "--create-namespace", "--wait", "--timeout", "4m",
-		"--set", "image.tag=" + imageTag, "--set", "scheduler.replicas=1",
+		"--set", "image.tag=" + imageTag, "--set", "scheduler.replicas=1", "--set", "scheduler.replaceDefault=true",
 		"--set", "node.cdiDir=" + rc.node.CDIDir,
 		"--set-json", `node.extraArgs=["--simulated-gpus=/etc/gpushare-sim/gpus.yaml"]`,
 		"--set-json", `node.extraVolumes=[{"name":"sim","hostPath":{"path":"` + sim + `","type":"Directory"}}]`,
 		"--set-json", `node.extraVolumeMounts=[{"name":"sim","mountPath":"/etc/gpushare-sim","readOnly":true}]`,
 	}, seedValues...)
 	helm(t, append(args, values...)...)
+	// The operator removes kube-scheduler's static pod: gpushare-scheduler,
+	// a pod on the real node, serves default-scheduler from now on.
+	stock.Stop(10 * time.Second)
 	err = waitFor(2*time.Minute, func() (bool, error) {
 		n, err := rc.client.CoreV1().Nodes().Get(ctx, "gpu-real", metav1.GetOptions{})
 		if err != nil {
@@ -170,6 +181,139 @@ func (rc *realCluster) report(t *testing.T, ns, pod, container string, paths ...
 		t.Fatalf("%s/%s: %v: %s", ns, pod, err, out)
 	}
 	return r
+}
+
+// realSeeds are the seed examples the real node runs: every one but the
+// H200's (another GPU model) and KETI's (MPS).
+var realSeeds = []string{
+	"examples/001-aliyun-binpack.yaml",
+	"examples/003-aliyun-mib.yaml",
+	"examples/004-elastic.yaml",
+	"examples/multi-container.yaml",
+}
+
+// TestRealNodeSeeds: the seed examples, unchanged, on a real node with
+// gpushare from its chart and images, by either route to the GPU memory
+// (the hooks, and one device per MiB): each container, asked from inside
+// (kubectl exec), sees exactly the GPUs of its pod's record with its
+// share, Aliyun's variables where it asks aliyun.com/gpu-mem, and a
+// container that asks for no GPU sees nothing of them.
+func TestRealNodeSeeds(t *testing.T) {
+	for _, route := range []struct{ name, hooks string }{{"hooks", "true"}, {"device per MiB", "false"}} {
+		t.Run(route.name, func(t *testing.T) {
+			rc := startRealCluster(t, "--set", "hookPolicy.enabled="+route.hooks)
+			ctx := context.Background()
+			// A pod with no GPU through the GPU scheduler first.
+			plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "no-gpu", Namespace: "default"},
+				Spec: corev1.PodSpec{SchedulerName: "gpu-scheduler",
+					Containers: []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sleep", "infinity"}}}}}
+			if _, err := rc.client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range realSeeds {
+				if err := controlplane.Apply(ctx, rc.client, readFile(t, m)); err != nil {
+					t.Fatalf("%s: %v", m, err)
+				}
+			}
+			pods := rc.runningPods(t, 1+3+3+2+1)
+			for i := range pods {
+				rc.checkContainers(t, &pods[i])
+			}
+		})
+	}
+}
+
+// runningPods waits until n pods outside the chart's namespace run, all
+// of them, and returns them.
+func (rc *realCluster) runningPods(t *testing.T, n int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := waitFor(3*time.Minute, func() (bool, error) {
+		list, err := rc.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Namespace != chartNamespace && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) == n, nil
+	})
+	if err != nil {
+		var states []string
+		list, _ := rc.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+		for _, p := range list.Items {
+			state := fmt.Sprintf("%s/%s %s %s", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName)
+			for _, cs := range p.Status.ContainerStatuses {
+				if w := cs.State.Waiting; w != nil {
+					state += fmt.Sprintf(" %s: %s %s", cs.Name, w.Reason, w.Message)
+				}
+			}
+			events, _ := rc.client.CoreV1().Events(p.Namespace).List(context.Background(),
+				metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+			for _, e := range events.Items {
+				if e.Type == corev1.EventTypeWarning {
+					state += " [" + e.Reason + ": " + e.Message + "]"
+				}
+			}
+			states = append(states, state)
+		}
+		t.Fatalf("%d of %d pods running: %v; pods: %v", len(pods), n, err, states)
+	}
+	return pods
+}
+
+// checkContainers asks each container of a running pod what it sees and
+// holds it to the pod's record.
+func (rc *realCluster) checkContainers(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	var a *gpusharev1.Allocation
+	if asksForGPU(pod) {
+		a = record(t, pod)
+	}
+	for _, c := range pod.Spec.Containers {
+		got := rc.report(t, pod.Namespace, pod.Name, c.Name)
+		var ca *gpusharev1.ContainerAllocation
+		if a != nil {
+			for i := range a.Containers {
+				if a.Containers[i].Name == c.Name {
+					ca = &a.Containers[i]
+				}
+			}
+		}
+		what := pod.Namespace + "/" + pod.Name + " " + c.Name
+		if ca == nil || len(ca.GPUs) == 0 {
+			if len(got.Env) != 0 || len(got.Devices) != 0 {
+				t.Errorf("%s asks for no GPU; it sees %v %v", what, got.Env, got.Devices)
+			}
+			continue
+		}
+		var uuids, mib []string
+		for _, g := range ca.GPUs {
+			uuids = append(uuids, g.UUID)
+			mib = append(mib, strconv.FormatInt(g.MemoryMiB, 10))
+		}
+		want := map[string]string{
+			"NVIDIA_VISIBLE_DEVICES":  strings.Join(uuids, ","),
+			"GPUSHARE_GPU_MEMORY_MIB": strings.Join(mib, ","),
+		}
+		if resource.ContainerAsks(&c, recordpkg.AliyunMemory) {
+			var idx []string
+			for _, g := range ca.GPUs {
+				idx = append(idx, strconv.Itoa(g.Index))
+			}
+			want[recordpkg.AliyunIndex] = strings.Join(idx, ",")
+			want[recordpkg.AliyunPod] = pod.Annotations[recordpkg.AliyunPod]
+		}
+		for k, v := range want {
+			if got.Env[k] != v {
+				t.Errorf("%s (record: %s): %s=%q; want %q", what, describeAllocation(a), k, got.Env[k], v)
+			}
+		}
+		t.Logf("%s sees %s", what, got.Env["NVIDIA_VISIBLE_DEVICES"])
+	}
 }
 
 func TestRealNode(t *testing.T) {
