@@ -153,17 +153,28 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 }
 
 // exec runs command in a container of a pod, as kubectl exec does, and
-// returns its standard output.
+// returns its standard output. A kubelet just restarted refuses exec
+// ("pod does not exist") until it has read its pods from the apiserver:
+// exec tries for half a minute.
 func (rc *realCluster) exec(t *testing.T, ns, pod, container string, command ...string) []byte {
 	t.Helper()
 	args := append([]string{"--kubeconfig=" + rc.c.Kubeconfig, "exec", "-n", ns, pod, "-c", container, "--"}, command...)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(tools.Bin("kubectl"), args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("kubectl exec %s/%s -c %s %v: %v: %s", ns, pod, container, command, err, stderr.String())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stdout.Reset()
+		stderr.Reset()
+		cmd := exec.Command(tools.Bin("kubectl"), args...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if err == nil {
+			return stdout.Bytes()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubectl exec %s/%s -c %s %v: %v: %s", ns, pod, container, command, err, stderr.String())
+		}
+		time.Sleep(time.Second)
 	}
-	return stdout.Bytes()
 }
 
 // probeReport is what gpushare-probe report prints.
@@ -316,15 +327,137 @@ func (rc *realCluster) checkContainers(t *testing.T, pod *corev1.Pod) {
 	}
 }
 
-func TestRealNode(t *testing.T) {
+// TestRealNodeLifecycle: on the real node, running containers keep their
+// GPUs through a kubelet restart, a containerd restart and a rolling
+// update of the node DaemonSet, and pods started after each get theirs
+// (the plugins re-registered, the new daemon serves); a crash-looping
+// container gets the same GPU at every start; deleting a pod frees its
+// GPU for the pod waiting for it.
+func TestRealNodeLifecycle(t *testing.T) {
 	rc := startRealCluster(t)
 	ctx := context.Background()
-	pod := gpuPod("real-1", 4096, 0)
-	pod.Spec.SchedulerName = "gpu-scheduler"
-	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	start := func(name string, mib int64, command ...string) *corev1.Pod {
+		t.Helper()
+		pod := gpuPod(name, mib, 0)
+		pod.Spec.Containers[0].Command = command
+		if _, err := rc.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return pod
+	}
+	running := func(name string) *corev1.Pod {
+		t.Helper()
+		p := waitPod(t, rc.client, "default", name, "running and ready", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready
+		})
+		rc.checkContainers(t, p)
+		return p
+	}
+	// keep runs throughout; it must be the same container at the end.
+	start("keep", 32768, "sleep", "infinity")
+	keep := running("keep")
+	still := func(when string) {
+		t.Helper()
+		p, err := rc.client.CoreV1().Pods("default").Get(ctx, "keep", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		was, now := keep.Status.ContainerStatuses[0], p.Status.ContainerStatuses[0]
+		if now.ContainerID != was.ContainerID || now.RestartCount != 0 || now.State.Running == nil {
+			t.Errorf("%s: keep's container %s (restarts %d, running %v); want %s still running", when, now.ContainerID, now.RestartCount, now.State.Running != nil, was.ContainerID)
+		}
+		rc.checkContainers(t, p)
+	}
+
+	if err := rc.node.RestartKubelet(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := waitPod(t, rc.client, "default", "real-1", "running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	r := rc.report(t, "default", p.Name, p.Spec.Containers[0].Name)
-	t.Logf("%+v", r)
+	still("after a kubelet restart")
+	start("after-kubelet", 32768, "sleep", "infinity")
+	running("after-kubelet")
+
+	if err := rc.node.RestartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	still("after a containerd restart")
+	start("after-containerd", 32768, "sleep", "infinity")
+	running("after-containerd")
+
+	// A rolling update of the node daemon (kubectl rollout restart).
+	old := map[string]bool{}
+	daemons := func() []corev1.Pod {
+		list, err := rc.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	for _, p := range daemons() {
+		old[p.Name] = true
+	}
+	if out, err := exec.Command(tools.Bin("kubectl"), "--kubeconfig="+rc.c.Kubeconfig, "-n", chartNamespace,
+		"rollout", "restart", "daemonset/gpushare-node").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl rollout restart: %v: %s", err, out)
+	}
+	err := waitFor(2*time.Minute, func() (bool, error) {
+		pods := daemons()
+		for _, p := range pods {
+			if old[p.Name] || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || !p.Status.ContainerStatuses[0].Ready {
+				return false, nil
+			}
+		}
+		return len(pods) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the node daemon's rolling update did not finish: %v", err)
+	}
+	still("after the node daemon's rolling update")
+	start("after-rollout", 16384, "sleep", "infinity")
+	running("after-rollout")
+
+	// A container that exits at once, restarted by the kubelet: each
+	// start prints the GPUs it was given.
+	start("crash", 16384, "gpushare-probe", "crash")
+	crash := waitPod(t, rc.client, "default", "crash", "restarted twice", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2
+	})
+	want := strings.Join(gpuUUIDs(record(t, crash)), ",")
+	for _, previous := range []bool{true, false} {
+		err := waitFor(time.Minute, func() (bool, error) {
+			b, err := rc.client.CoreV1().Pods("default").GetLogs("crash", &corev1.PodLogOptions{Previous: previous}).DoRaw(ctx)
+			if err != nil {
+				return false, nil
+			}
+			got := strings.TrimSpace(string(b))
+			if got != "" && got != want {
+				return false, fmt.Errorf("the crash-looping container saw %q at a start (previous %v); its record names %q", got, previous, want)
+			}
+			return got == want, nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Every GPU is full: a pod asking a whole one waits, and gets keep's
+	// once keep is deleted.
+	start("waiting", 32768, "sleep", "infinity")
+	failedSchedulingMessage(t, rc.client, "default", "waiting", "InsufficientGPUMemory")
+	keepGPU := record(t, keep).Containers[0].GPUs[0].UUID
+	if err := rc.client.CoreV1().Pods("default").Delete(ctx, "keep", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := running("waiting")
+	if got := record(t, waiting).Containers[0].GPUs[0].UUID; got != keepGPU {
+		t.Errorf("the waiting pod got %s; want keep's freed GPU %s", got, keepGPU)
+	}
+}
+
+// gpuUUIDs are the GPUs of an allocation's first container.
+func gpuUUIDs(a *gpusharev1.Allocation) []string {
+	var uuids []string
+	for _, g := range a.Containers[0].GPUs {
+		uuids = append(uuids, g.UUID)
+	}
+	return uuids
 }
