@@ -64,7 +64,7 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.36.4
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-test: lint unit gpu-check-fake fuzz integration chart-test image-test ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the images.
+test: lint unit gpu-check-fake fuzz integration chart-test node-test image-test ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
@@ -125,7 +125,7 @@ prometheus: $(PROMETHEUS) $(PROMTOOL) ## Build the pinned prometheus and promtoo
 # reads the rule.
 .PHONY: integration
 integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: rules
 rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit tests.
@@ -135,6 +135,10 @@ rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit
 .PHONY: chart-test
 chart-test: cluster-tools $(HELM) ## The Helm chart: lint, render every toggle, install on a real control plane and run what it deploys.
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+
+.PHONY: node-test
+node-test: cluster-tools $(HELM) ## The real node (root): kubelet, containerd and runc start the seed examples from gpushare's chart and images (docs/real-node.md).
+	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 20m -v -run '^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: manifests
 manifests: $(HELM) ## Render deploy/'s RBAC and policies from the chart (chart-test fails when they drift).
