@@ -234,7 +234,7 @@ func (n *RealNode) startNetwork() error {
 		{"link", "set", n.bridge, "up"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(serviceIP, "443"))
@@ -346,7 +346,7 @@ func (n *RealNode) waitCRI(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		err := n.cri(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+		err := n.cri(func(rt runtimeapi.RuntimeServiceClient) error {
 			_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 			return err
 		})
@@ -436,19 +436,19 @@ func (n *RealNode) RestartContainerd(ctx context.Context) error {
 func (n *RealNode) Import(ctx context.Context, ref, layout string) error {
 	archive := filepath.Join(n.dir, filepath.Base(layout)+".tar")
 	if out, err := exec.CommandContext(ctx, "tar", "-C", layout, "-cf", archive, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("packing %s: %v: %s", layout, err, out)
+		return fmt.Errorf("packing %s: %w: %s", layout, err, out)
 	}
 	defer func() { _ = os.Remove(archive) }()
 	out, err := exec.CommandContext(ctx, n.c.Tools.Bin("ctr"), "--address="+n.Socket, "--namespace=k8s.io",
 		"images", "import", "--base-name="+ref, archive).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("importing %s as %s: %v: %s", layout, ref, err, out)
+		return fmt.Errorf("importing %s as %s: %w: %s", layout, ref, err, out)
 	}
 	return nil
 }
 
 // cri calls fn with a CRI runtime client on containerd's socket.
-func (n *RealNode) cri(ctx context.Context, fn func(runtimeapi.RuntimeServiceClient) error) error {
+func (n *RealNode) cri(fn func(runtimeapi.RuntimeServiceClient) error) error {
 	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -466,7 +466,7 @@ func (n *RealNode) stop() {
 	}
 	if n.containerd != nil && !n.containerd.Exited() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_ = n.cri(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+		_ = n.cri(func(rt runtimeapi.RuntimeServiceClient) error {
 			pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 			if err != nil {
 				return err

@@ -49,7 +49,7 @@ func images(t *testing.T) string {
 		var out bytes.Buffer
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &out
 		if err := cmd.Run(); err != nil {
-			testImages.err = fmt.Errorf("building the images: %v\n%s", err, out.String())
+			testImages.err = fmt.Errorf("building the images: %w\n%s", err, out.String())
 		}
 	})
 	if testImages.err != nil {
