@@ -67,7 +67,11 @@ func (o *options) complete(ctx context.Context) error {
 	}
 	for _, name := range o.images {
 		if _, ok := specFor(name); !ok {
-			return fmt.Errorf("unknown image %q: want one of %s", name, strings.Join(imageNames(), ", "))
+			var all []string
+			for _, s := range specs() {
+				all = append(all, s.name)
+			}
+			return fmt.Errorf("unknown image %q: want one of %s", name, strings.Join(all, ", "))
 		}
 	}
 	return nil

@@ -58,6 +58,7 @@ type Cluster struct {
 	// client certificate by; nodes are the real nodes started.
 	kubeletClientCA string
 	nodes           []*RealNode
+	kwok            bool
 	qps             float32
 	burst           int
 	procs           []*Process
@@ -109,6 +110,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if err := c.startKwok(kwokPort); err != nil {
 			return nil, err
 		}
+		c.kwok = true
 	}
 	if err := c.waitDefaultServiceAccount(ctx); err != nil {
 		return nil, err

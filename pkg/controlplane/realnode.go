@@ -87,9 +87,18 @@ func claimKubeletRoot() error {
 		return fmt.Errorf("a kubelet already serves %s: one real node per machine (stop the other, e.g. make demo-down)", sock)
 	}
 	if entries, err := os.ReadDir(KubeletRoot); err == nil && len(entries) > 0 {
-		if _, err := os.Stat(filepath.Join(KubeletRoot, rootMarker)); err != nil {
+		marker, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
+		if err != nil {
 			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", KubeletRoot)
 		}
+		// A run killed before it could stop its node left it: stop
+		// what it recorded, and its bridge.
+		for f := range strings.FieldsSeq(string(marker)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+		}
+		_ = exec.Command("ip", "link", "del", bridgeName).Run()
 		unmountUnder(KubeletRoot)
 		if err := os.RemoveAll(KubeletRoot); err != nil {
 			return err
@@ -118,9 +127,12 @@ func (t Tools) RealNodeTools() error {
 // that registers the Node o.Name, and waits until the Node is Ready. It
 // needs root. Stop (the cluster's) stops the pods' containers too.
 //
-// The kubelet runs on cgroup v1 (failCgroupV1: false), with the cgroupfs
-// driver, on 127.0.0.1; it takes the apiserver's requests (exec, logs)
-// from a client certificate of the cluster's kubelet client CA only.
+// The kubelet tolerates cgroup v1 (failCgroupV1: false), uses the
+// cgroupfs driver and serves on the pods' gateway address; it takes the
+// apiserver's requests (exec, logs) from a client certificate of the
+// cluster's kubelet client CA only. The cluster must run without kwok
+// (Options.NoKwok), which would manage the node too. On error
+// StartRealNode undoes what it did.
 func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *RealNode, err error) {
 	if err := c.Tools.RealNodeTools(); err != nil {
 		return nil, err
@@ -128,11 +140,20 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 	if os.Geteuid() != 0 {
 		return nil, errors.New("a real node needs root: the kubelet and containerd manage cgroups, mounts and network namespaces")
 	}
-	n := &RealNode{Name: o.Name, c: c, dir: c.path("nodes", o.Name)}
-	n.KubeletDir = KubeletRoot
+	if c.kwok {
+		return nil, errors.New("a real node needs a cluster without kwok (Options.NoKwok): kwok manages every node")
+	}
+	n := &RealNode{Name: o.Name, c: c, dir: c.path("nodes", o.Name), KubeletDir: KubeletRoot}
 	if err := claimKubeletRoot(); err != nil {
 		return nil, err
 	}
+	c.nodes = append(c.nodes, n)
+	defer func() {
+		if err != nil {
+			n.stop()
+			c.nodes = c.nodes[:len(c.nodes)-1]
+		}
+	}()
 	n.CDIDir = filepath.Join(n.dir, "cdi")
 	n.Socket = filepath.Join(n.dir, "containerd", "containerd.sock")
 	for _, d := range []string{n.CDIDir, filepath.Join(n.dir, "containerd"), filepath.Join(n.dir, "cni"),
@@ -141,7 +162,6 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 			return nil, err
 		}
 	}
-	c.nodes = append(c.nodes, n)
 	if err := n.startNetwork(); err != nil {
 		return nil, err
 	}
@@ -199,15 +219,22 @@ state = %[2]q
     disable_tcp_service = true
 `
 
-// The pods' network: one bridge on the node, addresses from host-local.
+// The pods' network: one bridge on the node, addresses from host-local,
+// the default route through the bridge's address. Not isGateway, which
+// would also turn on the host's IP forwarding: the pods need reach only
+// the node's own addresses.
 const cniConfig = `{
   "cniVersion": "1.0.0",
   "name": "gpushare",
-  "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+  "plugins": [{"type": "bridge", "bridge": %q, "isGateway": false, "ipMasq": false,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "10.88.0.1"}]],
       "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}}]
 }
 `
+
+// bridgeName is the pods' bridge: one real node per machine, so a fixed
+// name, which the next real node removes if a killed run left it.
+const bridgeName = "gpushare0"
 
 // serviceIP is the kubernetes Service's cluster IP: the first of the
 // apiserver's --service-cluster-ip-range, the address pods' in-cluster
@@ -225,8 +252,7 @@ const gatewayIP = "10.88.0.1"
 // kube-proxy does for pods on a real cluster. The bridge joins no other
 // interface: only the node's pods reach it.
 func (n *RealNode) startNetwork() error {
-	// Linux names an interface in at most 15 bytes.
-	n.bridge = "gpushare" + strconv.FormatInt(time.Now().UnixNano()%(1<<30), 36)
+	n.bridge = bridgeName
 	for _, args := range [][]string{
 		{"link", "add", n.bridge, "type", "bridge"},
 		{"addr", "add", gatewayIP + "/16", "dev", n.bridge},
@@ -338,6 +364,7 @@ func (n *RealNode) startContainerd(ctx context.Context) error {
 		return err
 	}
 	n.containerd = p
+	n.recordPIDs()
 	return n.waitCRI(ctx)
 }
 
@@ -370,14 +397,31 @@ func (n *RealNode) startKubelet(ctx context.Context) error {
 		return err
 	}
 	n.kubelet = p
+	n.recordPIDs()
+	started := time.Now()
 	if err := WaitHTTP(ctxTimeout(ctx, 2*time.Minute), p, n.healthz, ""); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	return n.waitReady(ctx)
+	return n.waitReady(ctx, started)
 }
 
-// waitReady waits until the Node reports Ready.
-func (n *RealNode) waitReady(ctx context.Context) error {
+// recordPIDs notes the kubelet's and containerd's process groups in the
+// KubeletRoot marker, for the next real node to stop if this run is
+// killed before it stops them.
+func (n *RealNode) recordPIDs() {
+	var pids []string
+	for _, p := range []*Process{n.containerd, n.kubelet} {
+		if p != nil {
+			pids = append(pids, strconv.Itoa(p.Cmd.Process.Pid))
+		}
+	}
+	_ = os.WriteFile(filepath.Join(KubeletRoot, rootMarker), []byte(strings.Join(pids, " ")+"\n"), 0o600)
+}
+
+// waitReady waits until the Node reports Ready in a heartbeat of a
+// kubelet started at started, or later: after a restart the condition
+// still says what the previous kubelet last reported.
+func (n *RealNode) waitReady(ctx context.Context, started time.Time) error {
 	client, err := n.c.Client()
 	if err != nil {
 		return err
@@ -388,7 +432,7 @@ func (n *RealNode) waitReady(ctx context.Context) error {
 		node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err == nil {
 			for _, c := range node.Status.Conditions {
-				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(started.Truncate(time.Second)) {
 					return nil
 				}
 			}

@@ -207,10 +207,11 @@ func (r *Client) call(method string, req proto.Message, list bool) (*Listing, er
 }
 
 // rateLimited reports whether err is the kubelet's refusal of a call over
-// its PodResources rate limit, rather than, say, an answer too large.
+// its PodResources rate limit ("rejected by rate limit"), rather than,
+// say, an answer too large, which is also ResourceExhausted.
 func rateLimited(err error) bool {
 	st, ok := status.FromError(err)
-	return ok && st.Code() == codes.ResourceExhausted && !strings.Contains(st.Message(), "larger than max")
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "rate limit")
 }
 
 // Latest returns the latest listing, however old; nil if none is kept.

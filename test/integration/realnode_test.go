@@ -78,6 +78,18 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 	if skip != "" {
 		t.Skip(skip)
 	}
+	// Root and the node's binaries, or a skip that says why, unless the
+	// run requires the cluster (make node-test, CI).
+	if err := tools.RealNodeTools(); err != nil || os.Geteuid() != 0 {
+		why := "the real node needs root"
+		if err != nil {
+			why = err.Error()
+		}
+		if os.Getenv("GPUSHARE_REQUIRE_CLUSTER") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
 	dir := images(t)
 	ctx := context.Background()
 	c, err := controlplane.Start(ctx, controlplane.Options{Tools: tools, NoKwok: true})
