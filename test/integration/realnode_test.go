@@ -267,25 +267,28 @@ func (rc *realCluster) runningPods(t *testing.T, n int) []corev1.Pod {
 	if err != nil {
 		var states []string
 		list, _ := rc.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
-		for _, p := range list.Items {
-			state := fmt.Sprintf("%s/%s %s %s", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName)
-			for _, cs := range p.Status.ContainerStatuses {
-				if w := cs.State.Waiting; w != nil {
-					state += fmt.Sprintf(" %s: %s %s", cs.Name, w.Reason, w.Message)
-				}
-			}
-			events, _ := rc.client.CoreV1().Events(p.Namespace).List(context.Background(),
-				metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
-			for _, e := range events.Items {
-				if e.Type == corev1.EventTypeWarning {
-					state += " [" + e.Reason + ": " + e.Message + "]"
-				}
-			}
-			states = append(states, state)
+		for i := range list.Items {
+			states = append(states, rc.describe(&list.Items[i]))
 		}
 		t.Fatalf("%d of %d pods running: %v; pods: %v", len(pods), n, err, states)
 	}
 	return pods
+}
+
+// describe says where a pod is, why its containers wait, and its events.
+func (rc *realCluster) describe(p *corev1.Pod) string {
+	state := fmt.Sprintf("%s/%s %s %s", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName)
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			state += fmt.Sprintf(" %s: %s %s", cs.Name, w.Reason, w.Message)
+		}
+	}
+	events, _ := rc.client.CoreV1().Events(p.Namespace).List(context.Background(),
+		metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+	for _, e := range events.Items {
+		state += " [" + e.Reason + ": " + e.Message + "]"
+	}
+	return state
 }
 
 // checkContainers asks each container of a running pod what it sees and
@@ -357,11 +360,22 @@ func TestRealNodeLifecycle(t *testing.T) {
 		}
 		return pod
 	}
+	// running waits for a pod to run, three minutes: on two busy cores a
+	// kubelet just restarted, or the scheduler's pod restarted by its
+	// probes, take their time.
 	running := func(name string) *corev1.Pod {
 		t.Helper()
-		p := waitPod(t, rc.client, "default", name, "running and ready", func(p *corev1.Pod) bool {
-			return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready
+		var p *corev1.Pod
+		err := waitFor(3*time.Minute, func() (bool, error) {
+			var err error
+			if p, err = rc.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return false, nil
+			}
+			return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready, nil
 		})
+		if err != nil {
+			t.Fatalf("pod %s not running: %v; %s", name, err, rc.describe(p))
+		}
 		rc.checkContainers(t, p)
 		return p
 	}
@@ -430,9 +444,17 @@ func TestRealNodeLifecycle(t *testing.T) {
 	// A container that exits at once, restarted by the kubelet: each
 	// start prints the GPUs it was given.
 	start("crash", 16384, "gpushare-probe", "crash")
-	crash := waitPod(t, rc.client, "default", "crash", "restarted twice", func(p *corev1.Pod) bool {
-		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2
+	var crash *corev1.Pod
+	err = waitFor(3*time.Minute, func() (bool, error) {
+		var err error
+		if crash, err = rc.client.CoreV1().Pods("default").Get(ctx, "crash", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		return len(crash.Status.ContainerStatuses) == 1 && crash.Status.ContainerStatuses[0].RestartCount >= 2, nil
 	})
+	if err != nil {
+		t.Fatalf("the crashing container was not restarted twice: %v; %s", err, rc.describe(crash))
+	}
 	want := strings.Join(gpuUUIDs(record(t, crash)), ",")
 	for _, previous := range []bool{true, false} {
 		err := waitFor(time.Minute, func() (bool, error) {
