@@ -263,11 +263,18 @@ func failedSchedulingMessage(t *testing.T, client kubernetes.Interface, ns, name
 // want, and returns the note.
 func eventNote(t *testing.T, client kubernetes.Interface, ns, name, reason, want string) string {
 	t.Helper()
+	return eventNoteWithin(t, 30*time.Second, client, ns, name, reason, want)
+}
+
+// eventNoteWithin is eventNote waiting up to d: a real node's scheduler
+// pod, restarted by its probes on a busy machine, needs longer.
+func eventNoteWithin(t *testing.T, d time.Duration, client kubernetes.Interface, ns, name, reason, want string) string {
+	t.Helper()
 	var last string
-	err := waitFor(30*time.Second, func() (bool, error) {
+	err := waitFor(d, func() (bool, error) {
 		evs, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return false, nil // the apiserver, busy or restarting: ask again
 		}
 		for _, e := range evs.Items {
 			if e.Regarding.Name == name && e.Reason == reason {

@@ -96,15 +96,13 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 	if err != nil {
 		t.Fatalf("starting the control plane: %v", err)
 	}
+	rc := &realCluster{c: c}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range c.Processes() {
-				t.Logf("--- %s log (tail) ---\n%s", p.Name, p.Tail(4000))
-			}
+			rc.keepLogs(t)
 		}
 		c.Stop()
 	})
-	rc := &realCluster{c: c}
 	if rc.client, err = c.Client(); err != nil {
 		t.Fatal(err)
 	}
@@ -273,6 +271,45 @@ func (rc *realCluster) runningPods(t *testing.T, n int) []corev1.Pod {
 		t.Fatalf("%d of %d pods running: %v; pods: %v", len(pods), n, err, states)
 	}
 	return pods
+}
+
+// keepLogs saves a failed test's evidence, every process's log and the
+// state of every pod, in a directory it names in one line
+// ($GPUSHARE_TEST_LOGS, or a new temporary one): printed inline, the
+// logs would bury the failure itself.
+func (rc *realCluster) keepLogs(t *testing.T) {
+	dir := os.Getenv("GPUSHARE_TEST_LOGS")
+	var err error
+	if dir != "" {
+		dir = filepath.Join(dir, t.Name())
+		err = os.MkdirAll(dir, 0o755)
+	} else {
+		dir, err = os.MkdirTemp("", "gpushare-"+t.Name()+"-")
+	}
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	for _, p := range rc.c.Processes() {
+		if b, err := os.ReadFile(p.Log); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, p.Name+".log"), b, 0o644)
+		}
+	}
+	var pods strings.Builder
+	if list, err := rc.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{}); err != nil {
+		fmt.Fprintf(&pods, "listing pods: %v\n", err)
+	} else {
+		for i := range list.Items {
+			p := &list.Items[i]
+			restarts := int32(0)
+			for _, cs := range p.Status.ContainerStatuses {
+				restarts += cs.RestartCount
+			}
+			fmt.Fprintf(&pods, "%s restarts=%d\n", rc.describe(p), restarts)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(dir, "pods.txt"), []byte(pods.String()), 0o644)
+	t.Logf("logs and pod states kept in %s", dir)
 }
 
 // describe says where a pod is, why its containers wait, and its events.
@@ -476,7 +513,7 @@ func TestRealNodeLifecycle(t *testing.T) {
 	// Every GPU is full: a pod asking a whole one waits, and gets keep's
 	// once keep is deleted.
 	start("waiting", 32768, "sleep", "infinity")
-	failedSchedulingMessage(t, rc.client, "default", "waiting", "InsufficientGPUMemory")
+	eventNoteWithin(t, 3*time.Minute, rc.client, "default", "waiting", "FailedScheduling", "InsufficientGPUMemory")
 	keepGPU := record(t, keep).Containers[0].GPUs[0].UUID
 	if err := rc.client.CoreV1().Pods("default").Delete(ctx, "keep", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
