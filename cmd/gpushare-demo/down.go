@@ -35,6 +35,10 @@ func down(dir string) error {
 	if err != nil {
 		return err
 	}
+	// Its containers first, through containerd, while it runs.
+	if err := stopRealNode(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-demo:", err)
+	}
 	for pid, name := range pids {
 		if alive(pid) {
 			fmt.Printf("stopping %s (pid %d)\n", name, pid)
@@ -48,6 +52,16 @@ func down(dir string) error {
 		}
 		if alive(pid) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+	// Gone before down returns: the next demo may start at once.
+	deadline = time.Now().Add(10 * time.Second)
+	for pid, name := range pids {
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(pid) {
+			fmt.Fprintf(os.Stderr, "gpushare-demo: %s (pid %d) survived SIGKILL\n", name, pid)
 		}
 	}
 	return os.Remove(dir + "/" + pidFile)

@@ -29,9 +29,12 @@ func main() {
 	nodeRBAC := fs.String("node-rbac", "deploy/node-rbac.yaml", "what each gpushare-node may do: its service account, role and admission policy")
 	allocationPolicy := fs.String("allocation-policy", "deploy/allocation-policy.yaml", "the admission policy that lets only gpushare's scheduler write allocation records; empty to leave it out")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	realNodeMode := fs.String("real-node", "auto", "add "+realNode.Name+", a node with a real kubelet and containerd that start its pods' containers: auto (when root and its tools are built), on, or off")
+	probeImage := fs.String("probe-image", "bin/images/gpushare-probe", "the OCI layout of the real node's workload image (test/gpushare-probe)")
+	listen := fs.String("listen", "", "serve-image: the address to serve on")
 	hookPolicy := fs.String("hook-policy", "deploy/gpu-hook-policy.yaml", "the admission policies that give each GPU container its gpushare.io/gpu-hook; empty to leave them out")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n")
+		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n       gpushare-demo --listen=ADDR serve-image LAYOUT (the real node's image mirror)\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
@@ -44,9 +47,18 @@ func main() {
 	var err error
 	switch cmd := fs.Arg(0); cmd {
 	case "", "up":
-		err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples, schedulerRBAC: *schedulerRBAC, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy})
+		switch *realNodeMode {
+		case "auto", "on", "off":
+			err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples,
+				schedulerRBAC: *schedulerRBAC, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy,
+				realNode: *realNodeMode, probeImage: *probeImage})
+		default:
+			err = fmt.Errorf("--real-node=%q: want auto, on or off", *realNodeMode)
+		}
 	case "down":
 		err = down(*dir)
+	case "serve-image":
+		err = serveImage(*listen, fs.Arg(1))
 	default:
 		err = fmt.Errorf("unknown command %q: want up or down", cmd)
 	}

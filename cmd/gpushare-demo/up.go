@@ -23,6 +23,9 @@ import (
 
 type options struct {
 	dir, scheduler, nodeDaemon, config, examples, schedulerRBAC, nodeRBAC, hookPolicy, allocationPolicy string
+	// realNode is auto, on or off; probeImage the real node's workload
+	// image.
+	realNode, probeImage string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -42,6 +45,11 @@ func up(ctx context.Context, o options) (err error) {
 	}
 	config, err := os.ReadFile(o.config)
 	if err != nil {
+		return err
+	}
+	// A real node an earlier demo left (killed before make demo-down)
+	// holds mounts under dir.
+	if err := stopRealNode(o.dir); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(o.dir); err != nil {
@@ -124,11 +132,47 @@ func up(ctx context.Context, o options) (err error) {
 		}
 		fmt.Printf("    %-14s %d x %s (%d MiB), %s; metrics at http://%s/metrics\n", n.Name, n.Count, n.Model, n.MemoryMiB, mode, metrics)
 	}
+	names := make([]string, 0, len(nodes)+1)
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	hasReal := false
+	if o.realNode != "off" {
+		if why := realNodeMissing(c, o); why != "" {
+			if o.realNode == "on" {
+				return fmt.Errorf("no real node: %s", why)
+			}
+			fmt.Printf("    (no real node %s: %s)\n", realNode.Name, why)
+		} else {
+			step("starting " + realNode.Name + ": a kubelet and containerd, with runc and the CNI bridge, that start its pods' containers (docs/real-node.md)")
+			err := startRealNode(ctx, c, o, config)
+			// Recorded even on error: make demo-down stops what started.
+			if werr := writePIDs(c); err == nil {
+				err = werr
+			}
+			if err != nil {
+				return fmt.Errorf("the real node: %w", err)
+			}
+			names = append(names, realNode.Name)
+			hasReal = true
+		}
+	}
 	if err := writePIDs(c); err != nil {
 		return err
 	}
-	if err := waitInventories(ctx, client); err != nil {
+	if err := waitInventories(ctx, client, names); err != nil {
 		return err
+	}
+	if hasReal {
+		// Before the examples, which may fill the node.
+		tag, err := layoutTag(o.probeImage)
+		if err != nil {
+			return err
+		}
+		step("creating pod default/" + checkPod + " on " + realNode.Name + ": 4 GiB of a GPU, for its container to say what it sees")
+		if err := createCheckPod(ctx, client, tag); err != nil {
+			return err
+		}
 	}
 	files, err := filepath.Glob(filepath.Join(o.examples, "*.yaml"))
 	if err != nil {
@@ -154,6 +198,11 @@ func up(ctx context.Context, o options) (err error) {
 	pods = slices.DeleteFunc(pods, func(p corev1.Pod) bool { return p.Namespace == metav1.NamespaceSystem })
 	if err := printInspect(ctx, c.Kubeconfig, pods); err != nil {
 		return err
+	}
+	if hasReal {
+		if err := printRealPods(ctx, c, client); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("\nThe cluster keeps running. Try:\n    kubectl --kubeconfig %s get pods -A -o wide\n", c.Kubeconfig)
 	fmt.Printf("    bin/kubectl-inspect-gpushare --kubeconfig %s -d\n", c.Kubeconfig)
@@ -232,14 +281,14 @@ func startDaemon(ctx context.Context, c *controlplane.Cluster, client kubernetes
 // kubelet renews a pod's token, here nothing does.
 const daemonTokenTTL = 7 * 24 * time.Hour
 
-// waitInventories waits until every demo node carries the inventory its
+// waitInventories waits until every node named carries the inventory its
 // daemon publishes.
-func waitInventories(ctx context.Context, client kubernetes.Interface) error {
+func waitInventories(ctx context.Context, client kubernetes.Interface, names []string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		missing := 0
-		for _, n := range nodes {
-			node, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		for _, name := range names {
+			node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil || node.Annotations[gpusharev1.InventoryAnnotation] == "" {
 				missing++
 			}

@@ -102,9 +102,16 @@ func Env(c *gpusharev1.ContainerAllocation, mps *MPS) []string {
 }
 
 // GPUEdits gives a container with allocation c its GPUs: the environment
-// (Env) and under MPS the daemon's directories.
-func GPUEdits(c *gpusharev1.ContainerAllocation, mps *MPS) specs.ContainerEdits {
+// (Env), the GPUs' device nodes (nodes maps a GPU's UUID to its device
+// node on the host, given in the container at /dev/<its name>) and
+// under MPS the daemon's directories.
+func GPUEdits(c *gpusharev1.ContainerAllocation, mps *MPS, nodes map[string]string) specs.ContainerEdits {
 	e := specs.ContainerEdits{Env: Env(c, mps)}
+	for _, g := range c.GPUs {
+		if host := nodes[g.UUID]; host != "" {
+			e.DeviceNodes = append(e.DeviceNodes, &specs.DeviceNode{Path: "/dev/" + filepath.Base(host), HostPath: host})
+		}
+	}
 	if mps != nil {
 		e.Mounts = []*specs.Mount{{HostPath: mps.PipeDir, ContainerPath: mps.PipeDir, Options: []string{"rbind", "rw"}}}
 		if mps.ShmDir != "" {

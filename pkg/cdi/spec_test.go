@@ -33,13 +33,15 @@ func TestClaimStable(t *testing.T) {
 
 // A staged spec says what the hand-declared spec of earlier versions
 // said: cdiVersion 0.6.0, the kind, one device named after the claim with
-// the container's environment and mounts.
+// the container's environment and mounts; and the device node of each of
+// its GPUs that has one, at /dev/<its name>.
 func TestStageSpec(t *testing.T) {
 	dir := t.TempDir()
 	a := &gpusharev1.ContainerAllocation{GPUs: []gpusharev1.GPUShare{{Index: 1, UUID: "GPU-1", MemoryMiB: 1024, Compute: 50}}}
 	mps := &MPS{PipeDir: "/tmp/nvidia-mps", ShmDir: "/run/gpushare/mps-shm"}
 	claim := ClaimOf("keti.com/mpsgpu", []string{"1-0"})
-	path, err := Stage(dir, claim, GPUEdits(a, mps))
+	nodes := map[string]string{"GPU-1": "/run/sim/nvidia1", "GPU-2": "/run/sim/nvidia2"}
+	path, err := Stage(dir, claim, GPUEdits(a, mps, nodes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +62,9 @@ func TestStageSpec(t *testing.T) {
 		"kind":       Kind,
 		"devices": []any{map[string]any{"name": claim, "containerEdits": map[string]any{
 			"env": env,
+			"deviceNodes": []any{
+				map[string]any{"path": "/dev/nvidia1", "hostPath": "/run/sim/nvidia1"},
+			},
 			"mounts": []any{
 				map[string]any{"hostPath": mps.PipeDir, "containerPath": mps.PipeDir, "options": []any{"rbind", "rw"}},
 				map[string]any{"hostPath": mps.ShmDir, "containerPath": "/dev/shm", "options": []any{"rbind", "rw", "nosuid", "nodev"}},

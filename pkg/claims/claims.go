@@ -164,6 +164,19 @@ func (c *Claims) SetGPUs(devs []gpu.Device) {
 	c.mu.Unlock()
 }
 
+// deviceNodes maps the node's GPUs' UUIDs to their device nodes.
+func (c *Claims) deviceNodes() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	nodes := make(map[string]string, len(c.gpus))
+	for uuid, d := range c.gpus {
+		if d.DeviceNode != "" {
+			nodes[uuid] = d.DeviceNode
+		}
+	}
+	return nodes
+}
+
 // pending is a claim that Allocate named and whose container has not
 // started yet.
 type pending struct {
@@ -204,15 +217,16 @@ func hookedOnly(h podresources.Holder) *resolved {
 }
 
 // edits are what the claim's CDI device gives the container: the node's
-// MPS client edits (mps, nil without MPS) only if it asks for MPS.
-func (r *resolved) edits(mps *cdi.MPS) specs.ContainerEdits {
+// MPS client edits (mps, nil without MPS) only if it asks for MPS, and
+// its GPUs' device nodes (by UUID).
+func (r *resolved) edits(mps *cdi.MPS, nodes map[string]string) specs.ContainerEdits {
 	if r.hooked {
 		return cdi.HookedEdits()
 	}
 	if !r.mps {
 		mps = nil
 	}
-	e := cdi.GPUEdits(r.alloc, mps)
+	e := cdi.GPUEdits(r.alloc, mps, nodes)
 	e.Env = append(e.Env, r.env...)
 	return e
 }
@@ -295,7 +309,7 @@ func (c *Claims) Resolve(ctx context.Context, resource, claim string, ids []stri
 // Allocate named the claim, for another container, and errReplaced says
 // so.
 func (c *Claims) writeSpec(claim string, r *resolved, want *pending) error {
-	tmp, err := cdi.Stage(c.cfg.CDIDir, claim, r.edits(c.cfg.MPS))
+	tmp, err := cdi.Stage(c.cfg.CDIDir, claim, r.edits(c.cfg.MPS, c.deviceNodes()))
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,6 @@ type Cluster struct {
 	// client certificate by; nodes are the real nodes started.
 	kubeletClientCA string
 	nodes           []*RealNode
-	kwok            bool
 	qps             float32
 	burst           int
 	procs           []*Process
@@ -110,7 +109,6 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if err := c.startKwok(kwokPort); err != nil {
 			return nil, err
 		}
-		c.kwok = true
 	}
 	if err := c.waitDefaultServiceAccount(ctx); err != nil {
 		return nil, err
@@ -283,7 +281,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, port int, extra []
 func (c *Cluster) startKwok(port int) error {
 	p, err := start(c.Dir, "kwok", c.Tools.Bin("kwok"),
 		"--kubeconfig="+c.Kubeconfig, "--config="+c.Tools.KwokStages(),
-		"--manage-all-nodes=true", "--server-address="+hostPort(port),
+		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake", "--server-address="+hostPort(port),
 		"--node-ip=127.0.0.1")
 	if err != nil {
 		return err

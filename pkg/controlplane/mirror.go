@@ -26,8 +26,8 @@ type Mirror struct {
 }
 
 // ServeImage starts a Mirror of the OCI layout dir, which must hold one
-// manifest.
-func ServeImage(dir string) (*Mirror, error) {
+// manifest, on addr (host:port; "" for a free port on 127.0.0.1).
+func ServeImage(dir, addr string) (*Mirror, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "index.json"))
 	if err != nil {
 		return nil, err
@@ -44,7 +44,10 @@ func ServeImage(dir string) (*Mirror, error) {
 	if len(index.Manifests) != 1 {
 		return nil, fmt.Errorf("%s: %d manifests, want 1", dir, len(index.Manifests))
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -53,13 +53,17 @@ func (s NodeSpec) Inventory() *gpusharev1.GPUInventory {
 	return inv
 }
 
+// KwokAnnotation, valued "fake", marks the nodes kwok manages: it
+// pretends to run their pods. A real node (StartRealNode) lacks it.
+const KwokAnnotation = "kwok.x-k8s.io/node"
+
 // Node returns the Node object: labelled gpushare=true and type=kwok,
 // carrying its inventory.
 func (s NodeSpec) Node() (*corev1.Node, error) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        s.Name,
 		Labels:      map[string]string{"type": "kwok", corev1.LabelHostname: s.Name},
-		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+		Annotations: map[string]string{KwokAnnotation: "fake"},
 	}}
 	if s.Bare {
 		return n, nil

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,35 +81,144 @@ const KubeletRoot = "/var/lib/kubelet"
 const rootMarker = ".gpushare-real-node"
 
 // claimKubeletRoot makes KubeletRoot for a real node, or refuses: a
-// kubelet serves there, or it is some other kubelet's directory.
+// kubelet serves there, or it is some other kubelet's directory. A real
+// node that a killed run left is stopped first.
 func claimKubeletRoot() error {
 	sock := filepath.Join(KubeletRoot, "device-plugins", "kubelet.sock")
 	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 		_ = conn.Close()
 		return fmt.Errorf("a kubelet already serves %s: one real node per machine (stop the other, e.g. make demo-down)", sock)
 	}
-	if entries, err := os.ReadDir(KubeletRoot); err == nil && len(entries) > 0 {
-		marker, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
-		if err != nil {
-			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", KubeletRoot)
-		}
-		// A run killed before it could stop its node left it: stop
-		// what it recorded, and its bridge.
-		for f := range strings.FieldsSeq(string(marker)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(-pid, syscall.SIGKILL)
-			}
-		}
-		_ = exec.Command("ip", "link", "del", bridgeName).Run()
-		unmountUnder(KubeletRoot)
-		if err := os.RemoveAll(KubeletRoot); err != nil {
-			return err
-		}
+	if err := StopRealNode(); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(KubeletRoot, 0o750); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), nil, 0o600)
+}
+
+// marker is what KubeletRoot's marker file records of the real node that
+// made it: enough for another process (gpushare-demo down), or the next
+// real node after a killed run, to stop it (StopRealNode).
+type marker struct {
+	// Kubelet and Containerd are their process groups.
+	Kubelet    int `json:"kubelet,omitempty"`
+	Containerd int `json:"containerd,omitempty"`
+	// Socket is containerd's, Dir the node's directory.
+	Socket string `json:"socket,omitempty"`
+	Dir    string `json:"dir,omitempty"`
+}
+
+// StopRealNode stops the real node that KubeletRoot's marker records, if
+// there is one: the kubelet, then the pods' containers (through the CRI,
+// and by their cgroups and shims what that leaves), then containerd; it
+// unmounts and removes what the node made, KubeletRoot and the bridge
+// included. It refuses a KubeletRoot that a real node did not make.
+func StopRealNode() error {
+	b, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
+	if err != nil {
+		if entries, rerr := os.ReadDir(KubeletRoot); rerr == nil && len(entries) > 0 {
+			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", KubeletRoot)
+		}
+		return nil
+	}
+	var m marker
+	_ = json.Unmarshal(b, &m) // an empty or older marker: clean up what is known
+	terminate(m.Kubelet)
+	stopPods(m.Socket)
+	terminate(m.Containerd)
+	killLeftovers(m.Socket)
+	if m.Dir != "" {
+		unmountUnder(m.Dir)
+	}
+	unmountUnder(KubeletRoot)
+	_ = exec.Command("ip", "link", "del", bridgeName).Run()
+	return os.RemoveAll(KubeletRoot)
+}
+
+// RealNodeDir returns the directory of the real node that KubeletRoot's
+// marker records; "" if none.
+func RealNodeDir() string {
+	b, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
+	if err != nil {
+		return ""
+	}
+	var m marker
+	if json.Unmarshal(b, &m) != nil {
+		return ""
+	}
+	return m.Dir
+}
+
+// terminate stops process group pid: SIGTERM, then SIGKILL after 30 s.
+func terminate(pid int) {
+	if pid <= 1 || syscall.Kill(-pid, syscall.SIGTERM) != nil {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// stopPods stops and removes every pod sandbox of the containerd on
+// socket, if it answers: their containers, and their network namespaces.
+func stopPods(socket string) {
+	if socket == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = cri(socket, func(rt runtimeapi.RuntimeServiceClient) error {
+		pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id})
+			_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id})
+		}
+		return nil
+	})
+}
+
+// killLeftovers kills what outlives containerd when the CRI could not
+// stop it (containerd killed or not answering): the processes in the
+// kubelet's pod cgroups, then the shims of the containerd on socket.
+func killLeftovers(socket string) {
+	for _, root := range []string{"/sys/fs/cgroup/pids/kubepods", "/sys/fs/cgroup/kubepods"} {
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(path)
+			for f := range strings.FieldsSeq(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+	if socket == "" {
+		return
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") || !slices.Contains(args, socket) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // RealNodeTools reports whether the real node's binaries are built.
@@ -130,18 +241,15 @@ func (t Tools) RealNodeTools() error {
 // The kubelet tolerates cgroup v1 (failCgroupV1: false), uses the
 // cgroupfs driver and serves on the pods' gateway address; it takes the
 // apiserver's requests (exec, logs) from a client certificate of the
-// cluster's kubelet client CA only. The cluster must run without kwok
-// (Options.NoKwok), which would manage the node too. On error
-// StartRealNode undoes what it did.
+// cluster's kubelet client CA only. It lacks KwokAnnotation: kwok, if
+// the cluster runs it, leaves it alone. On error StartRealNode undoes
+// what it did.
 func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *RealNode, err error) {
 	if err := c.Tools.RealNodeTools(); err != nil {
 		return nil, err
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("a real node needs root: the kubelet and containerd manage cgroups, mounts and network namespaces")
-	}
-	if c.kwok {
-		return nil, errors.New("a real node needs a cluster without kwok (Options.NoKwok): kwok manages every node")
 	}
 	n := &RealNode{Name: o.Name, c: c, dir: c.path("nodes", o.Name), KubeletDir: KubeletRoot}
 	if err := claimKubeletRoot(); err != nil {
@@ -405,17 +513,18 @@ func (n *RealNode) startKubelet(ctx context.Context) error {
 	return n.waitReady(ctx, started)
 }
 
-// recordPIDs notes the kubelet's and containerd's process groups in the
-// KubeletRoot marker, for the next real node to stop if this run is
-// killed before it stops them.
+// recordPIDs writes KubeletRoot's marker: what StopRealNode needs to
+// stop this node from another process, or after this run is killed.
 func (n *RealNode) recordPIDs() {
-	var pids []string
-	for _, p := range []*Process{n.containerd, n.kubelet} {
-		if p != nil {
-			pids = append(pids, strconv.Itoa(p.Cmd.Process.Pid))
-		}
+	m := marker{Socket: n.Socket, Dir: n.dir}
+	if n.kubelet != nil {
+		m.Kubelet = n.kubelet.Cmd.Process.Pid
 	}
-	_ = os.WriteFile(filepath.Join(KubeletRoot, rootMarker), []byte(strings.Join(pids, " ")+"\n"), 0o600)
+	if n.containerd != nil {
+		m.Containerd = n.containerd.Cmd.Process.Pid
+	}
+	b, _ := json.Marshal(m)
+	_ = os.WriteFile(filepath.Join(KubeletRoot, rootMarker), b, 0o600)
 }
 
 // waitReady waits until the Node reports Ready in a heartbeat of a
@@ -493,7 +602,12 @@ func (n *RealNode) Import(ctx context.Context, ref, layout string) error {
 
 // cri calls fn with a CRI runtime client on containerd's socket.
 func (n *RealNode) cri(fn func(runtimeapi.RuntimeServiceClient) error) error {
-	conn, err := grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return cri(n.Socket, fn)
+}
+
+// cri calls fn with a CRI runtime client on socket.
+func cri(socket string, fn func(runtimeapi.RuntimeServiceClient) error) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
@@ -502,38 +616,23 @@ func (n *RealNode) cri(fn func(runtimeapi.RuntimeServiceClient) error) error {
 }
 
 // stop stops the kubelet, then every pod sandbox through the CRI (their
-// containers, and the network namespaces), then containerd, and unmounts
-// what containerd left mounted under the node's directory.
+// containers, and the network namespaces), then containerd, and removes
+// what the node made (StopRealNode's work, on the processes this run
+// holds).
 func (n *RealNode) stop() {
 	if n.kubelet != nil {
 		n.kubelet.Stop(30 * time.Second)
 	}
 	if n.containerd != nil && !n.containerd.Exited() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_ = n.cri(func(rt runtimeapi.RuntimeServiceClient) error {
-			pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-			if err != nil {
-				return err
-			}
-			for _, p := range pods.Items {
-				_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id})
-				_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id})
-			}
-			return nil
-		})
-		cancel()
+		stopPods(n.Socket)
 		n.containerd.Stop(30 * time.Second)
-	}
-	unmountUnder(n.dir)
-	unmountUnder(n.KubeletDir)
-	if err := os.RemoveAll(n.KubeletDir); err != nil {
-		fmt.Fprintf(os.Stderr, "removing the real node's %s: %v\n", n.KubeletDir, err)
 	}
 	if n.forward != nil {
 		_ = n.forward.Close()
 	}
-	if n.bridge != "" {
-		_ = exec.Command("ip", "link", "del", n.bridge).Run()
+	_ = os.WriteFile(filepath.Join(KubeletRoot, rootMarker), []byte(fmt.Sprintf(`{"socket":%q,"dir":%q}`, n.Socket, n.dir)), 0o600)
+	if err := StopRealNode(); err != nil {
+		fmt.Fprintf(os.Stderr, "removing the real node: %v\n", err)
 	}
 }
 

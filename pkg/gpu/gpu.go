@@ -25,6 +25,10 @@ type Device struct {
 	// Healthy is false once the GPU has had a fatal XID error or has
 	// vanished.
 	Healthy bool
+	// DeviceNode is the GPU's character device on the host
+	// (/dev/nvidia<minor>); containers get it at /dev/<its name>. Empty
+	// if unknown.
+	DeviceNode string
 }
 
 // Process is a process using a GPU.

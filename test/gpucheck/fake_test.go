@@ -132,7 +132,8 @@ func (f *fakeNVML) device(i int) *mock.Device {
 			return nvml.Memory_v2{Total: g.total, Reserved: uint64(g.reserved), Used: used,
 				Free: g.total - uint64(g.reserved) - used}, nvml.SUCCESS
 		},
-		GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) { return pci(g.bus), nvml.SUCCESS },
+		GetPciInfoFunc:     func() (nvml.PciInfo, nvml.Return) { return pci(g.bus), nvml.SUCCESS },
+		GetMinorNumberFunc: func() (int, nvml.Return) { return i, nvml.SUCCESS },
 		GetNvLinkStateFunc: func(link int) (nvml.EnableState, nvml.Return) {
 			if link < len(g.links) {
 				return nvml.FEATURE_ENABLED, nvml.SUCCESS

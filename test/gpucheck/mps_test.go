@@ -219,7 +219,7 @@ func (p *mpsPart) stop(ctx context.Context, s *supervised) {
 func client(name string, index int, uuid string, memMiB, compute int64, cfg *cdi.MPS) (env []string, shm string, err error) {
 	c := &gpusharev1.ContainerAllocation{Name: name, Kind: gpusharev1.ContainerApp,
 		GPUs: []gpusharev1.GPUShare{{Index: index, UUID: uuid, MemoryMiB: memMiB, Compute: compute}}}
-	edits := cdi.GPUEdits(c, cfg)
+	edits := cdi.GPUEdits(c, cfg, nil)
 	for _, mnt := range edits.Mounts {
 		switch {
 		case mnt.ContainerPath == "/dev/shm":

@@ -106,7 +106,7 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 	if rc.client, err = c.Client(); err != nil {
 		t.Fatal(err)
 	}
-	mirror, err := controlplane.ServeImage(filepath.Join(dir, "gpushare-probe"))
+	mirror, err := controlplane.ServeImage(filepath.Join(dir, "gpushare-probe"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

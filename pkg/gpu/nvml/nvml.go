@@ -129,6 +129,9 @@ func (b *Backend) device(i int) (gpu.Device, nvml.Device, nvml.Return, error) {
 	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
 		d.NUMANode = numaNode(busID(pci.BusId))
 	}
+	if minor, ret := h.GetMinorNumber(); ret == nvml.SUCCESS && minor >= 0 {
+		d.DeviceNode = fmt.Sprintf("/dev/nvidia%d", minor)
+	}
 	return d, h, nvml.SUCCESS, nil
 }
 

@@ -75,6 +75,7 @@ func newFakeNVML(n int) *fakeNVML {
 			GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED },
 			GetNameFunc:          func() (string, nvml.Return) { return "Tesla T4", answer() },
 			GetPciInfoFunc:       func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED },
+			GetMinorNumberFunc:   func() (int, nvml.Return) { return 10 + i, nvml.SUCCESS },
 			GetNvLinkStateFunc:   func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
 			RegisterEventsFunc:   func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
 		})
@@ -143,6 +144,10 @@ func TestVanishedGPU(t *testing.T) {
 	devs, err := b.Devices()
 	if want := "0:GPU-0:true 1:GPU-1:true 2:GPU-2:true"; err != nil || health(devs) != want {
 		t.Fatalf("Devices = %s, %v; want %s", health(devs), err, want)
+	}
+	// The device node is named by the minor number, not the index.
+	if devs[2].DeviceNode != "/dev/nvidia12" {
+		t.Errorf("GPU 2's device node is %q; want /dev/nvidia12 (its minor number)", devs[2].DeviceNode)
 	}
 	// A passing error is an error, not a lost GPU.
 	f.answer[1].Store(int32(nvml.ERROR_UNKNOWN))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -32,6 +33,11 @@ type Config struct {
 	GPUs       []Group   `json:"gpus"`
 	Usage      []Load    `json:"usage,omitempty"`
 	Failures   []Failure `json:"failures,omitempty"`
+	// DeviceDir, if set, holds a stand-in character device per GPU,
+	// nvidia<index> (made by whoever runs the simulation, e.g. with the
+	// major and minor numbers of /dev/null): the GPUs' DeviceNode, which
+	// the CDI specs hand containers.
+	DeviceDir string `json:"deviceDir,omitempty"`
 }
 
 // Group is Count identical GPUs, indexed after the previous groups'.
@@ -131,6 +137,9 @@ func New(c *Config) (*Backend, error) {
 		for i := range g.Count {
 			d := gpu.Device{Index: first + i, UUID: fmt.Sprintf("%s-%04d-%04d", prefix, gi, i), Model: g.Model,
 				MemoryMiB: g.MemoryMiB, UsableMemoryMiB: g.UsableMemoryMiB, Healthy: true}
+			if c.DeviceDir != "" {
+				d.DeviceNode = filepath.Join(c.DeviceDir, fmt.Sprintf("nvidia%d", d.Index))
+			}
 			if g.NUMANodes > 1 {
 				d.NUMANode = i * g.NUMANodes / g.Count
 			}

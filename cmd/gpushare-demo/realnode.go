@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+// realNode is the demo's node with a kubelet and containerd: the
+// containers of its pods really start (docs/real-node.md). Its GPUs are
+// simulated, served to the kubelet by gpushare-node's device plugins.
+var realNode = controlplane.NodeSpec{Name: "gpu-real-0", Model: "NVIDIA L4", MemoryMiB: 23034, Count: 2}
+
+// probeRef is the test workload image's reference, without its tag: the
+// real node's pod sandbox, and through the mirror every image its pods
+// name.
+const probeRef = "ghcr.io/gpushare/gpushare-probe"
+
+// checkPod is the demo's own pod on the real node: it asks 4 GiB of a
+// GPU, and the demo asks its container what it sees.
+const checkPod = "real-node-check"
+
+// realNodeMissing says why the demo cannot have a real node here; "" if
+// it can.
+func realNodeMissing(c *controlplane.Cluster, o options) string {
+	if os.Geteuid() != 0 {
+		return "it needs root (the kubelet and containerd manage cgroups, mounts and network namespaces)"
+	}
+	if err := c.Tools.RealNodeTools(); err != nil {
+		return err.Error() + " (make cluster-tools builds them)"
+	}
+	if _, err := os.Stat(filepath.Join(o.probeImage, "index.json")); err != nil {
+		return "no workload image at " + o.probeImage + " (make demo builds it)"
+	}
+	return ""
+}
+
+// startRealNode starts the real node's image mirror (a process of its
+// own: it outlives this command), the node (kubelet, containerd, runc,
+// the CNI bridge) and its gpushare-node, a host process with the device
+// plugins on, configured as the chart configures it: the scheduler's
+// resource model (the kubelet must count each resource in the unit the
+// scheduler does) and, with the hook policy, --hook-memory.
+func startRealNode(ctx context.Context, c *controlplane.Cluster, o options, schedulerConfig []byte) error {
+	args, err := configv1.LoadArgsFrom(schedulerConfig)
+	if err != nil {
+		return fmt.Errorf("the scheduler's configuration: %w", err)
+	}
+	raw, err := yaml.Marshal(args)
+	if err != nil {
+		return err
+	}
+	argsFile := filepath.Join(c.Dir, "args-"+realNode.Name+".yaml")
+	if err := os.WriteFile(argsFile, raw, 0o600); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return err
+	}
+	mirror := fmt.Sprintf("127.0.0.1:%d", port)
+	if _, err := c.Run("image-mirror", self, "--listen="+mirror, "serve-image", o.probeImage); err != nil {
+		return err
+	}
+	tag, err := layoutTag(o.probeImage)
+	if err != nil {
+		return err
+	}
+	n, err := c.StartRealNode(ctx, controlplane.RealNodeOptions{
+		Name:         realNode.Name,
+		Images:       map[string]string{probeRef: o.probeImage},
+		SandboxImage: probeRef + ":" + tag,
+		Mirror:       mirror,
+		Labels:       map[string]string{"gpushare": "true"},
+	})
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := c.NodeDaemonKubeconfig(ctx, realNode.Name, daemonTokenTTL)
+	if err != nil {
+		return err
+	}
+	gpus := filepath.Join(c.Dir, "gpus-"+realNode.Name+".yaml")
+	if err := os.WriteFile(gpus, []byte(realNode.SimulatedGPUs()), 0o600); err != nil {
+		return err
+	}
+	if port, err = controlplane.FreePort(); err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	daemonArgs := []string{"--kubeconfig=" + kubeconfig, "--config=" + argsFile,
+		"--node-name=" + realNode.Name, "--simulated-gpus=" + gpus, "--metrics-bind-address=" + addr,
+		"--cdi-dir=" + n.CDIDir, "--device-plugin-dir=" + filepath.Join(n.KubeletDir, "device-plugins"),
+		"--pod-resources-socket=" + filepath.Join(n.KubeletDir, "pod-resources", "kubelet.sock")}
+	if o.hookPolicy != "" {
+		daemonArgs = append(daemonArgs, "--hook-memory")
+	}
+	if _, err := c.Run("gpushare-node-"+realNode.Name, o.nodeDaemon, daemonArgs...); err != nil {
+		return err
+	}
+	fmt.Printf("    %-14s %d x %s (%d MiB), shared; a real kubelet and containerd; metrics at http://%s/metrics\n",
+		realNode.Name, realNode.Count, realNode.Model, realNode.MemoryMiB, addr)
+	return nil
+}
+
+// layoutTag is the tag of the one image in an OCI layout (hack/image).
+func layoutTag(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	if err != nil {
+		return "", err
+	}
+	var index struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil || len(index.Manifests) != 1 {
+		return "", fmt.Errorf("%s: not a layout of one image", dir)
+	}
+	tag := index.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+	if tag == "" {
+		return "", fmt.Errorf("%s: its image has no tag", dir)
+	}
+	return tag, nil
+}
+
+// createCheckPod asks the real node for 4 GiB of a GPU.
+func createCheckPod(ctx context.Context, client kubernetes.Interface, tag string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: checkPod, Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: realNode.Name},
+			Containers: []corev1.Container{{Name: "main", Image: probeRef + ":" + tag, Args: []string{"sleep", "infinity"},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+					"gpushare.io/gpu-mem": *k8sresource.NewQuantity(4096, k8sresource.DecimalSI)}}}},
+		},
+	}
+	_, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	return err
+}
+
+// printRealPods says which pods' containers really run: those on the
+// real node, once they start (two minutes at most), and what the demo's
+// own pod's container sees of its GPUs.
+func printRealPods(ctx context.Context, c *controlplane.Cluster, client kubernetes.Interface) error {
+	var pods []corev1.Pod
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + realNode.Name})
+		if err != nil {
+			return err
+		}
+		pods = list.Items
+		starting := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodPending {
+				starting++
+			}
+		}
+		if starting == 0 || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Printf("\nPods whose containers really run (node %s: kubelet, containerd, runc); the other nodes are kwok's and only pretend.\n", realNode.Name)
+	fmt.Printf("What each GPU pod's first container sees (kubectl exec POD -- gpushare-probe report):\n")
+	for _, p := range pods {
+		if p.Namespace == metav1.NamespaceSystem {
+			// The pod that only lends gpushare-node its token: the
+			// daemon runs on the host (startRealNode).
+			continue
+		}
+		var states []string
+		for _, cs := range p.Status.ContainerStatuses {
+			state := "waiting"
+			switch {
+			case cs.State.Running != nil:
+				state = "running"
+			case cs.State.Terminated != nil:
+				state = "exited " + fmt.Sprint(cs.State.Terminated.ExitCode)
+			case cs.State.Waiting != nil:
+				state = cs.State.Waiting.Reason
+			}
+			states = append(states, cs.Name+" "+state)
+		}
+		fmt.Printf("    %-40s %-9s %s\n", p.Namespace+"/"+p.Name, p.Status.Phase, strings.Join(states, ", "))
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		seen, err := containerSees(ctx, c, p.Namespace, p.Name)
+		if err != nil {
+			seen = "(could not ask: " + err.Error() + ")"
+		}
+		fmt.Printf("        %s\n", seen)
+	}
+	return nil
+}
+
+// containerSees asks the probe in a pod's container for its GPU
+// environment.
+func containerSees(ctx context.Context, c *controlplane.Cluster, ns, name string) (string, error) {
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.Tools.Bin("kubectl"), "--kubeconfig="+c.Kubeconfig, "-n", ns, "exec", name, "--",
+		"gpushare-probe", "report")
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var report struct {
+		Env map[string]string `json:"env"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
+		return "", err
+	}
+	var env []string
+	for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "GPUSHARE_GPU_MEMORY_MIB"} {
+		env = append(env, k+"="+report.Env[k])
+	}
+	return strings.Join(env, " "), nil
+}
+
+// serveImage serves the OCI layout dir as every image, on addr, until
+// SIGTERM: the real node's image mirror.
+func serveImage(addr, dir string) error {
+	if addr == "" {
+		return errors.New("serve-image needs --listen")
+	}
+	m, err := controlplane.ServeImage(dir, addr)
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	return m.Close()
+}
+
+// stopRealNode stops the demo's real node, if one runs from dir: its
+// pods' containers, the kubelet and containerd, its mounts, and
+// /var/lib/kubelet.
+func stopRealNode(dir string) error {
+	nodeDir := controlplane.RealNodeDir()
+	if nodeDir == "" || !strings.HasPrefix(nodeDir, filepath.Clean(dir)+"/") {
+		return nil
+	}
+	fmt.Printf("stopping the real node %s: its pods' containers, the kubelet and containerd\n", realNode.Name)
+	return controlplane.StopRealNode()
+}

@@ -1,0 +1,104 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpushare/gpushare/pkg/controlplane"
+)
+
+// make demo's real node: the demo starts it, its summary says which pods
+// really run and what the demo's own pod's container sees, and make
+// demo-down stops it all, leaving no kubelet directory, bridge, shim or
+// process behind.
+func TestRealNodeDemo(t *testing.T) {
+	if skip != "" {
+		t.Skip(skip)
+	}
+	if err := tools.RealNodeTools(); err != nil || os.Geteuid() != 0 {
+		why := "the real node needs root"
+		if err != nil {
+			why = err.Error()
+		}
+		if os.Getenv("GPUSHARE_REQUIRE_CLUSTER") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	images := images(t)
+	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/gpushare-demo", "./cmd/gpushare-node")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the demo: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	demo := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(binDir, "gpushare-demo"), append([]string{"--dir=" + dir,
+			"--scheduler=" + schedulerBin, "--node-daemon=" + filepath.Join(binDir, "gpushare-node"),
+			"--probe-image=" + filepath.Join(images, "gpushare-probe")}, args...)...)
+		var out bytes.Buffer
+		cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	down := func() {
+		if out, err := demo("down"); err != nil {
+			t.Errorf("gpushare-demo down: %v\n%s", err, out)
+		}
+	}
+	out, err := demo("--real-node=on", "up")
+	if err != nil {
+		down()
+		t.Fatalf("gpushare-demo up: %v\n%s", err, out)
+	}
+	_, summary, ok := strings.Cut(out, "Pods whose containers really run")
+	if !ok {
+		down()
+		t.Fatalf("the demo's summary says nothing of the real node:\n%s", out)
+	}
+	// The demo's own pod runs, and its container sees one of the real
+	// node's GPUs and its 4 GiB.
+	check := regexp.MustCompile(`default/real-node-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-\d{4}-\d{4} GPUSHARE_GPU_MEMORY_MIB=4096\n`)
+	if !check.MatchString(summary) {
+		t.Errorf("the summary does not show default/real-node-check running with one GPU and 4096 MiB:\n%s", summary)
+	}
+	if strings.Contains(summary, "could not ask") {
+		t.Errorf("the demo could not ask a running container what it sees:\n%s", summary)
+	}
+	kubeletDir := controlplane.KubeletRoot
+	if _, err := os.Stat(filepath.Join(kubeletDir, "device-plugins", "kubelet.sock")); err != nil {
+		t.Errorf("the demo's kubelet serves no device plugins: %v", err)
+	}
+	pids, _ := os.ReadFile(filepath.Join(dir, "pids"))
+
+	down()
+	if _, err := os.Stat(kubeletDir); !os.IsNotExist(err) {
+		t.Errorf("make demo-down left %s (%v)", kubeletDir, err)
+	}
+	if err := exec.Command("ip", "link", "show", "gpushare0").Run(); err == nil {
+		t.Error("make demo-down left the bridge gpushare0")
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(b, []byte(" "+dir+"/")) {
+		t.Errorf("make demo-down left mounts under the demo's directory")
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(string(pids)), "\n") {
+		var pid int
+		var name string
+		if _, err := fmt.Sscan(line, &pid, &name); err == nil && pid > 1 && syscall.Kill(pid, 0) == nil {
+			t.Errorf("make demo-down left %s (pid %d) running", name, pid)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte("containerd-shim")) && bytes.Contains(b, []byte(dir)) {
+			t.Errorf("make demo-down left a shim: %s", bytes.ReplaceAll(b, []byte{0}, []byte(" ")))
+		}
+	}
+}
