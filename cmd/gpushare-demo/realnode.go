@@ -103,7 +103,13 @@ func startRealNode(ctx context.Context, c *controlplane.Cluster, o options, sche
 		return err
 	}
 	gpus := filepath.Join(c.Dir, "gpus-"+realNode.Name+".yaml")
-	if err := os.WriteFile(gpus, []byte(realNode.SimulatedGPUs()), 0o600); err != nil {
+	// Stand-ins for the GPUs' device nodes, which the CDI specs hand the
+	// containers.
+	devices := filepath.Join(c.Dir, "devices-"+realNode.Name)
+	if err := controlplane.StandInDevices(devices, realNode.Count); err != nil {
+		return err
+	}
+	if err := os.WriteFile(gpus, []byte(realNode.SimulatedGPUs()+"deviceDir: "+devices+"\n"), 0o600); err != nil {
 		return err
 	}
 	if port, err = controlplane.FreePort(); err != nil {
@@ -233,7 +239,8 @@ func containerSees(ctx context.Context, c *controlplane.Cluster, ns, name string
 		return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	var report struct {
-		Env map[string]string `json:"env"`
+		Env     map[string]string `json:"env"`
+		Devices []string          `json:"devices"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
 		return "", err
@@ -242,6 +249,12 @@ func containerSees(ctx context.Context, c *controlplane.Cluster, ns, name string
 	for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "GPUSHARE_GPU_MEMORY_MIB"} {
 		env = append(env, k+"="+report.Env[k])
 	}
+	var devices []string
+	for _, d := range report.Devices {
+		name, _, _ := strings.Cut(d, " ")
+		devices = append(devices, "/dev/"+name)
+	}
+	env = append(env, "devices: "+strings.Join(devices, ","))
 	return strings.Join(env, " "), nil
 }
 

@@ -681,3 +681,21 @@ func canLowerOOMScore() bool {
 	}
 	return false
 }
+
+// StandInDevices makes dir/nvidia0 ... nvidia<n-1>, character devices
+// with /dev/null's numbers: stand-ins for simulated GPUs' device nodes
+// (the simulation's deviceDir), which CDI specs can hand containers
+// harmlessly.
+func StandInDevices(dir string, n int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	const null = 1<<8 | 3 // major 1, minor 3
+	for i := range n {
+		path := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
+		if err := syscall.Mknod(path, syscall.S_IFCHR|0o666, null); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("making the stand-in device %s: %w", path, err)
+		}
+	}
+	return nil
+}

@@ -64,8 +64,8 @@ func TestRealNodeDemo(t *testing.T) {
 		t.Fatalf("the demo's summary says nothing of the real node:\n%s", out)
 	}
 	// The demo's own pod runs, and its container sees one of the real
-	// node's GPUs and its 4 GiB.
-	check := regexp.MustCompile(`default/real-node-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-\d{4}-\d{4} GPUSHARE_GPU_MEMORY_MIB=4096\n`)
+	// node's GPUs, its 4 GiB and that GPU's device node.
+	check := regexp.MustCompile(`default/real-node-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-\d{4}-\d{4} GPUSHARE_GPU_MEMORY_MIB=4096 devices: /dev/nvidia[01]\n`)
 	if !check.MatchString(summary) {
 		t.Errorf("the summary does not show default/real-node-check running with one GPU and 4096 MiB:\n%s", summary)
 	}

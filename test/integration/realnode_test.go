@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,7 +130,12 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 	if err := os.MkdirAll(sim, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(sim, "gpus.yaml"), []byte(realNodeGPUs), 0o644); err != nil {
+	// Stand-in device nodes, which the CDI specs hand the containers.
+	if err := controlplane.StandInDevices(filepath.Join(sim, "dev"), 4); err != nil {
+		t.Fatal(err)
+	}
+	gpus := realNodeGPUs + "deviceDir: " + filepath.Join(sim, "dev") + "\n"
+	if err := os.WriteFile(filepath.Join(sim, "gpus.yaml"), []byte(gpus), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stock, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig))
@@ -374,6 +380,16 @@ func (rc *realCluster) checkContainers(t *testing.T, pod *corev1.Pod) {
 			if got.Env[k] != v {
 				t.Errorf("%s (record: %s): %s=%q; want %q", what, describeAllocation(a), k, got.Env[k], v)
 			}
+		}
+		// The device nodes of its GPUs (the simulation's stand-ins,
+		// /dev/null's numbers), and no other GPU's.
+		var devices []string
+		for _, g := range ca.GPUs {
+			devices = append(devices, fmt.Sprintf("nvidia%d 1:3", g.Index))
+		}
+		slices.Sort(devices)
+		if !slices.Equal(got.Devices, devices) {
+			t.Errorf("%s (record: %s): device nodes %v; want %v", what, describeAllocation(a), got.Devices, devices)
 		}
 		t.Logf("%s sees %s", what, got.Env["NVIDIA_VISIBLE_DEVICES"])
 	}
