@@ -53,7 +53,7 @@ func (s NodeSpec) Inventory() *gpusharev1.GPUInventory {
 	return inv
 }
 
-// KwokAnnotation, valued "fake", marks the nodes kwok manages: it
+// KwokAnnotation marks, valued "fake", the nodes kwok manages: it
 // pretends to run their pods. A real node (StartRealNode) lacks it.
 const KwokAnnotation = "kwok.x-k8s.io/node"
 

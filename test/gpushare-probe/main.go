@@ -12,6 +12,9 @@
 //	                   each PATH exists and what is in it
 //	crash              exits 1 after printing its GPUs (a crash loop)
 //
+// Run as nvidia-cuda-mps-control it stands in for the MPS control
+// daemon and client (mps.go).
+//
 // and otherwise (no arguments, as the pod sandbox, a seed's own
 // arguments such as "nbody -benchmark", or a shell's script) waits until
 // SIGTERM.
@@ -32,6 +35,9 @@ import (
 
 func main() {
 	args := os.Args
+	if filepath.Base(args[0]) == "nvidia-cuda-mps-control" {
+		os.Exit(mpsControl(args[1:]))
+	}
 	if name := filepath.Base(args[0]); name == "sleep" || name == "true" {
 		args = append([]string{name}, args[1:]...)
 	} else {

@@ -76,6 +76,14 @@ const realNodeGPUs = "gpus:\n- {model: Tesla V100-SXM2-32GB, memoryMiB: 32768, c
 
 func startRealCluster(t *testing.T, values ...string) *realCluster {
 	t.Helper()
+	return startReal(t, false, values...)
+}
+
+// startReal is startRealCluster, with the chart's node.mps when mps is
+// set: the machine has no NVIDIA driver, so gpushare-node then supervises
+// gpushare-probe's stand-in for nvidia-cuda-mps-control (test/gpushare-probe/mps.go).
+func startReal(t *testing.T, mps bool, values ...string) *realCluster {
+	t.Helper()
 	if skip != "" {
 		t.Skip(skip)
 	}
@@ -138,6 +146,23 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 	if err := os.WriteFile(filepath.Join(sim, "gpus.yaml"), []byte(gpus), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	nodeArgs := `["--simulated-gpus=/etc/gpushare-sim/gpus.yaml"]`
+	if mps {
+		build := exec.Command("go", "build", "-o", filepath.Join(sim, "nvidia-cuda-mps-control"), "./test/gpushare-probe")
+		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building the MPS control stand-in: %v\n%s", err, out)
+		}
+		nodeArgs = `["--simulated-gpus=/etc/gpushare-sim/gpus.yaml","--mps-control=/etc/gpushare-sim/nvidia-cuda-mps-control"]`
+		values = append(values, "--set", "node.mps=true")
+		// The chart's MPS host paths, made on the host: removed after.
+		t.Cleanup(func() {
+			for _, d := range []string{mpsPipeDir, "/var/log/nvidia-mps", "/run/gpushare/mps-shm"} {
+				_ = os.RemoveAll(d)
+			}
+			_ = os.Remove("/run/gpushare") // if nothing else is there
+		})
+	}
 	stock, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +171,7 @@ func startRealCluster(t *testing.T, values ...string) *realCluster {
 		"--namespace", chartNamespace, "--create-namespace", "--wait", "--timeout", "4m",
 		"--set", "image.tag=" + imageTag, "--set", "scheduler.replicas=1", "--set", "scheduler.replaceDefault=true",
 		"--set", "node.cdiDir=" + rc.node.CDIDir,
-		"--set-json", `node.extraArgs=["--simulated-gpus=/etc/gpushare-sim/gpus.yaml"]`,
+		"--set-json", "node.extraArgs=" + nodeArgs,
 		"--set-json", `node.extraVolumes=[{"name":"sim","hostPath":{"path":"` + sim + `","type":"Directory"}}]`,
 		"--set-json", `node.extraVolumeMounts=[{"name":"sim","mountPath":"/etc/gpushare-sim","readOnly":true}]`,
 	}, seedValues...)
@@ -247,6 +272,77 @@ func TestRealNodeSeeds(t *testing.T) {
 				rc.checkContainers(t, &pods[i])
 			}
 		})
+	}
+}
+
+// mpsPipeDir is the chart's MPS pipe directory, the KETI system's.
+const mpsPipeDir = "/tmp/nvidia-mps"
+
+// TestRealNodeMPS: MPS pods on a real node whose gpushare-node runs with
+// the chart's node.mps, supervising a stand-in MPS control daemon (no
+// NVIDIA driver here). Seed 000 (KETI's nbody Job, unchanged: hostIPC and
+// its own mount of the pipe directory) and a pod with its own memory and
+// compute limits each see, from inside: their GPUs as checkContainers
+// checks them; the pipe directory named and mounted, holding the
+// daemon's control file; the daemon's shared memory at /dev/shm (its
+// marker there); and the MPS limits sized from their own requests.
+func TestRealNodeMPS(t *testing.T) {
+	rc := startReal(t, true)
+	ctx := context.Background()
+	if err := controlplane.Apply(ctx, rc.client, readFile(t, "examples/000-keti-nbody.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	limited := mpsPod("mps-limited", 8192)
+	limited.Annotations["gpushare.io/mps-compute"] = "25"
+	limited.Spec.Containers[0].Command = []string{"sleep", "infinity"}
+	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, limited, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := rc.runningPods(t, 2)
+	for i := range pods {
+		p := &pods[i]
+		rc.checkContainers(t, p)
+		a := record(t, p)
+		c := p.Spec.Containers[0]
+		var ca *gpusharev1.ContainerAllocation
+		for j := range a.Containers {
+			if a.Containers[j].Name == c.Name {
+				ca = &a.Containers[j]
+			}
+		}
+		if ca == nil || len(ca.GPUs) != 1 {
+			t.Errorf("%s/%s: record %s; want one GPU for container %s", p.Namespace, p.Name, describeAllocation(a), c.Name)
+			continue
+		}
+		got := rc.report(t, p.Namespace, p.Name, c.Name, mpsPipeDir, "/dev/shm")
+		what := p.Namespace + "/" + p.Name
+		// The limits are the record's share: no memory limit where it
+		// books none (seed 000 sets no GPUlimits), the thread share
+		// where it is under 100%.
+		g := ca.GPUs[0]
+		want := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": mpsPipeDir,
+			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": ""}
+		if g.MemoryMiB > 0 {
+			want["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("0=%dM", g.MemoryMiB)
+		}
+		if g.Compute > 0 && g.Compute < 100 {
+			want["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.FormatInt(g.Compute, 10)
+		}
+		if p.Name == limited.Name && (g.MemoryMiB != 8192 || g.Compute != 25) {
+			t.Errorf("%s: record gives %d MiB and %d%%; want its GPUlimits' 8192 MiB and mps-compute's 25%%", what, g.MemoryMiB, g.Compute)
+		}
+		for k, v := range want {
+			if got.Env[k] != v {
+				t.Errorf("%s: %s=%q; want %q", what, k, got.Env[k], v)
+			}
+		}
+		if !slices.Contains(got.Paths[mpsPipeDir], "control") {
+			t.Errorf("%s: %s holds %v; want the MPS control daemon's control file", what, mpsPipeDir, got.Paths[mpsPipeDir])
+		}
+		if !slices.ContainsFunc(got.Paths["/dev/shm"], func(e string) bool { return strings.HasPrefix(e, "gpushare-mps-standin-") }) {
+			t.Errorf("%s: /dev/shm holds %v; want the MPS daemon's (its marker)", what, got.Paths["/dev/shm"])
+		}
+		t.Logf("%s sees %s, pipe %v, shm %v", what, got.Env, got.Paths[mpsPipeDir], got.Paths["/dev/shm"])
 	}
 }
 
