@@ -155,6 +155,8 @@ type cycle struct {
 	rater *alloc.Rater
 	// start is when PreFilter began, for the decision latency.
 	start time.Time
+	// kubelet is what a node's kubelet counts of the pod (kubeletAsks).
+	kubelet map[corev1.ResourceName]int64
 
 	mu sync.Mutex
 	// ratings holds the rating of each node that passed Filter.
@@ -229,7 +231,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start,
-		ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
+		kubelet: kubeletAsks(pod, append(pl.model.Names(), gpusharev1.HookResource)), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
 	return nil, nil
 }
 
@@ -246,6 +248,9 @@ func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.
 		return fwk.AsStatus(err)
 	}
 	name := nodeInfo.Node().Name
+	if reason := kubeletShort(c.kubelet, nodeInfo); reason != "" {
+		return fwk.NewStatus(fwk.Unschedulable, Name+": "+reason)
+	}
 	var (
 		rating alloc.Rating
 		unfit  *alloc.Unfit

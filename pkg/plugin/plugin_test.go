@@ -514,3 +514,36 @@ func TestPluginWeighsGPUSupply(t *testing.T) {
 		t.Errorf("scores %v: want a G2 node first", got)
 	}
 }
+
+// TestPluginKubeletCapacity: a node whose kubelet advertises a managed
+// resource (a device plugin serves it there) takes no pod that needs more
+// of it than is free there, counted as the kubelet counts it: here
+// gpushare-node counts gpushare.io/gpu-mem in GiB-sized devices while the
+// scheduler reads MiB, the mismatch that made a real kubelet refuse pods
+// in a loop. A node that does not advertise the resource is gpushare's
+// alone to count.
+func TestPluginKubeletCapacity(t *testing.T) {
+	n1, n3 := gpuNode(t, "n1", 16384), gpuNode(t, "n3", 24576)
+	n1.Status.Allocatable = corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(16, k8sresource.DecimalSI)}
+	running := gpuPod("running", "default-scheduler", 10)
+	running.Spec.NodeName = "n1"
+	c := newClusterOf(t, []*corev1.Node{n1, n3}, running)
+	c.nodes = []*corev1.Node{n1, n3}
+	fw := c.profile("default-scheduler")
+	c.start()
+
+	_, statuses := c.filter(fw, gpuPod("mib", "default-scheduler", 8192))
+	s := statuses["n1"]
+	if s == nil || s.Code() != fwk.Unschedulable ||
+		!strings.Contains(s.Message(), "node's kubelet has 6 of 16 gpushare.io/gpu-mem free, pod needs 8192") {
+		t.Errorf("n1: %v; want Unschedulable with the kubelet's count", s)
+	}
+	if statuses["n3"] != nil {
+		t.Errorf("n3, which advertises no gpushare.io/gpu-mem: %v; want it to fit", statuses["n3"])
+	}
+	// Within what n1's kubelet has free, the pod passes.
+	_, statuses = c.filter(fw, gpuPod("few", "default-scheduler", 6))
+	if statuses["n1"] != nil {
+		t.Errorf("a pod asking 6 on n1 with 6 free: %v; want it to fit", statuses["n1"])
+	}
+}

@@ -1,0 +1,59 @@
+package plugin
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	podresource "k8s.io/component-helpers/resource"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// kubeletAsks returns the pod's effective requests (Kubernetes' rule for
+// init containers and sidecars) of the resources gpushare manages, by
+// name; nil if it asks none.
+//
+// kube-scheduler's NodeResourcesFit leaves these resources to gpushare
+// (ignoredResourceGroups), but a node's kubelet still counts those a
+// device plugin serves there, in the device plugin's units, and refuses a
+// pod that needs more than are free (UnexpectedAdmissionError): a pod
+// that its ReplicaSet then recreates at once, over and over. So Filter
+// holds each node to what its kubelet advertises (kubeletShort).
+func kubeletAsks(pod *corev1.Pod, managed []corev1.ResourceName) map[corev1.ResourceName]int64 {
+	var asks map[corev1.ResourceName]int64
+	for name, q := range podresource.PodRequests(pod, podresource.PodResourcesOptions{}) {
+		if v := q.Value(); v > 0 && slices.Contains(managed, name) {
+			if asks == nil {
+				asks = map[corev1.ResourceName]int64{}
+			}
+			asks[name] = v
+		}
+	}
+	return asks
+}
+
+// kubeletShort says why node's kubelet would refuse a pod with asks: a
+// resource that the node advertises (a device plugin serves it there)
+// with fewer units free than the pod needs; "" if none. Resources the
+// node does not advertise (served through gpushare's hooks, or a node
+// without a kubelet) are gpushare's alone to count.
+func kubeletShort(asks map[corev1.ResourceName]int64, node fwk.NodeInfo) string {
+	if len(asks) == 0 {
+		return ""
+	}
+	allocatable := node.GetAllocatable().GetScalarResources()
+	requested := node.GetRequested().GetScalarResources()
+	for _, name := range slices.Sorted(maps.Keys(asks)) {
+		total, ok := allocatable[name]
+		if !ok {
+			continue
+		}
+		if free := total - requested[name]; asks[name] > free {
+			return fmt.Sprintf("node's kubelet has %d of %d %s free, pod needs %d: it would refuse the pod "+
+				"(is gpushare-node on that node counting %s in other units than the scheduler? give it the scheduler's resource model)",
+				max(free, 0), total, name, asks[name], name)
+		}
+	}
+	return ""
+}
