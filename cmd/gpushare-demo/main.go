@@ -1,8 +1,10 @@
 // Command gpushare-demo starts a local GPU cluster: a real control plane
-// with kwok's simulated GPU nodes and gpushare-scheduler, applies the
-// example workloads of the Aliyun system, the KETI system and the Elastic
-// GPU Scheduler (examples/) and prints where every container landed. The cluster keeps
-// running; `gpushare-demo down` (make demo-down) stops it.
+// with kwok's simulated GPU nodes, as root a real node (a kubelet and
+// containerd that start its pods' containers), and gpushare-scheduler.
+// It applies the example workloads of the Aliyun system, the KETI system
+// and the Elastic GPU Scheduler (examples/) and prints where every
+// container landed. The cluster keeps running; `gpushare-demo down` (make
+// demo-down) stops it.
 package main
 
 import (
@@ -60,7 +62,7 @@ func main() {
 	case "serve-image":
 		err = serveImage(*listen, fs.Arg(1))
 	default:
-		err = fmt.Errorf("unknown command %q: want up or down", cmd)
+		err = fmt.Errorf("unknown command %q: want up, down or serve-image", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpushare-demo:", err)

@@ -94,6 +94,7 @@ func startRealNode(ctx context.Context, c *controlplane.Cluster, o options, sche
 		SandboxImage: probeRef + ":" + tag,
 		Mirror:       mirror,
 		Labels:       map[string]string{"gpushare": "true"},
+		Detached:     true,
 	})
 	if err != nil {
 		return err
@@ -195,7 +196,7 @@ func printRealPods(ctx context.Context, c *controlplane.Cluster, client kubernet
 		}
 	}
 	fmt.Printf("\nPods whose containers really run (node %s: kubelet, containerd, runc); the other nodes are kwok's and only pretend.\n", realNode.Name)
-	fmt.Printf("What each GPU pod's first container sees (kubectl exec POD -- gpushare-probe report):\n")
+	fmt.Printf("What each running pod's first container sees (kubectl exec POD -- gpushare-probe report):\n")
 	for _, p := range pods {
 		if p.Namespace == metav1.NamespaceSystem {
 			// The pod that only lends gpushare-node its token: the

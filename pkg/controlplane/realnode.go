@@ -43,6 +43,10 @@ type RealNodeOptions struct {
 	Mirror string
 	// Labels are the Node's, as the kubelet registers it.
 	Labels map[string]string
+	// Detached marks a node that outlives the process starting it (the
+	// demo's): StopRealNode stops it, and no other run takes it for one
+	// a dead run left.
+	Detached bool
 }
 
 // A RealNode is a kubelet and containerd, with runc and the CNI bridge,
@@ -69,6 +73,7 @@ type RealNode struct {
 	containerd  *Process
 	kubelet     *Process
 	restarts    int
+	detached    bool
 }
 
 // KubeletRoot is the real node's kubelet --root-dir. The kubelet serves
@@ -82,12 +87,21 @@ const rootMarker = ".gpushare-real-node"
 
 // claimKubeletRoot makes KubeletRoot for a real node, or refuses: a
 // kubelet serves there, or it is some other kubelet's directory. A real
-// node that a killed run left is stopped first.
+// node left by a run that died (killed, or timed out) is stopped first;
+// a detached one (the demo's) is left to its owner.
 func claimKubeletRoot() error {
 	sock := filepath.Join(KubeletRoot, "device-plugins", "kubelet.sock")
 	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 		_ = conn.Close()
-		return fmt.Errorf("a kubelet already serves %s: one real node per machine (stop the other, e.g. make demo-down)", sock)
+		m, ok := readMarker()
+		switch {
+		case !ok:
+			return fmt.Errorf("a kubelet already serves %s and it is not a gpushare real node's: not touching it", sock)
+		case m.Detached:
+			return fmt.Errorf("the demo's real node serves %s: one real node per machine (stop it with make demo-down)", sock)
+		case m.Owner.alive():
+			return fmt.Errorf("a real node of another run (pid %d) serves %s: one real node per machine", m.Owner.PID, sock)
+		}
 	}
 	if err := StopRealNode(); err != nil {
 		return err
@@ -95,36 +109,110 @@ func claimKubeletRoot() error {
 	if err := os.MkdirAll(KubeletRoot, 0o750); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), nil, 0o600)
+	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), []byte("{}"), 0o600)
 }
 
 // marker is what KubeletRoot's marker file records of the real node that
 // made it: enough for another process (gpushare-demo down), or the next
-// real node after a killed run, to stop it (StopRealNode).
+// real node after a run that died, to stop it (StopRealNode).
 type marker struct {
-	// Kubelet and Containerd are their process groups.
-	Kubelet    int `json:"kubelet,omitempty"`
-	Containerd int `json:"containerd,omitempty"`
-	// Socket is containerd's, Dir the node's directory.
+	// Owner is the process that started the node; Detached is set when
+	// the node outlives it (the demo's).
+	Owner    proc `json:"owner"`
+	Detached bool `json:"detached,omitempty"`
+	// Kubelet and Containerd lead their process groups.
+	Kubelet    proc `json:"kubelet"`
+	Containerd proc `json:"containerd"`
+	// Socket is containerd's, Dir the node's directory (absolute).
 	Socket string `json:"socket,omitempty"`
 	Dir    string `json:"dir,omitempty"`
 }
 
-// StopRealNode stops the real node that KubeletRoot's marker records, if
-// there is one: the kubelet, then the pods' containers (through the CRI,
-// and by their cgroups and shims what that leaves), then containerd; it
-// unmounts and removes what the node made, KubeletRoot and the bridge
-// included. It refuses a KubeletRoot that a real node did not make.
-func StopRealNode() error {
+// readMarker reads KubeletRoot's marker; false if there is none or it
+// cannot be read.
+func readMarker() (marker, bool) {
+	var m marker
 	b, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		return m, false
+	}
+	return m, true
+}
+
+// writeMarker writes m as KubeletRoot's marker.
+func writeMarker(m marker) error {
+	b, err := json.Marshal(m)
 	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), b, 0o600)
+}
+
+// proc names a process by its PID and its start time (in clock ticks
+// since boot, /proc/PID/stat's 22nd field): a PID from a marker that
+// outlived its process (a reboot, a crash) may name another process
+// since, which must not be signalled.
+type proc struct {
+	PID   int    `json:"pid,omitempty"`
+	Start uint64 `json:"start,omitempty"`
+}
+
+// procOf names process pid as it runs now.
+func procOf(pid int) proc {
+	start, _ := procStart(pid)
+	return proc{PID: pid, Start: start}
+}
+
+// alive reports whether p still runs (not a zombie): the same PID, started
+// at the same time.
+func (p proc) alive() bool {
+	if p.PID <= 1 || p.Start == 0 {
+		return false
+	}
+	start, running := procStart(p.PID)
+	return running && start == p.Start
+}
+
+// procStart returns when process pid started, and whether it runs (it
+// exists and is not a zombie).
+func procStart(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command, field 2, is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (the state), so field 22 is f[19].
+	if len(f) < 20 {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	return start, err == nil && f[0] != "Z"
+}
+
+// StopRealNode stops the real node that KubeletRoot's marker records, if
+// there is one, and removes what it made (stopNode). It refuses a
+// KubeletRoot that a real node did not make.
+func StopRealNode() error {
+	if _, err := os.Stat(filepath.Join(KubeletRoot, rootMarker)); err != nil {
 		if entries, rerr := os.ReadDir(KubeletRoot); rerr == nil && len(entries) > 0 {
 			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", KubeletRoot)
 		}
 		return nil
 	}
-	var m marker
-	_ = json.Unmarshal(b, &m) // an empty or older marker: clean up what is known
+	m, _ := readMarker() // unreadable: nothing to stop, but still remove what is known
+	return stopNode(m)
+}
+
+// stopNode stops the kubelet, then the pods' containers (through the
+// CRI, and by their cgroups and shims what that leaves), then containerd;
+// and unmounts and removes what the node made: its mounts, its pod
+// cgroups, KubeletRoot and the bridge.
+func stopNode(m marker) error {
 	terminate(m.Kubelet)
 	stopPods(m.Socket)
 	terminate(m.Containerd)
@@ -133,6 +221,7 @@ func StopRealNode() error {
 		unmountUnder(m.Dir)
 	}
 	unmountUnder(KubeletRoot)
+	removeCgroups()
 	_ = exec.Command("ip", "link", "del", bridgeName).Run()
 	return os.RemoveAll(KubeletRoot)
 }
@@ -140,27 +229,23 @@ func StopRealNode() error {
 // RealNodeDir returns the directory of the real node that KubeletRoot's
 // marker records; "" if none.
 func RealNodeDir() string {
-	b, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
-	if err != nil {
-		return ""
-	}
-	var m marker
-	if json.Unmarshal(b, &m) != nil {
-		return ""
-	}
+	m, _ := readMarker()
 	return m.Dir
 }
 
-// terminate stops process group pid: SIGTERM, then SIGKILL after 30 s.
-func terminate(pid int) {
-	if pid <= 1 || syscall.Kill(-pid, syscall.SIGTERM) != nil {
+// terminate stops process group p: SIGTERM, then SIGKILL after 30 s; not
+// if p no longer runs.
+func terminate(p proc) {
+	if !p.alive() || syscall.Kill(-p.PID, syscall.SIGTERM) != nil {
 		return
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+	for p.alive() && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if p.alive() {
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	}
 }
 
 // stopPods stops and removes every pod sandbox of the containerd on
@@ -186,9 +271,10 @@ func stopPods(socket string) {
 
 // killLeftovers kills what outlives containerd when the CRI could not
 // stop it (containerd killed or not answering): the processes in the
-// kubelet's pod cgroups, then the shims of the containerd on socket.
+// node's pod cgroups (under cgroupRoot, nobody else's), then the shims of
+// the containerd on socket.
 func killLeftovers(socket string) {
-	for _, root := range []string{"/sys/fs/cgroup/pids/kubepods", "/sys/fs/cgroup/kubepods"} {
+	for _, root := range cgroupRoots() {
 		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
@@ -251,7 +337,11 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 	if os.Geteuid() != 0 {
 		return nil, errors.New("a real node needs root: the kubelet and containerd manage cgroups, mounts and network namespaces")
 	}
-	n := &RealNode{Name: o.Name, c: c, dir: c.path("nodes", o.Name), KubeletDir: KubeletRoot}
+	dir, err := filepath.Abs(c.path("nodes", o.Name))
+	if err != nil {
+		return nil, err
+	}
+	n := &RealNode{Name: o.Name, c: c, dir: dir, KubeletDir: KubeletRoot, detached: o.Detached}
 	if err := claimKubeletRoot(); err != nil {
 		return nil, err
 	}
@@ -269,6 +359,9 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if err := makeCgroups(); err != nil {
+		return nil, err
 	}
 	if err := n.startNetwork(); err != nil {
 		return nil, err
@@ -442,6 +535,7 @@ resolvConf: ""
 serializeImagePulls: false
 syncFrequency: 10s
 nodeStatusReportFrequency: 10s
+cgroupRoot: /%[7]s
 `
 
 func (n *RealNode) writeKubeletConfig(o RealNodeOptions) error {
@@ -449,7 +543,7 @@ func (n *RealNode) writeKubeletConfig(o RealNodeOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf(kubeletConfig, n.Socket, ports[0], ports[1], n.c.kubeletClientCA, filepath.Join(n.dir, "pod-logs"), gatewayIP)
+	cfg := fmt.Sprintf(kubeletConfig, n.Socket, ports[0], ports[1], n.c.kubeletClientCA, filepath.Join(n.dir, "pod-logs"), gatewayIP, cgroupRoot)
 	n.kubeletCfg = filepath.Join(n.dir, "kubelet.yaml")
 	if err := os.WriteFile(n.kubeletCfg, []byte(cfg), 0o600); err != nil {
 		return err
@@ -514,17 +608,23 @@ func (n *RealNode) startKubelet(ctx context.Context) error {
 }
 
 // recordPIDs writes KubeletRoot's marker: what StopRealNode needs to
-// stop this node from another process, or after this run is killed.
+// stop this node from another process, or after this run dies.
 func (n *RealNode) recordPIDs() {
-	m := marker{Socket: n.Socket, Dir: n.dir}
-	if n.kubelet != nil {
-		m.Kubelet = n.kubelet.Cmd.Process.Pid
+	if err := writeMarker(n.marker()); err != nil {
+		fmt.Fprintf(os.Stderr, "recording the real node in %s: %v\n", KubeletRoot, err)
 	}
-	if n.containerd != nil {
-		m.Containerd = n.containerd.Cmd.Process.Pid
+}
+
+// marker is what KubeletRoot's marker records of n.
+func (n *RealNode) marker() marker {
+	m := marker{Owner: procOf(os.Getpid()), Detached: n.detached, Socket: n.Socket, Dir: n.dir}
+	if n.kubelet != nil && !n.kubelet.Exited() {
+		m.Kubelet = procOf(n.kubelet.Cmd.Process.Pid)
 	}
-	b, _ := json.Marshal(m)
-	_ = os.WriteFile(filepath.Join(KubeletRoot, rootMarker), b, 0o600)
+	if n.containerd != nil && !n.containerd.Exited() {
+		m.Containerd = procOf(n.containerd.Cmd.Process.Pid)
+	}
+	return m
 }
 
 // waitReady waits until the Node reports Ready in a heartbeat of a
@@ -630,9 +730,59 @@ func (n *RealNode) stop() {
 	if n.forward != nil {
 		_ = n.forward.Close()
 	}
-	_ = os.WriteFile(filepath.Join(KubeletRoot, rootMarker), []byte(fmt.Sprintf(`{"socket":%q,"dir":%q}`, n.Socket, n.dir)), 0o600)
-	if err := StopRealNode(); err != nil {
+	if err := stopNode(n.marker()); err != nil {
 		fmt.Fprintf(os.Stderr, "removing the real node: %v\n", err)
+	}
+}
+
+// cgroupRoot is the real node's kubelet --cgroup-root: its pods' cgroups
+// are under it, apart from any other kubelet's, and what a dead run left
+// there is this node's to kill (killLeftovers).
+const cgroupRoot = "gpushare-real-node"
+
+// cgroupRoots returns cgroupRoot's directory in each cgroup hierarchy
+// mounted under /sys/fs/cgroup (one per v1 controller, or the v2
+// hierarchy itself).
+func cgroupRoots() []string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return []string{filepath.Join("/sys/fs/cgroup", cgroupRoot)}
+	}
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	var roots []string
+	for _, e := range entries {
+		// Controllers mounted together appear once, plus symbolic links.
+		if e.IsDir() && e.Type()&os.ModeSymlink == 0 {
+			roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name(), cgroupRoot))
+		}
+	}
+	return roots
+}
+
+// makeCgroups makes cgroupRoot in every hierarchy: the kubelet refuses a
+// --cgroup-root that does not exist.
+func makeCgroups() error {
+	for _, root := range cgroupRoots() {
+		if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("making the real node's cgroup %s: %w", root, err)
+		}
+	}
+	return nil
+}
+
+// removeCgroups removes cgroupRoot and the cgroups under it, deepest
+// first (a cgroup is removed with rmdir once it holds no process).
+func removeCgroups() {
+	for _, root := range cgroupRoots() {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = syscall.Rmdir(dirs[i])
+		}
 	}
 }
 

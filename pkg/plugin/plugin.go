@@ -485,7 +485,26 @@ func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.podReleased},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: pl.podUpdated},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.inventoryChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.allocatableGrew},
 	}, nil
+}
+
+// allocatableGrew requeues a pod when a node's kubelet advertises more of
+// a resource the pod asks (kubeletShort): a device plugin registered
+// again, after a kubelet or node daemon restart.
+func (pl *GPUShare) allocatableGrew(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	o, okOld := oldObj.(*corev1.Node)
+	n, okNew := newObj.(*corev1.Node)
+	if !okOld || !okNew {
+		return fwk.Queue, nil
+	}
+	for name := range kubeletAsks(pod, append(pl.model.Names(), gpusharev1.HookResource)) {
+		was, had := o.Status.Allocatable[name]
+		if now, has := n.Status.Allocatable[name]; had && (!has || now.Cmp(was) > 0) {
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
 }
 
 // The hints apply the event to the cache themselves before they requeue

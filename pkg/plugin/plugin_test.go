@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -545,5 +546,38 @@ func TestPluginKubeletCapacity(t *testing.T) {
 	_, statuses = c.filter(fw, gpuPod("few", "default-scheduler", 6))
 	if statuses["n1"] != nil {
 		t.Errorf("a pod asking 6 on n1 with 6 free: %v; want it to fit", statuses["n1"])
+	}
+
+	// The pod turned away is retried when a kubelet advertises more of
+	// what it asks (a device plugin registered again), not on other
+	// allocatable changes.
+	var hint fwk.QueueingHintFn
+	for _, ext := range fw.EnqueueExtensions() {
+		events, err := ext.EventsToRegister(c.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events {
+			if e.Event.Resource == fwk.Node && e.Event.ActionType == fwk.UpdateNodeAllocatable {
+				hint = e.QueueingHintFn
+			}
+		}
+	}
+	if hint == nil {
+		t.Fatal("GPUShare registers no hint for a node's allocatable changing")
+	}
+	grown := n1.DeepCopy()
+	grown.Status.Allocatable["gpushare.io/gpu-mem"] = *k8sresource.NewQuantity(32768, k8sresource.DecimalSI)
+	cpu := n1.DeepCopy()
+	cpu.Status.Allocatable[corev1.ResourceCPU] = *k8sresource.NewQuantity(8, k8sresource.DecimalSI)
+	pod := gpuPod("mib", "default-scheduler", 8192)
+	for _, tc := range []struct {
+		what string
+		to   *corev1.Node
+		want fwk.QueueingHint
+	}{{"more gpushare.io/gpu-mem", grown, fwk.Queue}, {"more CPU", cpu, fwk.QueueSkip}} {
+		if got, err := hint(klog.Background(), pod, n1, tc.to); err != nil || got != tc.want {
+			t.Errorf("%s: hint %v, %v; want %v", tc.what, got, err, tc.want)
+		}
 	}
 }

@@ -271,9 +271,10 @@ func eventNote(t *testing.T, client kubernetes.Interface, ns, name, reason, want
 func eventNoteWithin(t *testing.T, d time.Duration, client kubernetes.Interface, ns, name, reason, want string) string {
 	t.Helper()
 	var last string
+	var listErr error
 	err := waitFor(d, func() (bool, error) {
 		evs, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
+		if listErr = err; err != nil {
 			return false, nil // the apiserver, busy or restarting: ask again
 		}
 		for _, e := range evs.Items {
@@ -287,6 +288,9 @@ func eventNoteWithin(t *testing.T, d time.Duration, client kubernetes.Interface,
 		return false, nil
 	})
 	if err != nil {
+		if listErr != nil {
+			err = fmt.Errorf("%w; the last List failed: %w", err, listErr)
+		}
 		t.Fatalf("no %s event for %s/%s containing %q (last: %q): %v", reason, ns, name, want, last, err)
 	}
 	return last

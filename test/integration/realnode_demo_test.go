@@ -32,17 +32,25 @@ func TestRealNodeDemo(t *testing.T) {
 		}
 		t.Skip(why)
 	}
-	images := images(t)
+	layouts := images(t)
 	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/gpushare-demo", "./cmd/gpushare-node")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the demo: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
+	t.Cleanup(func() {
+		if t.Failed() {
+			if keep := logDir(t); keep != "" {
+				_ = os.CopyFS(keep, os.DirFS(filepath.Join(dir, "logs")))
+				t.Logf("the demo's logs kept in %s", keep)
+			}
+		}
+	})
 	demo := func(args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(binDir, "gpushare-demo"), append([]string{"--dir=" + dir,
 			"--scheduler=" + schedulerBin, "--node-daemon=" + filepath.Join(binDir, "gpushare-node"),
-			"--probe-image=" + filepath.Join(images, "gpushare-probe")}, args...)...)
+			"--probe-image=" + filepath.Join(layouts, "gpushare-probe")}, args...)...)
 		var out bytes.Buffer
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &out
 		err := cmd.Run()
@@ -65,9 +73,9 @@ func TestRealNodeDemo(t *testing.T) {
 	}
 	// The demo's own pod runs, and its container sees one of the real
 	// node's GPUs, its 4 GiB and that GPU's device node.
-	check := regexp.MustCompile(`default/real-node-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-\d{4}-\d{4} GPUSHARE_GPU_MEMORY_MIB=4096 devices: /dev/nvidia[01]\n`)
-	if !check.MatchString(summary) {
-		t.Errorf("the summary does not show default/real-node-check running with one GPU and 4096 MiB:\n%s", summary)
+	check := regexp.MustCompile(`default/real-node-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-0000-000(\d) GPUSHARE_GPU_MEMORY_MIB=4096 devices: /dev/nvidia(\d)\n`)
+	if m := check.FindStringSubmatch(summary); m == nil || m[1] != m[2] {
+		t.Errorf("the summary does not show default/real-node-check running with one GPU, its device node and 4096 MiB:\n%s", summary)
 	}
 	if strings.Contains(summary, "could not ask") {
 		t.Errorf("the demo could not ask a running container what it sees:\n%s", summary)
@@ -91,7 +99,7 @@ func TestRealNodeDemo(t *testing.T) {
 	for line := range strings.SplitSeq(strings.TrimSpace(string(pids)), "\n") {
 		var pid int
 		var name string
-		if _, err := fmt.Sscan(line, &pid, &name); err == nil && pid > 1 && syscall.Kill(pid, 0) == nil {
+		if _, err := fmt.Sscan(line, &pid, &name); err == nil && pid > 1 && runs(pid) {
 			t.Errorf("make demo-down left %s (pid %d) running", name, pid)
 		}
 	}
@@ -101,4 +109,18 @@ func TestRealNodeDemo(t *testing.T) {
 			t.Errorf("make demo-down left a shim: %s", bytes.ReplaceAll(b, []byte{0}, []byte(" ")))
 		}
 	}
+}
+
+// runs reports whether process pid runs: it exists and is not a zombie
+// (an orphan whose parent, PID 1 here, has not reaped it yet).
+func runs(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || !bytes.HasPrefix(bytes.TrimSpace(b[i+1:]), []byte("Z"))
 }

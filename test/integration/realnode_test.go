@@ -99,6 +99,24 @@ func startReal(t *testing.T, mps bool, values ...string) *realCluster {
 		}
 		t.Skip(why)
 	}
+	if mps {
+		// The chart's MPS host paths are NVIDIA's defaults: a machine that
+		// runs MPS has them, and they are not the test's to remove. Those
+		// the test makes go after the cluster stops (this cleanup runs
+		// after the cluster's).
+		mpsDirs := []string{mpsPipeDir, "/var/log/nvidia-mps", "/run/gpushare/mps-shm"}
+		for _, d := range mpsDirs {
+			if _, err := os.Stat(d); err == nil {
+				t.Fatalf("%s exists: this machine may run MPS; the MPS test uses the chart's default host paths and would share them", d)
+			}
+		}
+		t.Cleanup(func() {
+			for _, d := range mpsDirs {
+				_ = os.RemoveAll(d)
+			}
+			_ = os.Remove("/run/gpushare") // if nothing else is there
+		})
+	}
 	dir := images(t)
 	ctx := context.Background()
 	c, err := controlplane.Start(ctx, controlplane.Options{Tools: tools, NoKwok: true})
@@ -155,13 +173,6 @@ func startReal(t *testing.T, mps bool, values ...string) *realCluster {
 		}
 		nodeArgs = `["--simulated-gpus=/etc/gpushare-sim/gpus.yaml","--mps-control=/etc/gpushare-sim/nvidia-cuda-mps-control"]`
 		values = append(values, "--set", "node.mps=true")
-		// The chart's MPS host paths, made on the host: removed after.
-		t.Cleanup(func() {
-			for _, d := range []string{mpsPipeDir, "/var/log/nvidia-mps", "/run/gpushare/mps-shm"} {
-				_ = os.RemoveAll(d)
-			}
-			_ = os.Remove("/run/gpushare") // if nothing else is there
-		})
 	}
 	stock, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig))
 	if err != nil {
@@ -328,8 +339,11 @@ func TestRealNodeMPS(t *testing.T) {
 		if g.Compute > 0 && g.Compute < 100 {
 			want["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.FormatInt(g.Compute, 10)
 		}
-		if p.Name == limited.Name && (g.MemoryMiB != 8192 || g.Compute != 25) {
+		switch {
+		case p.Name == limited.Name && (g.MemoryMiB != 8192 || g.Compute != 25):
 			t.Errorf("%s: record gives %d MiB and %d%%; want its GPUlimits' 8192 MiB and mps-compute's 25%%", what, g.MemoryMiB, g.Compute)
+		case p.Name != limited.Name && (g.MemoryMiB != 0 || g.Compute != 10):
+			t.Errorf("%s: record gives %d MiB and %d%%; want seed 000's: no memory (no GPUlimits) and the default 10%%", what, g.MemoryMiB, g.Compute)
 		}
 		for k, v := range want {
 			if got.Env[k] != v {
@@ -375,27 +389,42 @@ func (rc *realCluster) runningPods(t *testing.T, n int) []corev1.Pod {
 	return pods
 }
 
+// logDir makes a directory for a failed test's logs: under
+// $GPUSHARE_TEST_LOGS if set, else a new temporary one; "" if it cannot.
+func logDir(t *testing.T) string {
+	name := strings.ReplaceAll(t.Name(), "/", "_")
+	dir := os.Getenv("GPUSHARE_TEST_LOGS")
+	var err error
+	if dir != "" {
+		dir = filepath.Join(dir, name)
+		err = os.MkdirAll(dir, 0o755)
+	} else {
+		dir, err = os.MkdirTemp("", "gpushare-"+name+"-")
+	}
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return ""
+	}
+	return dir
+}
+
 // keepLogs saves a failed test's evidence, every process's log and the
 // state of every pod, in a directory it names in one line
 // ($GPUSHARE_TEST_LOGS, or a new temporary one): printed inline, the
 // logs would bury the failure itself.
 func (rc *realCluster) keepLogs(t *testing.T) {
-	dir := os.Getenv("GPUSHARE_TEST_LOGS")
-	var err error
-	if dir != "" {
-		dir = filepath.Join(dir, t.Name())
-		err = os.MkdirAll(dir, 0o755)
-	} else {
-		dir, err = os.MkdirTemp("", "gpushare-"+t.Name()+"-")
-	}
-	if err != nil {
-		t.Logf("keeping the logs: %v", err)
+	dir := logDir(t)
+	if dir == "" {
 		return
 	}
 	for _, p := range rc.c.Processes() {
 		if b, err := os.ReadFile(p.Log); err == nil {
 			_ = os.WriteFile(filepath.Join(dir, p.Name+".log"), b, 0o644)
 		}
+	}
+	// The containers' own logs: the chart's scheduler and node daemon.
+	if err := os.CopyFS(filepath.Join(dir, "pod-logs"), os.DirFS(filepath.Join(rc.c.Dir, "nodes", "gpu-real", "pod-logs"))); err != nil {
+		t.Logf("keeping the pods' logs: %v", err)
 	}
 	var pods strings.Builder
 	if list, err := rc.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{}); err != nil {
