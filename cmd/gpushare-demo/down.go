@@ -4,25 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
-// alive reports whether pid runs: it exists (signal 0 probes without
-// signalling) and is not a zombie, which an orphan stays where PID 1 does
-// not reap.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
-}
+// alive reports whether pid runs, a zombie not counted
+// (controlplane.Runs).
+func alive(pid int) bool { return controlplane.Runs(pid) }
 
 func running(dir string) bool {
 	pids, err := readPIDs(dir)

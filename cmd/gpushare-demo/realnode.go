@@ -18,9 +18,7 @@ import (
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
-	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
@@ -60,11 +58,7 @@ func realNodeMissing(c *controlplane.Cluster, o options) string {
 // resource model (the kubelet must count each resource in the unit the
 // scheduler does) and, with the hook policy, --hook-memory.
 func startRealNode(ctx context.Context, c *controlplane.Cluster, o options, schedulerConfig []byte) error {
-	args, err := configv1.LoadArgsFrom(schedulerConfig)
-	if err != nil {
-		return fmt.Errorf("the scheduler's configuration: %w", err)
-	}
-	raw, err := yaml.Marshal(args)
+	raw, err := argsYAML(schedulerConfig)
 	if err != nil {
 		return err
 	}

@@ -218,6 +218,16 @@ func up(ctx context.Context, o options) (err error) {
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
 
+// argsYAML returns the GPUShare args of the scheduler's configuration as
+// the args file the chart gives gpushare-node.
+func argsYAML(schedulerConfig []byte) ([]byte, error) {
+	args, err := configv1.LoadArgsFrom(schedulerConfig)
+	if err != nil {
+		return nil, fmt.Errorf("the scheduler's configuration: %w", err)
+	}
+	return yaml.Marshal(args)
+}
+
 // argsConfigMap is the ConfigMap the demo publishes the scheduler's
 // GPUShareArgs in, under the chart's label and key.
 const argsConfigMap = "gpushare-args"
@@ -225,11 +235,7 @@ const argsConfigMap = "gpushare-args"
 // publishArgs stores the GPUShare args of the scheduler's configuration
 // in kube-system/gpushare-args, labelled and keyed as the chart's.
 func publishArgs(ctx context.Context, client kubernetes.Interface, schedulerConfig []byte) error {
-	args, err := configv1.LoadArgsFrom(schedulerConfig)
-	if err != nil {
-		return fmt.Errorf("the scheduler's configuration: %w", err)
-	}
-	raw, err := yaml.Marshal(args)
+	raw, err := argsYAML(schedulerConfig)
 	if err != nil {
 		return err
 	}

@@ -173,6 +173,14 @@ func (p proc) alive() bool {
 	return running && start == p.Start
 }
 
+// Runs reports whether process pid runs: it exists and is not a zombie,
+// as an orphan stays until PID 1 reaps it, which some machines' PID 1
+// does late.
+func Runs(pid int) bool {
+	_, running := procStart(pid)
+	return running
+}
+
 // procStart returns when process pid started, and whether it runs (it
 // exists and is not a zombie).
 func procStart(pid int) (uint64, bool) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -19,19 +18,7 @@ import (
 // demo-down stops it all, leaving no kubelet directory, bridge, shim or
 // process behind.
 func TestRealNodeDemo(t *testing.T) {
-	if skip != "" {
-		t.Skip(skip)
-	}
-	if err := tools.RealNodeTools(); err != nil || os.Geteuid() != 0 {
-		why := "the real node needs root"
-		if err != nil {
-			why = err.Error()
-		}
-		if os.Getenv("GPUSHARE_REQUIRE_CLUSTER") == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	needRealNode(t)
 	layouts := images(t)
 	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/gpushare-demo", "./cmd/gpushare-node")
 	build.Dir = root
@@ -99,7 +86,7 @@ func TestRealNodeDemo(t *testing.T) {
 	for line := range strings.SplitSeq(strings.TrimSpace(string(pids)), "\n") {
 		var pid int
 		var name string
-		if _, err := fmt.Sscan(line, &pid, &name); err == nil && pid > 1 && runs(pid) {
+		if _, err := fmt.Sscan(line, &pid, &name); err == nil && pid > 1 && controlplane.Runs(pid) {
 			t.Errorf("make demo-down left %s (pid %d) running", name, pid)
 		}
 	}
@@ -109,18 +96,4 @@ func TestRealNodeDemo(t *testing.T) {
 			t.Errorf("make demo-down left a shim: %s", bytes.ReplaceAll(b, []byte{0}, []byte(" ")))
 		}
 	}
-}
-
-// runs reports whether process pid runs: it exists and is not a zombie
-// (an orphan whose parent, PID 1 here, has not reaped it yet).
-func runs(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || !bytes.HasPrefix(bytes.TrimSpace(b[i+1:]), []byte("Z"))
 }

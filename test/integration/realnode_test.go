@@ -74,21 +74,14 @@ type realCluster struct {
 // serves.
 const realNodeGPUs = "gpus:\n- {model: Tesla V100-SXM2-32GB, memoryMiB: 32768, count: 4}\n"
 
-func startRealCluster(t *testing.T, values ...string) *realCluster {
-	t.Helper()
-	return startReal(t, false, values...)
-}
-
-// startReal is startRealCluster, with the chart's node.mps when mps is
-// set: the machine has no NVIDIA driver, so gpushare-node then supervises
-// gpushare-probe's stand-in for nvidia-cuda-mps-control (test/gpushare-probe/mps.go).
-func startReal(t *testing.T, mps bool, values ...string) *realCluster {
+// needRealNode skips the test without root or the real node's binaries,
+// saying why, unless the run requires the cluster (make node-test, CI):
+// then it fails.
+func needRealNode(t *testing.T) {
 	t.Helper()
 	if skip != "" {
 		t.Skip(skip)
 	}
-	// Root and the node's binaries, or a skip that says why, unless the
-	// run requires the cluster (make node-test, CI).
 	if err := tools.RealNodeTools(); err != nil || os.Geteuid() != 0 {
 		why := "the real node needs root"
 		if err != nil {
@@ -99,6 +92,19 @@ func startReal(t *testing.T, mps bool, values ...string) *realCluster {
 		}
 		t.Skip(why)
 	}
+}
+
+func startRealCluster(t *testing.T, values ...string) *realCluster {
+	t.Helper()
+	return startReal(t, false, values...)
+}
+
+// startReal is startRealCluster, with the chart's node.mps when mps is
+// set: the machine has no NVIDIA driver, so gpushare-node then supervises
+// gpushare-probe's stand-in for nvidia-cuda-mps-control (test/gpushare-probe/mps.go).
+func startReal(t *testing.T, mps bool, values ...string) *realCluster {
+	t.Helper()
+	needRealNode(t)
 	if mps {
 		// The chart's MPS host paths are NVIDIA's defaults: a machine that
 		// runs MPS has them, and they are not the test's to remove. Those
