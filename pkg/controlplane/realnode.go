@@ -851,7 +851,14 @@ func StandInDevices(dir string, n int) error {
 	const null = 1<<8 | 3 // major 1, minor 3
 	for i := range n {
 		path := filepath.Join(dir, fmt.Sprintf("nvidia%d", i))
-		if err := syscall.Mknod(path, syscall.S_IFCHR|0o666, null); err != nil && !errors.Is(err, os.ErrExist) {
+		err := syscall.Mknod(path, syscall.S_IFCHR|0o666, null)
+		if errors.Is(err, os.ErrExist) {
+			// Made by an earlier run: only a character device will do.
+			if info, serr := os.Stat(path); serr == nil && info.Mode()&os.ModeCharDevice != 0 {
+				err = nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("making the stand-in device %s: %w", path, err)
 		}
 	}

@@ -20,8 +20,8 @@ import (
 // gpu-check's fake-mps-control.sh in Go: the node daemon's image has no
 // shell.
 func mpsControl(args []string) int {
-	pipe, log := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"), os.Getenv("CUDA_MPS_LOG_DIRECTORY")
-	if pipe == "" || log == "" {
+	pipe, logDir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"), os.Getenv("CUDA_MPS_LOG_DIRECTORY")
+	if pipe == "" || logDir == "" {
 		fmt.Fprintln(os.Stderr, "nvidia-cuda-mps-control (stand-in): CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY must be set")
 		return 2
 	}
@@ -37,7 +37,7 @@ func mpsControl(args []string) int {
 				return 1
 			}
 		}
-		appendLog(log, "started "+pid)
+		appendLog(logDir, "started "+pid)
 		for {
 			if _, err := os.Stat(quit); err == nil {
 				break
@@ -47,7 +47,7 @@ func mpsControl(args []string) int {
 		for _, f := range []string{quit, filepath.Join(pipe, "control"), pidFile, marker} {
 			_ = os.Remove(f)
 		}
-		appendLog(log, "quit "+pid)
+		appendLog(logDir, "quit "+pid)
 		return 0
 	}
 	b, err := os.ReadFile(pidFile)

@@ -375,7 +375,7 @@ func kubeNode(n *alloc.Node) (*corev1.Node, corev1.ResourceList, error) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        n.Name,
 		Labels:      map[string]string{"type": "kwok", corev1.LabelHostname: n.Name},
-		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+		Annotations: map[string]string{controlplane.KwokAnnotation: "fake"},
 	}}
 	if len(n.GPUs) > 0 {
 		inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
