@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	podresource "k8s.io/component-helpers/resource"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
 // kubeletAsks returns the pod's effective requests (Kubernetes' rule for
@@ -31,6 +33,12 @@ func kubeletAsks(pod *corev1.Pod, managed []corev1.ResourceName) map[corev1.Reso
 		}
 	}
 	return asks
+}
+
+// kubeletAsks is kubeletAsks over the resource model's names and the
+// hook resource, which gpushare-node also serves as devices.
+func (pl *GPUShare) kubeletAsks(pod *corev1.Pod) map[corev1.ResourceName]int64 {
+	return kubeletAsks(pod, append(pl.model.Names(), gpusharev1.HookResource))
 }
 
 // kubeletShort says why node's kubelet would refuse a pod with asks: a

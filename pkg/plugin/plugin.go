@@ -231,7 +231,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start,
-		kubelet: kubeletAsks(pod, append(pl.model.Names(), gpusharev1.HookResource)), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
+		kubelet: pl.kubeletAsks(pod), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
 	return nil, nil
 }
 
@@ -498,7 +498,7 @@ func (pl *GPUShare) allocatableGrew(_ klog.Logger, pod *corev1.Pod, oldObj, newO
 	if !okOld || !okNew {
 		return fwk.Queue, nil
 	}
-	for name := range kubeletAsks(pod, append(pl.model.Names(), gpusharev1.HookResource)) {
+	for name := range pl.kubeletAsks(pod) {
 		was, had := o.Status.Allocatable[name]
 		if now, has := n.Status.Allocatable[name]; had && (!has || now.Cmp(was) > 0) {
 			return fwk.Queue, nil
