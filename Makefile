@@ -60,9 +60,9 @@ sim: build ## Run the packing simulator on its built-in synthetic workload.
 	$(BIN)/gpushare-sim --seeds $(SEEDS)
 
 # The control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl v1.36.4 and kwok v0.8.0), built from the Go module
+# kube-scheduler, kubectl v1.37.2 and kwok v0.8.0), built from the Go module
 # proxy into a versioned cache outside the clone.
-CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.36.4
+CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.37.2
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
@@ -154,7 +154,7 @@ cluster-tools: ## Build the control plane binaries (cold: several minutes; then 
 # kube-apiserver, kube-controller-manager and kube-scheduler are built from
 # its tools module hack/compat/MINOR into ~/.cache/gpushare/cluster-PATCH.
 # The hook policy subtest is left out: MutatingAdmissionPolicy needs 1.36.
-COMPAT_VERSIONS ?= v1.33 v1.34 v1.35
+COMPAT_VERSIONS ?= v1.33 v1.34 v1.35 v1.36
 
 .PHONY: compat
 compat: cluster-tools ## The extender's seed test on older control planes (COMPAT_VERSIONS; cold: minutes per minor).

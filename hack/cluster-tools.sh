@@ -6,11 +6,11 @@
 #   real node's container runtime: containerd, its runc shim and ctr,
 #   runc and the CNI plugins bridge, host-local and loopback (each from
 #   its own module).
-# Usage: hack/cluster-tools.sh [DIR]   (default: $HOME/.cache/gpushare/cluster-v1.36.4)
+# Usage: hack/cluster-tools.sh [DIR]   (default: $HOME/.cache/gpushare/cluster-v1.37.2)
 # Prints the directory that holds bin/ and kwok's stage files.
 set -euo pipefail
 
-KUBE_VERSION=v1.36.4
+KUBE_VERSION=v1.37.2
 KWOK_VERSION=v0.8.0
 CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.2
@@ -20,7 +20,7 @@ dir=${1:-${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-$KUBE_VERSION}}
 mkdir -p "$dir/bin" "$dir/stages"
 
 ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
-ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36"
+ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 
 cd "$root/hack/tools"
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do

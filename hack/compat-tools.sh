@@ -18,7 +18,7 @@ mod="$root/hack/compat/$minor"
 cd "$mod"
 version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 dir=${2:-$HOME/.cache/gpushare/cluster-$version}
-current=${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-v1.36.4}
+current=${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-v1.37.2}
 [[ -x "$current/bin/etcd" ]] || { echo "no current tools in $current: run make cluster-tools" >&2; exit 1; }
 mkdir -p "$dir/bin"
 

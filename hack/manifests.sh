@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders deploy/'s RBAC and admission policies from charts/gpushare, for
 # clusters installed without Helm (in kube-system, with the names the
-# chart gives, for Kubernetes 1.36). The chart is the source: edit it, then run
+# chart gives, for Kubernetes 1.37). The chart is the source: edit it, then run
 # `make manifests`; chart-test fails when the two differ.
 # Usage: HELM=helm hack/manifests.sh DIR
 set -euo pipefail
@@ -18,7 +18,7 @@ render() {
 	{
 		echo "# Generated from charts/gpushare/templates/$template by \`make manifests\`:"
 		echo "# edit the chart, not this file."
-		"$helm" template gpushare "$root/charts/gpushare" --namespace kube-system --kube-version 1.36 \
+		"$helm" template gpushare "$root/charts/gpushare" --namespace kube-system --kube-version 1.37 \
 			--show-only "templates/$template" "$@" | sed -e '1{/^---$/d}' -e '/^# Source: /d'
 	} >"$out/$file.tmp"
 	mv "$out/$file.tmp" "$out/$file"

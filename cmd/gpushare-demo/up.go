@@ -211,8 +211,8 @@ func up(ctx context.Context, o options) (err error) {
 	}
 	fmt.Printf("\nThe cluster keeps running. Try:\n    kubectl --kubeconfig %s get pods -A -o wide\n", c.Kubeconfig)
 	fmt.Printf("    bin/kubectl-inspect-gpushare --kubeconfig %s -d\n", c.Kubeconfig)
-	fmt.Printf("(kubectl v1.36 is in %s)\nLogs are in %s. Stop it with: make demo-down\n",
-		filepath.Dir(c.Tools.Bin("kubectl")), filepath.Join(o.dir, "logs"))
+	fmt.Printf("(kubectl %s is in %s)\nLogs are in %s. Stop it with: make demo-down\n",
+		controlplane.KubeVersion, filepath.Dir(c.Tools.Bin("kubectl")), filepath.Join(o.dir, "logs"))
 	return nil
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // KubeVersion is the Kubernetes version the tools are built at.
-const KubeVersion = "v1.36.4"
+const KubeVersion = "v1.37.2"
 
 // Binaries the control plane runs.
 var binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"}

@@ -145,6 +145,7 @@ func (c *cluster) profile(name string, opts ...frameworkruntime.Option) framewor
 			frameworkruntime.WithClientSet(c.client),
 			frameworkruntime.WithInformerFactory(c.factory),
 			frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+			frameworkruntime.WithMutableSnapshotLister(c.snapshot),
 			frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
 		}, opts...)...,
 	)

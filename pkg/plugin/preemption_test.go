@@ -188,7 +188,7 @@ func TestPreemptionVictimsFreeOneGPU(t *testing.T) {
 	pod := highPod("high", 12288)
 	state := preFilter(t, c, fw, pod)
 	ni := c.nodeInfo("n").Snapshot()
-	victims, _, s := dp.SelectVictimsOnNode(c.ctx, state.Clone(), pod, ni, nil)
+	victims, _, s := selectVictims(t, c, dp, state, pod, ni, nil)
 	if !s.IsSuccess() {
 		t.Fatalf("SelectVictimsOnNode: %v", s)
 	}
@@ -209,7 +209,7 @@ func TestPreemptionVictimsFreeOneGPU(t *testing.T) {
 		// or GPU 0 once a goes: both one pod; e frees less memory.
 		pod := highPod("mid", 8192)
 		state := preFilter(t, c, fw, pod)
-		victims, _, s := dp.SelectVictimsOnNode(c.ctx, state.Clone(), pod, c.nodeInfo("n").Snapshot(), nil)
+		victims, _, s := selectVictims(t, c, dp, state, pod, c.nodeInfo("n").Snapshot(), nil)
 		if !s.IsSuccess() {
 			t.Fatalf("SelectVictimsOnNode: %v", s)
 		}
@@ -261,7 +261,7 @@ func TestPreemptionSparesBudgetedPods(t *testing.T) {
 	}
 
 	pod := highPod("high", 12288)
-	victims, violations, s := dp.SelectVictimsOnNode(c.ctx, preFilter(t, c, fw, pod).Clone(), pod, c.nodeInfo("n").Snapshot(), []*policyv1.PodDisruptionBudget{pdb})
+	victims, violations, s := selectVictims(t, c, dp, preFilter(t, c, fw, pod), pod, c.nodeInfo("n").Snapshot(), []*policyv1.PodDisruptionBudget{pdb})
 	if !s.IsSuccess() {
 		t.Fatalf("SelectVictimsOnNode: %v", s)
 	}
@@ -302,7 +302,7 @@ func TestPreemptionVictimsFreeTheGPUsOfOnePlacement(t *testing.T) {
 	count := *k8sresource.NewQuantity(2, k8sresource.DecimalSI)
 	pod.Spec.Containers[0].Resources.Limits["gpushare.io/gpu-count"] = count
 	pod.Spec.Containers[0].Resources.Requests["gpushare.io/gpu-count"] = count
-	victims, _, s := dp.SelectVictimsOnNode(c.ctx, preFilter(t, c, fw, pod).Clone(), pod, c.nodeInfo("n").Snapshot(), nil)
+	victims, _, s := selectVictims(t, c, dp, preFilter(t, c, fw, pod), pod, c.nodeInfo("n").Snapshot(), nil)
 	if !s.IsSuccess() {
 		t.Fatalf("SelectVictimsOnNode: %v", s)
 	}
@@ -323,3 +323,15 @@ func (nominator) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) 
 func (nominator) DeleteNominatedPodIfExists(*corev1.Pod)                        {}
 func (nominator) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)      {}
 func (n nominator) NominatedPodsForNode(node string) []fwk.PodInfo              { return n[node] }
+
+// selectVictims runs the default preemption's dry run on node ni (a
+// snapshot) as the scheduler does: every pod on the node a possible victim.
+func selectVictims(t *testing.T, c *cluster, dp *defaultpreemption.DefaultPreemption, state fwk.CycleState, pod *corev1.Pod,
+	ni fwk.NodeInfo, pdbs []*policyv1.PodDisruptionBudget) ([]*corev1.Pod, int, *fwk.Status) {
+	t.Helper()
+	possible, err := dp.Evaluator.GetVictimsOnNode(c.ctx, c.nodeInfo(ni.Node().Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp.SelectVictimsOnNode(c.ctx, state.Clone(), pod, ni, possible, pdbs)
+}

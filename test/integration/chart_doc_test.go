@@ -12,7 +12,7 @@ import (
 
 // TestChartDocCommands: every shell block of install.md is valid bash,
 // and every helm install, upgrade or template command in it, pasted as it
-// is ($REGISTRY and $VERSION set), renders the chart for Kubernetes 1.36
+// is ($REGISTRY and $VERSION set), renders the chart for Kubernetes 1.37
 // and sets only values the chart has: a mistyped --set key, which Helm
 // would take silently, fails here. (Sections 4 and 7 and the Check
 // command are also run on a real control plane, by TestChartAdoptsDeploy,
@@ -60,7 +60,7 @@ func TestChartDocCommands(t *testing.T) {
 		}
 		render := "helm template gpushare charts/gpushare " + flags
 		if !strings.Contains(render, "--kube-version") {
-			render += " --kube-version 1.36 --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+			render += " --kube-version 1.37 --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 		}
 		render, _, _ = strings.Cut(render, ">")
 		sh := exec.Command("bash", "-c", "set -eo pipefail\n"+render+" >/dev/null")

@@ -144,7 +144,7 @@ func TestChartLint(t *testing.T) {
 		"pool without name":    {set: []string{"node.pools[0].wholeCard=true"}, want: `node.pools: name "<nil>" is not a DNS label`},
 		"pool named twice":     {set: []string{"node.pools[0].name=a", "node.pools[1].name=a"}, want: `two pools are named "a"`},
 		"pool value unknown":   {set: []string{"node.pools[0].name=a", "node.pools[0].wholecard=true"}, want: `node.pools[a]: "wholecard" is not a value of node`},
-		"scheduler on 1.35":    {args: []string{"--kube-version", "1.35"}, want: "mode: scheduler needs Kubernetes 1.36"},
+		"scheduler on 1.36":    {args: []string{"--kube-version", "1.36"}, want: "mode: scheduler needs Kubernetes 1.37"},
 		"hooks on 1.35": {set: []string{"mode=extender", "hookPolicy.enabled=true"}, args: []string{"--kube-version", "1.35"},
 			want: "hookPolicy.enabled: true needs Kubernetes 1.36"},
 	} {
@@ -558,26 +558,26 @@ var servedSince = map[string]int{
 	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicyBinding":   36,
 }
 
-// TestChartVersions: for Kubernetes 1.33 to 1.37, with every toggle, the
+// TestChartVersions: for Kubernetes 1.33 to 1.38, with every toggle, the
 // chart renders only kinds the version serves, even where the API
 // versions offered include MutatingAdmissionPolicy v1 (as docs/install.md's
 // offline command passes them): the hook route (its policies and
 // gpushare-node's --hook-memory) is on by default from 1.36 only and
-// refused below when asked for; gpushare-scheduler (kube-scheduler 1.36)
-// is refused below 1.36, where the extender renders.
+// refused below when asked for; gpushare-scheduler (kube-scheduler 1.37)
+// is refused below 1.37, where the extender renders.
 func TestChartVersions(t *testing.T) {
 	const mapV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
-	for minor := 33; minor <= 37; minor++ {
+	for minor := 33; minor <= 38; minor++ {
 		version := fmt.Sprintf("1.%d", minor)
 		base := []string{"template", "gpushare", chart, "--namespace", "gpushare-system", "--kube-version", version, "--api-versions", mapV1}
 		_, err := helmErr(t, base...)
-		if want := "mode: scheduler needs Kubernetes 1.36"; minor < 36 && (err == nil || !strings.Contains(err.Error(), want)) {
+		if want := "mode: scheduler needs Kubernetes 1.37"; minor < 37 && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Errorf("%s, default values: %v; want an error saying %q", version, err, want)
-		} else if minor >= 36 && err != nil {
+		} else if minor >= 37 && err != nil {
 			t.Errorf("%s, default values: %v", version, err)
 		}
 		for name, set := range chartToggles {
-			if minor < 36 {
+			if minor < 37 {
 				set = append(slices.Clone(set), "mode=extender")
 			}
 			args := slices.Clone(base)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -101,7 +102,7 @@ func TestNodeResources(t *testing.T) {
 		var names []string
 		var capacity corev1.ResourceList
 		_ = waitFor(30*time.Second, func() (bool, error) {
-			capacity, _, _ = kubelet.Manager().GetCapacity()
+			capacity, _, _ = kubelet.Manager().GetCapacity(klog.Background())
 			names = names[:0]
 			for _, r := range slices.Sorted(maps.Keys(capacity)) {
 				names = append(names, string(r))

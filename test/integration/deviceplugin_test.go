@@ -115,7 +115,7 @@ func TestBigGPUsEndToEnd(t *testing.T) {
 // deploy/gpu-hook-policy.yaml in force: the kubelet has no device per MiB,
 // and 50 pods of 1 GiB, scheduled and started at once, each get the GPU
 // and MiB of their records through their hooks, as the chart installs
-// gpushare on Kubernetes 1.36.
+// gpushare on Kubernetes 1.36 and later.
 func TestHookMemoryEndToEnd(t *testing.T) {
 	n := startGPUNode(t, gpuNodeOptions{hookMemory: true})
 	if got := n.kubelet.Allocatable("gpushare.io/gpu-mem"); got != 0 {

@@ -99,7 +99,7 @@ func (b *bindings) of(name string) []string {
 // the rest: every pod that fits binds with a record, no GPU is
 // over-committed, and no pod's binding or record changes once made.
 //
-// The standby is warm because kube-scheduler v1.36 starts and syncs its
+// The standby is warm because kube-scheduler v1.37 starts and syncs its
 // informers before it runs for the lease (cmd/kube-scheduler/app/server.go:
 // "if !cc.ComponentConfig.DelayCacheUntilActive || cc.LeaderElection == nil {
 // startInformersAndWaitForSync(ctx) }" comes before leaderElector.Run, and

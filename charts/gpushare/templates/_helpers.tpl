@@ -74,8 +74,8 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if and $names .Values.node.affinity -}}
 {{- fail "node.affinity: cannot be set with node.pools (gpushare-node's affinity keeps it off the pools' nodes)" -}}
 {{- end -}}
-{{- if and (eq .Values.mode "scheduler") (not (include "gpushare.kube136" .)) -}}
-{{- fail (printf "mode: scheduler needs Kubernetes 1.36 (gpushare-scheduler is kube-scheduler 1.36), this is %s: use mode=extender" .Capabilities.KubeVersion.Version) -}}
+{{- if and (eq .Values.mode "scheduler") (not (include "gpushare.kube137" .)) -}}
+{{- fail (printf "mode: scheduler needs Kubernetes 1.37 (gpushare-scheduler is kube-scheduler 1.37, and a scheduler may not be newer than its API server), this is %s: use mode=extender" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
 {{- if and (eq (toString .Values.hookPolicy.enabled) "true") (not (include "gpushare.kube136" .)) -}}
 {{- fail (printf "hookPolicy.enabled: true needs Kubernetes 1.36 (MutatingAdmissionPolicy v1), this is %s" .Capabilities.KubeVersion.Version) -}}
@@ -112,10 +112,16 @@ node that served MiB devices refuses pods asking for them once it stops.
 {{- else if eq $e "true" -}}true{{- end -}}
 {{- end -}}
 
-{{/* "true" where the cluster is Kubernetes 1.36 or later: gpushare-scheduler
-(kube-scheduler 1.36) and MutatingAdmissionPolicy v1. */}}
+{{/* "true" where the cluster is Kubernetes 1.36 or later:
+MutatingAdmissionPolicy v1. */}}
 {{- define "gpushare.kube136" -}}
 {{- if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" where the cluster is Kubernetes 1.37 or later: gpushare-scheduler
+(kube-scheduler 1.37). */}}
+{{- define "gpushare.kube137" -}}
+{{- if semverCompare ">=1.37.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
 {{- end -}}
 
 {{/* The profiles gpushare-scheduler serves. */}}

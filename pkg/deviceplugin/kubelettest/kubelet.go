@@ -163,7 +163,7 @@ func (k *Kubelet) GetPod(_ context.Context, namespace, name string) (*corev1.Pod
 
 // Allocatable returns the device manager's allocatable count of resource.
 func (k *Kubelet) Allocatable(resource string) int64 {
-	_, alloc, _ := k.Manager().GetCapacity()
+	_, alloc, _ := k.Manager().GetCapacity(klog.Background())
 	q := alloc[corev1.ResourceName(resource)]
 	return q.Value()
 }
@@ -184,14 +184,16 @@ func (k *Kubelet) WaitAllocatable(resource string, want int64) {
 // as the kubelet's container manager does: one entry per device.
 type devicesProvider struct{ k *Kubelet }
 
-func (d devicesProvider) UpdateAllocatedDevices() { d.k.Manager().UpdateAllocatedDevices() }
+func (d devicesProvider) UpdateAllocatedDevices(logger klog.Logger) {
+	d.k.Manager().UpdateAllocatedDevices(logger)
+}
 
 func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesapi.ContainerDevices {
 	return containerDevices(d.k.Manager().GetDevices(podUID, containerName))
 }
 
-func (d devicesProvider) GetAllocatableDevices() []*podresourcesapi.ContainerDevices {
-	return containerDevices(d.k.Manager().GetAllocatableDevices())
+func (d devicesProvider) GetAllocatableDevices(logger klog.Logger) []*podresourcesapi.ContainerDevices {
+	return containerDevices(d.k.Manager().GetAllocatableDevices(logger))
 }
 
 func containerDevices(in devicemanager.ResourceDeviceInstances) []*podresourcesapi.ContainerDevices {
@@ -206,17 +208,21 @@ func containerDevices(in devicemanager.ResourceDeviceInstances) []*podresourcesa
 
 type noCPUs struct{}
 
-func (noCPUs) GetCPUs(string, string) []int64 { return nil }
-func (noCPUs) GetAllocatableCPUs() []int64    { return nil }
+func (noCPUs) GetCPUs(*corev1.Pod, *corev1.Container) []int64 { return nil }
+func (noCPUs) GetPodCPUs(string) []int64                      { return nil }
+func (noCPUs) GetAllocatableCPUs() []int64                    { return nil }
 
 type noMemory struct{}
 
-func (noMemory) GetMemory(string, string) []*podresourcesapi.ContainerMemory { return nil }
-func (noMemory) GetAllocatableMemory() []*podresourcesapi.ContainerMemory    { return nil }
+func (noMemory) GetMemory(klog.Logger, *corev1.Pod, *corev1.Container) []*podresourcesapi.ContainerMemory {
+	return nil
+}
+func (noMemory) GetPodMemory(klog.Logger, string) []*podresourcesapi.ContainerMemory { return nil }
+func (noMemory) GetAllocatableMemory(klog.Logger) []*podresourcesapi.ContainerMemory { return nil }
 
 type noDRA struct{}
 
-func (noDRA) GetDynamicResources(*corev1.Pod, *corev1.Container) []*podresourcesapi.DynamicResource {
+func (noDRA) GetDynamicResources(klog.Logger, *corev1.Pod, *corev1.Container) []*podresourcesapi.DynamicResource {
 	return nil
 }
 
@@ -246,7 +252,7 @@ func (k *Kubelet) Admit(pod *corev1.Pod) error {
 	dm := k.Manager()
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
-			if err := dm.Allocate(pod, &list[i]); err != nil {
+			if err := dm.Allocate(context.Background(), pod, &list[i], lifecycle.AddOperation); err != nil {
 				return err
 			}
 		}
@@ -259,7 +265,7 @@ func (k *Kubelet) Admit(pod *corev1.Pod) error {
 	}
 	fit := lifecycle.NewPredicateAdmitHandler(func(context.Context, bool) (*corev1.Node, error) { return k.node(pod.Spec.NodeName), nil },
 		lifecycle.NewAdmissionFailureHandlerStub(), dm.UpdatePluginResources)
-	if r := fit.Admit(&lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: others, Operation: lifecycle.AddOperation}); !r.Admit {
+	if r := fit.Admit(context.Background(), &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: others, Operation: lifecycle.AddOperation}); !r.Admit {
 		return fmt.Errorf("pod %s/%s not admitted: %s: %s", pod.Namespace, pod.Name, r.Reason, r.Message)
 	}
 	return nil
@@ -275,7 +281,7 @@ func (k *Kubelet) node(name string) *corev1.Node {
 		corev1.ResourceMemory: resource.MustParse("2Ti"),
 		corev1.ResourcePods:   resource.MustParse("1000"),
 	}
-	_, devices, _ := k.Manager().GetCapacity()
+	_, devices, _ := k.Manager().GetCapacity(klog.Background())
 	maps.Copy(allocatable, devices)
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Status: corev1.NodeStatus{Capacity: allocatable, Allocatable: allocatable}}
@@ -307,7 +313,7 @@ func (k *Kubelet) Clear() {
 // call.
 type noTopology struct{}
 
-func (noTopology) GetAffinity(string, string) topologymanager.TopologyHint {
+func (noTopology) GetAffinity(klog.Logger, string, string) topologymanager.TopologyHint {
 	return topologymanager.TopologyHint{}
 }
 func (noTopology) GetPolicy() topologymanager.Policy { return topologymanager.NewNonePolicy() }
