@@ -135,13 +135,24 @@ func HookedEdits() specs.ContainerEdits {
 // dir, which runtimes do not read, and returns its path: renamed to
 // SpecPath, it takes effect at once.
 func Stage(dir, claim string, e specs.ContainerEdits) (string, error) {
-	b, err := json.MarshalIndent(&specs.Spec{Version: specVersion, Kind: Kind,
-		Devices: []specs.Device{{Name: claim, ContainerEdits: e}}}, "", "  ")
+	return StageSpec(dir, &specs.Spec{Kind: Kind, Devices: []specs.Device{{Name: claim, ContainerEdits: e}}})
+}
+
+// StageSpec writes spec s (its version set here) into a file of its own
+// in dir, which runtimes do not read, and returns its path: renamed to
+// a .json name, it takes effect at once.
+func StageSpec(dir string, s *specs.Spec) (string, error) {
+	s.Version = specVersion
+	name := s.Kind
+	if len(s.Devices) > 0 {
+		name = s.Devices[0].Name
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("encoding the CDI spec of %s: %w", claim, err)
+		return "", fmt.Errorf("encoding the CDI spec of %s: %w", name, err)
 	}
 	// Not a .json or .yaml name: runtimes read only those.
-	f, err := os.CreateTemp(dir, stagedPrefix+claim+"-*"+stagedSuffix)
+	f, err := os.CreateTemp(dir, stagedPrefix+name+"-*"+stagedSuffix)
 	if err != nil {
 		return "", err
 	}

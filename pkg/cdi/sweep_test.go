@@ -32,7 +32,9 @@ func TestSweepSpecs(t *testing.T) {
 	unheld := SpecPath(dir, ClaimOf("gpushare.io/gpu-mem", []string{"0-0"}))
 	staged := path(stagedPrefix + pending + "-123" + stagedSuffix)
 	keep := []string{SpecPath(dir, a), SpecPath(dir, b), SpecPath(dir, pending),
-		path("vendor.json"), path("gpushare-notaclaim.json")}
+		path("vendor.json"), path("gpushare-notaclaim.json"),
+		// A DRA claim's spec (pkg/dra): the kubelet unprepares it.
+		path("gpushare-dra-df1b0b97-2b40-442b-ab7b-4464e3d5cc93-gpu.json")}
 	for _, f := range append([]string{unheld, staged}, keep...) {
 		if err := os.WriteFile(f, []byte("{}"), 0o600); err != nil {
 			t.Fatal(err)

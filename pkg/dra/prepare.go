@@ -1,0 +1,251 @@
+package dra
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/cdi"
+	"github.com/gpushare/gpushare/pkg/gpu"
+)
+
+// Kind is the CDI kind of the devices Prepare writes: one per request of
+// a claim, named <claim UID>-<request>.
+const Kind = "gpu.gpushare.io/claim"
+
+// sharesAnnotation, on each spec Prepare writes, holds what the claim's
+// request consumes of each GPU (JSON, versioned): the spec files are the
+// driver's record of what it prepared, read again after a restart.
+const sharesAnnotation = "gpu.gpushare.io/shares"
+
+// sharesVersion is the version of the shares annotation's JSON.
+const sharesVersion = "v1alpha1"
+
+type sharesRecord struct {
+	Version   string `json:"version"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Devices maps a device name to what the request consumes of it.
+	Devices map[string]Share `json:"devices"`
+}
+
+// Preparer prepares the claims allocated devices of this node's pool:
+// for each request, a CDI spec that gives a container its GPUs with the
+// same edits as the device plugin's (visible devices, the GPUs' device
+// nodes, under MPS the limits sized from the consumed capacity).
+type Preparer struct {
+	// Dir is the CDI spec directory the container runtime reads.
+	Dir string
+	// Pool is this node's pool (the node's name).
+	Pool string
+	// GPUs returns the node's GPUs.
+	GPUs func() []gpu.Device
+	// MPS, if set, is the node's MPS daemon: claims' containers become
+	// its clients.
+	MPS *cdi.MPS
+
+	mu sync.Mutex
+}
+
+// PreparedDevice is a device of a prepared claim and the CDI device that
+// gives it to the claim's containers.
+type PreparedDevice struct {
+	Requests     []string
+	Pool, Device string
+	CDIDeviceIDs []string
+}
+
+// Prepare writes the CDI specs of claim's requests for this pool's
+// devices and returns the devices with their CDI device IDs. It is
+// idempotent. It refuses a claim not allocated, a device this node does
+// not have or that is not healthy, a consumption that is not ours, and
+// one that, with what the claims prepared before hold, would take more
+// than a GPU's usable memory or compute: the last line of defense
+// against an over-commit.
+func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, error) {
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	uid := string(claim.UID)
+	if uid == "" || strings.ContainsAny(uid, "/\\") {
+		return nil, fmt.Errorf("claim %s/%s has no usable UID %q", claim.Namespace, claim.Name, uid)
+	}
+	byName := map[string]gpu.Device{}
+	for _, g := range p.GPUs() {
+		byName[DeviceName(g.Index)] = g
+	}
+	// The shares of each request, in the order of the results.
+	var requests []string
+	shares := map[string]*sharesRecord{}
+	var out []PreparedDevice
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != Driver || r.Pool != p.Pool {
+			continue
+		}
+		g, ok := byName[r.Device]
+		if !ok || !g.Healthy {
+			return nil, fmt.Errorf("claim %s/%s: device %s is not a healthy GPU of this node", claim.Namespace, claim.Name, r.Device)
+		}
+		s, err := Consumed(r, g)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		rec := shares[r.Request]
+		if rec == nil {
+			rec = &sharesRecord{Version: sharesVersion, Namespace: claim.Namespace, Name: claim.Name, Devices: map[string]Share{}}
+			shares[r.Request] = rec
+			requests = append(requests, r.Request)
+		}
+		if _, twice := rec.Devices[r.Device]; twice {
+			return nil, fmt.Errorf("claim %s/%s: request %s holds device %s twice", claim.Namespace, claim.Name, r.Request, r.Device)
+		}
+		rec.Devices[r.Device] = s
+		out = append(out, PreparedDevice{Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
+			CDIDeviceIDs: []string{Kind + "=" + cdiName(uid, r.Request)}})
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	held, err := p.heldLocked(uid)
+	if err != nil {
+		return nil, err
+	}
+	for _, req := range requests {
+		for dev, s := range shares[req].Devices {
+			h := held[dev]
+			h.MemoryMiB += s.MemoryMiB
+			h.ComputePercent += s.ComputePercent
+			held[dev] = h
+		}
+	}
+	for dev, h := range held {
+		g, ok := byName[dev]
+		if ok && (h.MemoryMiB > usableMiB(g) || h.ComputePercent > 100) {
+			return nil, fmt.Errorf("claim %s/%s: GPU %s would hold %d of %d MiB and %d%% compute with the claims prepared on it: refused",
+				claim.Namespace, claim.Name, dev, h.MemoryMiB, usableMiB(g), h.ComputePercent)
+		}
+	}
+	for _, req := range requests {
+		if err := p.write(uid, req, shares[req], byName); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// write writes the CDI spec of claim uid's request.
+func (p *Preparer) write(uid, request string, rec *sharesRecord, gpus map[string]gpu.Device) error {
+	c := &gpusharev1.ContainerAllocation{Name: request}
+	nodes := map[string]string{}
+	for _, dev := range slices.Sorted(maps.Keys(rec.Devices)) {
+		g, s := gpus[dev], rec.Devices[dev]
+		c.GPUs = append(c.GPUs, gpusharev1.GPUShare{Index: g.Index, UUID: g.UUID, MemoryMiB: s.MemoryMiB, Compute: s.ComputePercent})
+		if g.DeviceNode != "" {
+			nodes[g.UUID] = g.DeviceNode
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	name := cdiName(uid, request)
+	tmp, err := cdi.StageSpec(p.Dir, &specs.Spec{Kind: Kind, Annotations: map[string]string{sharesAnnotation: string(b)},
+		Devices: []specs.Device{{Name: name, ContainerEdits: cdi.GPUEdits(c, p.MPS, nodes)}}})
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p.specPath(name)); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// Unprepare removes the CDI specs of the claim uid; a claim not prepared
+// is no error.
+func (p *Preparer) Unprepare(uid string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	paths, err := filepath.Glob(filepath.Join(p.Dir, specPrefix+globEscape(uid)+"-*.json"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, path := range paths {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Held returns what the prepared claims hold of each device.
+func (p *Preparer) Held() (map[string]Share, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heldLocked("")
+}
+
+// heldLocked sums the shares the specs in Dir record, but those of claim
+// except (p.mu held).
+func (p *Preparer) heldLocked(except string) (map[string]Share, error) {
+	paths, err := filepath.Glob(filepath.Join(p.Dir, specPrefix+"*.json"))
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]Share{}
+	for _, path := range paths {
+		if except != "" && strings.HasPrefix(filepath.Base(path), specPrefix+except+"-") {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		var s specs.Spec
+		var rec sharesRecord
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		if err := json.Unmarshal([]byte(s.Annotations[sharesAnnotation]), &rec); err != nil {
+			return nil, fmt.Errorf("reading %s's shares record: %w", path, err)
+		}
+		if rec.Version != sharesVersion {
+			return nil, fmt.Errorf("reading %s: shares record version %q, want %s", path, rec.Version, sharesVersion)
+		}
+		for dev, sh := range rec.Devices {
+			h := held[dev]
+			h.MemoryMiB += sh.MemoryMiB
+			h.ComputePercent += sh.ComputePercent
+			held[dev] = h
+		}
+	}
+	return held, nil
+}
+
+// specPrefix begins the names of the spec files Prepare writes: not a
+// name the device plugin's sweep removes.
+const specPrefix = "gpushare-dra-"
+
+func (p *Preparer) specPath(name string) string { return filepath.Join(p.Dir, specPrefix+name+".json") }
+
+// cdiName is the CDI device of claim uid's request: a subrequest's
+// reference (request/subrequest) with its slash replaced.
+func cdiName(uid, request string) string { return uid + "-" + strings.ReplaceAll(request, "/", "_") }
+
+// globEscape escapes the characters filepath.Match treats specially.
+func globEscape(s string) string {
+	r := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`)
+	return r.Replace(s)
+}
