@@ -33,9 +33,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cdi"
 	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
-	"github.com/gpushare/gpushare/pkg/gpu"
-	"github.com/gpushare/gpushare/pkg/gpu/nvml"
-	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/gpu/source"
 	"github.com/gpushare/gpushare/pkg/inventory"
 	"github.com/gpushare/gpushare/pkg/lease"
 	"github.com/gpushare/gpushare/pkg/mps"
@@ -128,7 +126,7 @@ func run(ctx context.Context, o options) error {
 	if o.hookMemory && o.hookDevices == 0 {
 		return errors.New("--hook-memory needs hooks: --hook-devices=0 serves none")
 	}
-	backend, err := openBackend(o.simConfig, o.node)
+	backend, err := source.Open(o.simConfig, o.node)
 	if err != nil {
 		return err
 	}
@@ -327,24 +325,4 @@ func warnStale(logger klog.Logger, skipped map[string]error) func(*corev1.Node) 
 				"remove", fmt.Sprintf(`kubectl patch node %s --subresource=status --type=json -p '[{"op":"remove","path":"%s"}]'`, n.Name, path))
 		}
 	}
-}
-
-// openBackend returns the simulated GPUs of file, or NVML's when file is
-// empty. Simulated UUIDs name the node unless the file sets a prefix.
-func openBackend(file, node string) (gpu.Backend, error) {
-	if file == "" {
-		return nvml.New()
-	}
-	cfg, err := sim.LoadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.UUIDPrefix == "" {
-		cfg.UUIDPrefix = "GPU-sim-" + node
-	}
-	b, err := sim.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return b, nil
 }

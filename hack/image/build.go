@@ -28,6 +28,9 @@ func buildBinaries(ctx context.Context, logger *slog.Logger, o options, want []i
 		for _, s := range want {
 			if s.cgo == cgo {
 				pkgs = append(pkgs, s.pkgOf())
+				for _, a := range s.also {
+					pkgs = append(pkgs, "./cmd/"+a)
+				}
 			}
 		}
 		if len(pkgs) == 0 {
@@ -48,8 +51,10 @@ func buildBinaries(ctx context.Context, logger *slog.Logger, o options, want []i
 		}
 	}
 	for _, s := range want {
-		if err := checkLinking(filepath.Join(dir, s.name), s.cgo); err != nil {
-			return err
+		for _, name := range append([]string{s.name}, s.also...) {
+			if err := checkLinking(filepath.Join(dir, name), s.cgo); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

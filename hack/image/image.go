@@ -43,6 +43,9 @@ type imageSpec struct {
 	// links are paths in the image that link to the command, which
 	// tells by its name what to do.
 	links []string
+	// also are more commands (./cmd/<name>) the image holds beside its
+	// own, built the same way.
+	also []string
 	// test marks an image only the tests build and run: not released,
 	// not built unless named.
 	test bool
@@ -86,7 +89,10 @@ func specs() []imageSpec {
 			"NVIDIA_VISIBLE_DEVICES=all",
 			"NVIDIA_DRIVER_CAPABILITIES=utility",
 		},
-		description: "gpushare's node daemon: GPU inventory and kubelet device plugins. " +
+		// gpushare-dra, the DRA driver, runs from this image as a
+		// second container of the node daemon's pod (dra.enabled).
+		also: []string{"gpushare-dra"},
+		description: "gpushare's node daemon: GPU inventory and kubelet device plugins; gpushare-dra, its DRA driver. " +
 			"Runs as root: it writes device plugin sockets and CDI specs under host paths",
 	}, {
 		// The real-node tests' workload and pod sandbox (test/gpushare-probe):
@@ -164,7 +170,7 @@ func build(ctx context.Context, logger *slog.Logger, o options) ([]built, error)
 			}
 			baseLayers[s.cgo] = base
 		}
-		b, err := assemble(o, s, base, filepath.Join(bins, s.name))
+		b, err := assemble(o, s, base, bins)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -261,15 +267,18 @@ func sortedNames(t tree) []string {
 	return names
 }
 
-// assemble makes the image of s from its base layer and binary, and
-// writes it as an OCI layout under o.out, replacing any earlier one.
-func assemble(o options, s imageSpec, base v1.Layer, binary string) (built, error) {
-	data, err := os.ReadFile(binary)
-	if err != nil {
-		return built{}, err
-	}
+// assemble makes the image of s from its base layer and its binaries in
+// bins, and writes it as an OCI layout under o.out, replacing any earlier
+// one.
+func assemble(o options, s imageSpec, base v1.Layer, bins string) (built, error) {
 	bin := tree{}
-	bin.add(binDir+"/"+s.name, &file{typ: tar.TypeReg, mode: 0o755, data: data})
+	for _, name := range append([]string{s.name}, s.also...) {
+		data, err := os.ReadFile(filepath.Join(bins, name))
+		if err != nil {
+			return built{}, err
+		}
+		bin.add(binDir+"/"+name, &file{typ: tar.TypeReg, mode: 0o755, data: data})
+	}
 	for _, l := range s.links {
 		bin.add(l, &file{typ: tar.TypeSymlink, mode: 0o777, link: "/" + binDir + "/" + s.name})
 	}

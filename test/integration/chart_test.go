@@ -109,6 +109,7 @@ var chartToggles = map[string][]string{
 	"mps":              {"node.mps=true"},
 	"whole-card":       {"node.wholeCard=true"},
 	"hook-policy":      {"hookPolicy.enabled=true"},
+	"dra":              {"dra.enabled=true"},
 	"service-monitor":  {"serviceMonitor.enabled=true"},
 	"monitoring":       {"grafana.dashboard.enabled=true", "prometheusRule.enabled=true"},
 	"no-alloc-policy":  {"allocationPolicy.enabled=false"},
@@ -145,6 +146,8 @@ func TestChartLint(t *testing.T) {
 		"pool named twice":     {set: []string{"node.pools[0].name=a", "node.pools[1].name=a"}, want: `two pools are named "a"`},
 		"pool value unknown":   {set: []string{"node.pools[0].name=a", "node.pools[0].wholecard=true"}, want: `node.pools[a]: "wholecard" is not a value of node`},
 		"scheduler on 1.36":    {args: []string{"--kube-version", "1.36"}, want: "mode: scheduler needs Kubernetes 1.37"},
+		"dra on 1.36": {set: []string{"mode=extender", "dra.enabled=true"}, args: []string{"--kube-version", "1.36"},
+			want: "dra.enabled needs Kubernetes 1.37"},
 		"hooks on 1.35": {set: []string{"mode=extender", "hookPolicy.enabled=true"}, args: []string{"--kube-version", "1.35"},
 			want: "hookPolicy.enabled: true needs Kubernetes 1.36"},
 	} {
@@ -296,7 +299,7 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 			continue
 		}
 		var wantAdd []corev1.Capability
-		if account == "gpushare-node" && mps {
+		if account == "gpushare-node" && c.Name == "gpushare-node" && mps {
 			wantAdd = []corev1.Capability{"SYS_ADMIN"}
 		}
 		if !slices.Equal(sc.Capabilities.Add, wantAdd) {
@@ -317,6 +320,9 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 		want = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/run/cdi"}
 		if mps {
 			want = append(want, "/tmp/nvidia-mps", "/var/log/nvidia-mps", "/run/gpushare/mps-shm")
+		}
+		if slices.Contains(set, "dra.enabled=true") {
+			want = append(want, "/var/lib/kubelet/plugins/gpu.gpushare.io", "/var/lib/kubelet/plugins_registry")
 		}
 	}
 	if !slices.Equal(hostPaths, want) {
@@ -555,6 +561,7 @@ var servedSince = map[string]int{
 	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicy":        30,
 	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicyBinding": 30,
 	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicy":          36,
+	"resource.k8s.io/v1, Kind=DeviceClass":                                   34,
 	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicyBinding":   36,
 }
 
@@ -586,6 +593,12 @@ func TestChartVersions(t *testing.T) {
 			}
 			out, err := helmErr(t, args...)
 			askHooks := slices.Contains(set, "hookPolicy.enabled=true")
+			if minor < 37 && slices.Contains(set, "dra.enabled=true") {
+				if want := "dra.enabled needs Kubernetes 1.37"; err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)
+				}
+				continue
+			}
 			if minor < 36 && askHooks {
 				if want := "hookPolicy.enabled: true needs Kubernetes 1.36"; err == nil || !strings.Contains(err.Error(), want) {
 					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)

@@ -77,6 +77,9 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if and (eq .Values.mode "scheduler") (not (include "gpushare.kube137" .)) -}}
 {{- fail (printf "mode: scheduler needs Kubernetes 1.37 (gpushare-scheduler is kube-scheduler 1.37, and a scheduler may not be newer than its API server), this is %s: use mode=extender" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
+{{- if and .Values.dra.enabled (not (include "gpushare.kube137" .)) -}}
+{{- fail (printf "dra.enabled needs Kubernetes 1.37 (consumable capacity: devices shared by claims), this is %s" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- if and (eq (toString .Values.hookPolicy.enabled) "true") (not (include "gpushare.kube136" .)) -}}
 {{- fail (printf "hookPolicy.enabled: true needs Kubernetes 1.36 (MutatingAdmissionPolicy v1), this is %s" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}

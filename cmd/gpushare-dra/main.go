@@ -1,0 +1,141 @@
+// Command gpushare-dra is gpushare's DRA driver, gpu.gpushare.io: a
+// kubelet plugin that publishes the node's GPUs as shared devices with
+// consumable capacity (memory, compute) and prepares the claims
+// allocated them as CDI specs. It runs beside gpushare-node, in the same
+// pod, on the same GPUs and CDI directory; it is a command of its own
+// because the client it needs would double gpushare-node's memory.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/cdi"
+	"github.com/gpushare/gpushare/pkg/dra"
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpu/source"
+	"github.com/gpushare/gpushare/pkg/version"
+)
+
+type options struct {
+	kubeconfig  string
+	node        string
+	simConfig   string
+	wholeCard   bool
+	cdiDir      string
+	mps         bool
+	mpsPipeDir  string
+	mpsLogDir   string
+	mpsShmDir   string
+	pluginDir   string
+	registryDir string
+	resync      time.Duration
+	healthAddr  string
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("gpushare-dra", flag.ExitOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration if empty")
+	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME): the devices' pool")
+	fs.StringVar(&o.simConfig, "simulated-gpus", "", "simulate the GPUs described in this file instead of using NVML (as gpushare-node's flag)")
+	fs.BoolVar(&o.wholeCard, "whole-card", false, "hand out whole GPUs only: each device takes one claim")
+	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where the claims' CDI specs are written")
+	fs.BoolVar(&o.mps, "mps", false, "the node's GPUs run NVIDIA MPS (gpushare-node --mps): claims' containers become MPS clients, limited to what they consumed")
+	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory, as gpushare-node's")
+	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory, as gpushare-node's")
+	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, as gpushare-node's")
+	fs.StringVar(&o.pluginDir, "plugin-dir", "/var/lib/kubelet/plugins/"+dra.Driver, "the driver's directory (its socket) under the kubelet's plugins directory")
+	fs.StringVar(&o.registryDir, "registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
+	fs.DurationVar(&o.resync, "resync", 30*time.Second, "how often the GPUs are read, and published again where their health changed")
+	fs.StringVar(&o.healthAddr, "health-bind-address", ":9401", "address of /healthz (the driver runs) and /readyz (the kubelet registered it); empty to disable")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.Line("gpushare-dra"))
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName("gpushare-dra").WithValues("node", o.node)
+	if err := run(klog.NewContext(ctx, logger), o); err != nil {
+		logger.Error(err, "Exiting")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	if o.node == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if o.resync <= 0 {
+		return fmt.Errorf("--resync=%v: want a positive duration", o.resync)
+	}
+	backend, err := source.Open(o.simConfig, o.node)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = backend.Close() }()
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig}, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.cdiDir, 0o755); err != nil {
+		return err
+	}
+	var mps *cdi.MPS
+	if o.mps {
+		mps = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
+	}
+	p := &dra.Plugin{Logger: logger, Options: dra.Options{WholeCard: o.wholeCard, MPS: o.mps},
+		Preparer: &dra.Preparer{Dir: o.cdiDir, Pool: o.node, MPS: mps, GPUs: func() []gpu.Device {
+			gpus, err := backend.Devices()
+			if err != nil {
+				logger.Error(err, "Listing the GPUs for a claim")
+			}
+			return gpus
+		}}}
+	if o.healthAddr != "" {
+		srv := &http.Server{Addr: o.healthAddr, Handler: health(p), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Serving health checks", "address", o.healthAddr)
+			}
+		}()
+		defer func() { _ = srv.Close() }()
+	}
+	return p.Run(ctx, client, o.node, o.pluginDir, o.registryDir, backend, o.resync)
+}
+
+// health serves /healthz, ok while the process runs (the plugin may be
+// starting), and /readyz, ok once the kubelet has registered the plugin.
+func health(p *dra.Plugin) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := p.Registered(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return mux
+}

@@ -1,0 +1,171 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/pkg/dra"
+)
+
+// TestRealNodeDRA: with dra.enabled, gpushare-dra runs beside
+// gpushare-node from the chart's image, registers with the real kubelet,
+// and publishes the node's four GPUs; claims of 8 GiB and 25% compute,
+// of 4 GiB, and of no capacity (all the memory) are allocated by the
+// scheduler and prepared by the driver, and each container, asked from
+// inside, sees exactly its claim's GPU (its UUID, its device node) with
+// the share the claim consumed. A deleted pod's claim is unprepared: its
+// CDI spec goes. The daemon's own token may not publish devices for
+// another node or another driver.
+func TestRealNodeDRA(t *testing.T) {
+	rc := startRealCluster(t, "--set", "dra.enabled=true",
+		"--set-json", `dra.extraArgs=["--simulated-gpus=/etc/gpushare-sim/gpus.yaml"]`,
+		"--set-json", `dra.extraVolumeMounts=[{"name":"sim","mountPath":"/etc/gpushare-sim","readOnly":true}]`)
+	ctx := context.Background()
+	// The driver's slice: four devices, and the UUID of each.
+	uuids := map[string]string{}
+	err := waitFor(2*time.Minute, func() (bool, error) {
+		slices, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, s := range slices.Items {
+			if s.Spec.Driver != dra.Driver || s.Spec.NodeName == nil || *s.Spec.NodeName != "gpu-real" {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				uuids[d.Name] = *d.Attributes[dra.AttrUUID].StringValue
+			}
+		}
+		return len(uuids) == 4, nil
+	})
+	if err != nil {
+		t.Fatalf("gpushare-dra did not publish the real node's 4 GPUs: %v (devices %v)", err, uuids)
+	}
+
+	claims := []struct {
+		name         string
+		mib, percent int64
+	}{{"share-a", 8192, 25}, {"share-b", 4096, 0}, {"whole", 0, 0}}
+	for _, c := range claims {
+		req := &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpushare.io"}
+		if c.mib > 0 {
+			req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
+				dra.Memory: *k8sresource.NewQuantity(c.mib<<20, k8sresource.BinarySI)}}
+			if c.percent > 0 {
+				req.Capacity.Requests[dra.Compute] = *k8sresource.NewQuantity(c.percent, k8sresource.DecimalSI)
+			}
+		}
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
+			Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}}}
+		if _, err := rc.client.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: "default"}, Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(c.name)}},
+			Containers: []corev1.Container{{Name: "main", Image: probeImage, Command: []string{"sleep", "infinity"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+		}}
+		if _, err := rc.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc.runningPods(t, len(claims))
+
+	specs := map[string]string{}
+	for _, c := range claims {
+		claim, err := rc.client.ResourceV1().ResourceClaims("default").Get(ctx, c.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+			t.Fatalf("claim %s: allocation %+v; want one device", c.name, claim.Status.Allocation)
+		}
+		r := claim.Status.Allocation.Devices.Results[0]
+		uuid := uuids[r.Device]
+		wantMiB := c.mib
+		if wantMiB == 0 {
+			q := r.ConsumedCapacity[dra.Memory]
+			wantMiB = q.Value() >> 20
+		}
+		got := rc.report(t, "default", c.name, "main")
+		want := map[string]string{"NVIDIA_VISIBLE_DEVICES": uuid, "GPUSHARE_GPU_MEMORY_MIB": fmt.Sprint(wantMiB),
+			"GPUSHARE_GPU_COMPUTE_PERCENT": fmt.Sprint(c.percent)}
+		for k, v := range want {
+			if got.Env[k] != v {
+				t.Errorf("%s (device %s): %s=%q; want %q", c.name, r.Device, k, got.Env[k], v)
+			}
+		}
+		index := strings.TrimPrefix(r.Device, "gpu-")
+		if len(got.Devices) != 1 || !strings.HasPrefix(got.Devices[0], "nvidia"+index+" ") {
+			t.Errorf("%s (device %s): sees device nodes %v; want nvidia%s alone", c.name, r.Device, got.Devices, index)
+		}
+		if c.mib == 0 && wantMiB < 30000 {
+			t.Errorf("%s consumed %d MiB; want all of a 32 GiB GPU's usable memory", c.name, wantMiB)
+		}
+		specs[c.name] = filepath.Join(rc.node.CDIDir, "gpushare-dra-"+string(claim.UID)+"-gpu.json")
+		t.Logf("%s holds %s (%s): %s", c.name, r.Device, uuid, got.Env["GPUSHARE_GPU_MEMORY_MIB"])
+	}
+	for name, spec := range specs {
+		if _, err := os.Stat(spec); err != nil {
+			t.Errorf("claim %s prepared, and its CDI spec: %v", name, err)
+		}
+	}
+
+	// The pod goes, the kubelet unprepares its claim: the spec goes.
+	if err := rc.client.CoreV1().Pods("default").Delete(ctx, "share-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	err = waitFor(2*time.Minute, func() (bool, error) {
+		_, err := os.Stat(specs["share-a"])
+		return errors.Is(err, os.ErrNotExist), nil
+	})
+	if err != nil {
+		t.Errorf("share-a's pod deleted, its claim's spec %s is still there: %v", specs["share-a"], err)
+	}
+	if _, err := os.Stat(specs["share-b"]); err != nil {
+		t.Errorf("share-b's spec went with share-a's pod: %v", err)
+	}
+
+	// The hostile case: gpushare-node's token, bound to its pod, writes a
+	// slice for another node, and one of another driver for its own.
+	pods, err := rc.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("gpushare-node's pod: %v, %v", pods, err)
+	}
+	kubeconfig, err := rc.c.AccountKubeconfig(ctx, chartNamespace, "gpushare-node", &pods.Items[0], time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := clientFor(t, kubeconfig)
+	for name, s := range map[string]resourceapi.ResourceSliceSpec{
+		"another node":   {Driver: dra.Driver, NodeName: ptr.To("gpu-other"), Pool: resourceapi.ResourcePool{Name: "gpu-other", ResourceSliceCount: 1}},
+		"another driver": {Driver: "gpu.nvidia.com", NodeName: ptr.To("gpu-real"), Pool: resourceapi.ResourcePool{Name: "gpu-real", ResourceSliceCount: 1}},
+	} {
+		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-"}, Spec: s}
+		_, err := daemon.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gpushare-dra may write only") {
+			t.Errorf("%s: the node daemon's token created a slice (%v); want it forbidden by gpushare-node-dra", name, err)
+		}
+	}
+	all, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(all.Items, func(s resourceapi.ResourceSlice) bool { return strings.HasPrefix(s.Name, "forged-") }) {
+		t.Error("a forged slice is in the cluster")
+	}
+}
