@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -101,6 +102,12 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 		_, err = client.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, t, o)
 	case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
 		_, err = client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create(ctx, t, o)
+	case *resourcev1.ResourceClaimTemplate:
+		_, err = client.ResourceV1().ResourceClaimTemplates(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *resourcev1.ResourceClaim:
+		_, err = client.ResourceV1().ResourceClaims(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *resourcev1.DeviceClass:
+		_, err = client.ResourceV1().DeviceClasses().Create(ctx, t, o)
 	default:
 		return fmt.Errorf("apply: unsupported object %T", obj)
 	}

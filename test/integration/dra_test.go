@@ -3,6 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,12 +42,7 @@ func TestDRADevicesShareOneGPU(t *testing.T) {
 	if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
 		t.Fatal(err)
 	}
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
-	}}
-	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createShareClass(t, client)
 	// One T4: 15360 MiB, of which 14930 usable.
 	t4 := gpu.Device{Index: 0, UUID: "GPU-dra-0", Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 14930, NUMANode: -1, Healthy: true}
 	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "dra-0-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
@@ -183,4 +182,141 @@ func claimShare(t *testing.T, client kubernetes.Interface, name string, g gpu.De
 		t.Fatal(fmt.Errorf("claim %s: %w", name, err))
 	}
 	return s
+}
+
+// TestDRAExamples: the seed workloads' shapes as claims (examples/dra),
+// applied unchanged, are all allocated on a node of gpushare's devices
+// by stock kube-scheduler: each share as asked, the multi-container pod
+// one share per container's request, seed 004's two whole cards two
+// devices each taken whole, seed 000's share on an MPS GPU.
+func TestDRAExamples(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNodes(t, client, controlplane.NodeSpec{Name: "dra-0", Bare: true})
+	if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
+		t.Fatal(err)
+	}
+	createShareClass(t, client)
+	var gpus []gpu.Device
+	for i := range 6 {
+		gpus = append(gpus, gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-dra-%d", i), Model: "NVIDIA A100-SXM4-40GB",
+			MemoryMiB: 40960, UsableMemoryMiB: 40326, NUMANode: -1, Healthy: true})
+	}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "dra-0-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: "dra-0", ResourceSliceCount: 1}, NodeName: ptr.To("dra-0"),
+		Devices: dra.Devices(gpus, dra.Options{MPS: true}),
+	}}
+	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "examples", "dra", "*.yaml"))
+	if err != nil || len(files) != 5 {
+		t.Fatalf("examples/dra: %v, %v; want the five seed shapes", files, err)
+	}
+	for _, f := range files {
+		if err := controlplane.Apply(ctx, client, readFile(t, strings.TrimPrefix(f, root+"/"))); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	// 1 (seed 000) + 3 (001) + 3 (003) + 2 (004) + 1 (multi-container).
+	var bound []corev1.Pod
+	err = waitFor(2*time.Minute, func() (bool, error) {
+		bound = bound[:0]
+		for _, ns := range []string{"default", "userpod"} {
+			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != "" {
+					bound = append(bound, p)
+				}
+			}
+		}
+		return len(bound) == 10, nil
+	})
+	if err != nil {
+		t.Fatalf("%d of 10 example pods bound: %v", len(bound), err)
+	}
+	held := map[string]int64{}
+	checked, done := 0, 0
+	for _, p := range bound {
+		if p.Status.Phase == corev1.PodSucceeded {
+			// kwok ends a Job's pod at once, and its claim goes with
+			// it: bound, it was allocated.
+			done++
+			continue
+		}
+		claims, err := client.ResourceV1().ResourceClaims(p.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, claim := range claims.Items {
+			if len(claim.Status.ReservedFor) == 0 || claim.Status.ReservedFor[0].Name != p.Name {
+				continue
+			}
+			checked++
+			var got []string
+			for _, r := range claim.Status.Allocation.Devices.Results {
+				i, err := strconv.Atoi(strings.TrimPrefix(r.Device, "gpu-"))
+				if err != nil || i < 0 || i >= len(gpus) {
+					t.Fatalf("claim %s holds device %s: not one of the node's", claim.Name, r.Device)
+				}
+				s, err := dra.Consumed(r, gpus[i])
+				if err != nil {
+					t.Fatalf("%s: %v", claim.Name, err)
+				}
+				held[r.Device] += s.MemoryMiB
+				got = append(got, fmt.Sprintf("%s:%d/%d", r.Request, s.MemoryMiB, s.ComputePercent))
+			}
+			slices.Sort(got)
+			// Request:MiB/percent of each device, by the pod's workload.
+			var want []string
+			switch name := p.Name; {
+			case strings.HasPrefix(name, "nbody-"):
+				want = []string{"gpu:1024/10"}
+			case strings.HasPrefix(name, "binpack-1-dra-"):
+				want = []string{"gpu:3072/0"}
+			case strings.HasPrefix(name, "gpu-test-mem-dra-"):
+				want = []string{"gpu:3500/0"}
+			case strings.HasPrefix(name, "cuda-gpu-test-2-dra-"):
+				want = []string{"gpus:40326/0", "gpus:40326/0"}
+			case strings.HasPrefix(name, "cuda-gpu-test-dra-"):
+				want = []string{"gpu:256/0"}
+			case name == "multi-container-dra":
+				want = []string{"server:20480/50", "tokenizer:4096/10"}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("pod %s/%s, claim %s: %v; want %v", p.Namespace, p.Name, claim.Name, got, want)
+			}
+			if len(got) == 2 && claim.Status.Allocation.Devices.Results[0].Device == claim.Status.Allocation.Devices.Results[1].Device &&
+				strings.HasPrefix(p.Name, "cuda-gpu-test-2") {
+				t.Errorf("pod %s: both whole cards are device %s", p.Name, claim.Status.Allocation.Devices.Results[0].Device)
+			}
+		}
+	}
+	if checked+done != len(bound) || done > 1 {
+		t.Errorf("%d of %d bound pods hold a claim and %d ended; want all but the Job's to hold one", checked, len(bound), done)
+	}
+	for dev, mib := range held {
+		if mib > 40326 {
+			t.Errorf("device %s: %d MiB allocated of 40326", dev, mib)
+		}
+	}
+}
+
+// createShareClass creates the DeviceClass the chart installs with
+// dra.enabled (charts/gpushare/templates/dra-deviceclass.yaml).
+func createShareClass(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
+	}}
+	if _, err := client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
