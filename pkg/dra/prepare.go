@@ -173,6 +173,9 @@ func (p *Preparer) write(uid, request string, rec *sharesRecord, gpus map[string
 // Unprepare removes the CDI specs of the claim uid; a claim not prepared
 // is no error.
 func (p *Preparer) Unprepare(uid string) error {
+	if uid == "" || strings.ContainsAny(uid, "/\\") {
+		return fmt.Errorf("no usable claim UID %q", uid)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	paths, err := filepath.Glob(filepath.Join(p.Dir, specPrefix+globEscape(uid)+"-*.json"))

@@ -159,6 +159,11 @@ func TestPrepareBadClaims(t *testing.T) {
 			t.Errorf("%s: %v; want an error saying %q", name, err, c.want)
 		}
 	}
+	for _, uid := range []string{"", "../etc", `a\b`} {
+		if err := p.Unprepare(uid); err == nil {
+			t.Errorf("unprepare of claim UID %q: no error; want it refused", uid)
+		}
+	}
 	// A spec file that is not ours to read stops Prepare rather than
 	// being counted as nothing.
 	if err := os.WriteFile(filepath.Join(p.Dir, "gpushare-dra-bad-gpu.json"), []byte("{"), 0o644); err != nil {
