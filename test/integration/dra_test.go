@@ -32,17 +32,8 @@ const draShareClass = "gpu.gpushare.io"
 // past it stays Pending, and gets the GPU once a holder is gone. A claim
 // that names no capacity takes all the GPU's memory.
 func TestDRADevicesShareOneGPU(t *testing.T) {
-	c := startCluster(t)
 	ctx := context.Background()
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	createNodes(t, client, controlplane.NodeSpec{Name: "dra-0", Bare: true})
-	if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
-		t.Fatal(err)
-	}
-	createShareClass(t, client)
+	client := draCluster(t)
 	// One T4: 15360 MiB, of which 14930 usable.
 	t4 := gpu.Device{Index: 0, UUID: "GPU-dra-0", Model: "Tesla T4", MemoryMiB: 15360, UsableMemoryMiB: 14930, NUMANode: -1, Healthy: true}
 	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "dra-0-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
@@ -190,17 +181,8 @@ func claimShare(t *testing.T, client kubernetes.Interface, name string, g gpu.De
 // one share per container's request, seed 004's two whole cards two
 // devices each taken whole, seed 000's share on an MPS GPU.
 func TestDRAExamples(t *testing.T) {
-	c := startCluster(t)
 	ctx := context.Background()
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	createNodes(t, client, controlplane.NodeSpec{Name: "dra-0", Bare: true})
-	if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
-		t.Fatal(err)
-	}
-	createShareClass(t, client)
+	client := draCluster(t)
 	var gpus []gpu.Device
 	for i := range 6 {
 		gpus = append(gpus, gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-dra-%d", i), Model: "NVIDIA A100-SXM4-40GB",
@@ -309,14 +291,26 @@ func TestDRAExamples(t *testing.T) {
 	}
 }
 
-// createShareClass creates the DeviceClass the chart installs with
-// dra.enabled (charts/gpushare/templates/dra-deviceclass.yaml).
-func createShareClass(t *testing.T, client kubernetes.Interface) {
+// draCluster starts a control plane with stock kube-scheduler, a kwok
+// node dra-0 without GPUs of its own, and the DeviceClass the chart
+// installs with dra.enabled (charts/gpushare/templates/dra-deviceclass.yaml):
+// the tests publish dra-0's devices themselves.
+func draCluster(t *testing.T) kubernetes.Interface {
 	t.Helper()
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNodes(t, client, controlplane.NodeSpec{Name: "dra-0", Bare: true})
+	if _, err := c.StartScheduler(context.Background(), "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
+		t.Fatal(err)
+	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
 	}}
 	if _, err := client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return client
 }
