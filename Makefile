@@ -167,15 +167,7 @@ compat: cluster-tools ## The extender's seed test on older control planes (COMPA
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 10s), from the seed corpus.
-	@# Inputs saved by earlier runs would be replayed first, and their
-	@# number grows with every run: past FUZZTIME, go test fails.
-	$(GO) clean -fuzzcache
-	@set -e; for pkg in ./apis/config/v1alpha1 ./apis/gpushare/v1alpha1 ./pkg/alloc ./pkg/cache ./pkg/deviceplugin ./pkg/extender; do \
-		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-			echo "fuzz $$pkg $$target"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
-		done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) hack/fuzz.sh ./apis/config/v1alpha1 ./apis/gpushare/v1alpha1 ./pkg/alloc ./pkg/cache ./pkg/deviceplugin ./pkg/extender
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version).
