@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -112,7 +114,22 @@ func run(ctx context.Context, o options) error {
 				logger.Error(err, "Listing the GPUs for a claim")
 			}
 			return gpus
-		}}}
+		},
+			// The pods on this node that book its GPUs through extended
+			// resources: a claim must fit beside them too.
+			Booked: func() (map[string]dra.Share, error) {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + o.node})
+				if err != nil {
+					return nil, err
+				}
+				pods := make([]*corev1.Pod, len(list.Items))
+				for i := range list.Items {
+					pods[i] = &list.Items[i]
+				}
+				return dra.PodBookings(pods), nil
+			}}}
 	if o.healthAddr != "" {
 		srv := &http.Server{Addr: o.healthAddr, Handler: health(p), ReadHeaderTimeout: 10 * time.Second}
 		go func() {

@@ -53,6 +53,10 @@ type Preparer struct {
 	// MPS, if set, is the node's MPS daemon: claims' containers become
 	// its clients.
 	MPS *cdi.MPS
+	// Booked, if set, returns what else holds the GPUs, by GPU UUID: the
+	// pods whose allocation records (extended resources) book them.
+	// Prepare counts it with the claims; an error refuses the claim.
+	Booked func() (map[string]Share, error)
 
 	mu sync.Mutex
 }
@@ -69,9 +73,9 @@ type PreparedDevice struct {
 // devices and returns the devices with their CDI device IDs. It is
 // idempotent. It refuses a claim not allocated, a device this node does
 // not have or that is not healthy, a consumption that is not ours, and
-// one that, with what the claims prepared before hold, would take more
-// than a GPU's usable memory or compute: the last line of defense
-// against an over-commit.
+// one that, with what the claims prepared before hold and what pods book
+// (Booked), would take more than a GPU's usable memory or compute: the
+// last line of defense against an over-commit.
 func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
@@ -119,6 +123,12 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, 
 	if err != nil {
 		return nil, err
 	}
+	var booked map[string]Share
+	if p.Booked != nil {
+		if booked, err = p.Booked(); err != nil {
+			return nil, fmt.Errorf("claim %s/%s: reading what the node's pods book: %w", claim.Namespace, claim.Name, err)
+		}
+	}
 	for _, req := range requests {
 		for dev, s := range shares[req].Devices {
 			h := held[dev]
@@ -129,9 +139,14 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, 
 	}
 	for dev, h := range held {
 		g, ok := byName[dev]
-		if ok && (h.MemoryMiB > usableMiB(g) || h.ComputePercent > 100) {
-			return nil, fmt.Errorf("claim %s/%s: GPU %s would hold %d of %d MiB and %d%% compute with the claims prepared on it: refused",
-				claim.Namespace, claim.Name, dev, h.MemoryMiB, usableMiB(g), h.ComputePercent)
+		if !ok {
+			continue
+		}
+		b := booked[g.UUID]
+		if h.MemoryMiB+b.MemoryMiB > usableMiB(g) || h.ComputePercent+b.ComputePercent > 100 {
+			return nil, fmt.Errorf("claim %s/%s: GPU %s would hold %d of %d MiB and %d%% compute with the claims prepared on it "+
+				"and the pods that book it (%d MiB, %d%%): refused",
+				claim.Namespace, claim.Name, dev, h.MemoryMiB+b.MemoryMiB, usableMiB(g), h.ComputePercent+b.ComputePercent, b.MemoryMiB, b.ComputePercent)
 		}
 	}
 	for _, req := range requests {

@@ -140,6 +140,45 @@ func TestRealNodeDRA(t *testing.T) {
 		t.Errorf("share-b's spec went with share-a's pod: %v", err)
 	}
 
+	// A pod that books 30000 MiB of a GPU through extended resources, and
+	// a claim for 8 GiB of that GPU: the allocator, which counts claims
+	// only, gives it; the node refuses to prepare it, and the claim's pod
+	// does not start.
+	big := gpuPod("big", 30000, 0)
+	big.Spec.Containers[0].Image, big.Spec.Containers[0].Command = probeImage, []string{"sleep", "infinity"}
+	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bigUUID := ""
+	for _, p := range rc.runningPods(t, len(claims)) { // share-a is gone, big is in
+		if p.Name == "big" {
+			bigUUID = record(t, &p).Containers[0].GPUs[0].UUID
+		}
+	}
+	over := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "over", Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
+		Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "gpu.gpushare.io",
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf(`device.attributes["gpu.gpushare.io"].uuid == %q`, bigUUID)}}},
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
+				dra.Memory: *k8sresource.NewQuantity(8192<<20, k8sresource.BinarySI)}},
+		}}}}}}
+	if _, err := rc.client.ResourceV1().ResourceClaims("default").Create(ctx, over, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	overPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "over", Namespace: "default"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("over")}},
+		Containers: []corev1.Container{{Name: "main", Image: probeImage, Command: []string{"sleep", "infinity"},
+			Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+	}}
+	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, overPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventNoteWithin(t, 2*time.Minute, rc.client, "default", "over", "FailedPrepareDynamicResources", "the pods that book it")
+	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "over", metav1.GetOptions{}); err != nil || p.Status.Phase == corev1.PodRunning {
+		t.Errorf("a claim past what its GPU's pods leave: pod %v (%v); want it not running", p.Status.Phase, err)
+	}
+
 	// The hostile case: gpushare-node's token, bound to its pod, writes a
 	// slice for another node, and one of another driver for its own.
 	pods, err := rc.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})

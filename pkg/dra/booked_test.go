@@ -1,0 +1,93 @@
+package dra
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/record"
+)
+
+// recordedPod is a pod whose allocation record gives its containers
+// these shares of GPU uuid (index 0), in order.
+func recordedPod(t *testing.T, phase corev1.PodPhase, uuid string, containers ...alloc.ContainerPlacement) *corev1.Pod {
+	t.Helper()
+	for i := range containers {
+		for j := range containers[i].GPUs {
+			containers[i].GPUs[j].UUID = uuid
+		}
+	}
+	v, err := gpusharev1.Marshal(record.Record(&alloc.Placement{Node: "node-a", Containers: containers}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpusharev1.AllocationAnnotation: v}},
+		Status: corev1.PodStatus{Phase: phase}}
+}
+
+func share(mib, pct int64) []alloc.Assignment {
+	return []alloc.Assignment{{GPU: 0, Usage: alloc.Usage{MemoryMiB: mib, Compute: pct}}}
+}
+
+// What pods book is summed per GPU by the scheduler's rule: app
+// containers add up, an init container counts as the most of a phase;
+// ended pods and records that cannot be read book nothing.
+func TestPodBookings(t *testing.T) {
+	uuid := t4(0).UUID
+	pods := []*corev1.Pod{
+		recordedPod(t, corev1.PodRunning, uuid,
+			alloc.ContainerPlacement{Name: "init", Kind: alloc.Init, GPUs: share(8000, 0)},
+			alloc.ContainerPlacement{Name: "a", Kind: alloc.App, GPUs: share(2000, 10)},
+			alloc.ContainerPlacement{Name: "b", Kind: alloc.App, GPUs: share(1000, 20)}),
+		recordedPod(t, corev1.PodPending, uuid, alloc.ContainerPlacement{Name: "c", Kind: alloc.App, GPUs: share(500, 0)}),
+		recordedPod(t, corev1.PodSucceeded, uuid, alloc.ContainerPlacement{Name: "done", Kind: alloc.App, GPUs: share(4000, 50)}),
+		{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpusharev1.AllocationAnnotation: "{not json"}}},
+		{},
+	}
+	got := PodBookings(pods)
+	if want := (Share{MemoryMiB: 8000 + 500, ComputePercent: 30}); len(got) != 1 || got[uuid] != want {
+		t.Errorf("bookings %v; want %s: %+v", got, uuid, want)
+	}
+}
+
+// A claim is refused where it and what the node's pods book would take a
+// GPU past its usable memory or compute, and where what they book cannot
+// be read.
+func TestPrepareCountsPodBookings(t *testing.T) {
+	p := preparer(t, nil)
+	booked := map[string]Share{t4(0).UUID: {MemoryMiB: 10000, ComputePercent: 80}}
+	var bookErr error
+	p.Booked = func() (map[string]Share, error) { return booked, bookErr }
+	for name, c := range map[string]struct {
+		mib, pct int64
+		refused  bool
+	}{
+		"fits":         {4930, 20, false},
+		"past memory":  {5000, 0, true},
+		"past compute": {100, 21, true},
+	} {
+		uid := strings.ReplaceAll(name, " ", "-")
+		_, err := p.Prepare(claimOf(uid, "gpu", map[string][2]int64{"gpu-0": {c.mib, c.pct}}))
+		if refused := err != nil && strings.Contains(err.Error(), "the pods that book it"); refused != c.refused {
+			t.Errorf("%s (%d MiB, %d%%): %v; want refused %v", name, c.mib, c.pct, err, c.refused)
+		}
+		if err == nil {
+			if err := p.Unprepare(uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The other GPU is nobody's.
+	if _, err := p.Prepare(claimOf("other", "gpu", map[string][2]int64{"gpu-1": {14930, 100}})); err != nil {
+		t.Errorf("all of the GPU no pod books: %v", err)
+	}
+	bookErr = errors.New("apiserver down")
+	if _, err := p.Prepare(claimOf("blind", "gpu", map[string][2]int64{"gpu-1": {0, 0}})); err == nil || !strings.Contains(err.Error(), "apiserver down") {
+		t.Errorf("with the pods' bookings unknown: %v; want the claim refused", err)
+	}
+}
