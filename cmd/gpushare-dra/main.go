@@ -27,6 +27,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/dra"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/source"
+	"github.com/gpushare/gpushare/pkg/mps"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -55,9 +56,9 @@ func main() {
 	fs.BoolVar(&o.wholeCard, "whole-card", false, "hand out whole GPUs only: each device takes one claim")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where the claims' CDI specs are written")
 	fs.BoolVar(&o.mps, "mps", false, "the node's GPUs run NVIDIA MPS (gpushare-node --mps): claims' containers become MPS clients, limited to what they consumed")
-	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory, as gpushare-node's")
-	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory, as gpushare-node's")
-	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, as gpushare-node's")
+	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", mps.DefaultPipeDir, "MPS pipe directory, as gpushare-node's")
+	fs.StringVar(&o.mpsLogDir, "mps-log-dir", mps.DefaultLogDir, "MPS log directory, as gpushare-node's")
+	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", mps.DefaultShmDir, "the MPS daemon's /dev/shm, as gpushare-node's")
 	fs.StringVar(&o.pluginDir, "plugin-dir", "/var/lib/kubelet/plugins/"+dra.Driver, "the driver's directory (its socket) under the kubelet's plugins directory")
 	fs.StringVar(&o.registryDir, "registry-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory")
 	fs.DurationVar(&o.resync, "resync", 30*time.Second, "how often the GPUs are read, and published again where their health changed")
@@ -103,12 +104,12 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(o.cdiDir, 0o755); err != nil {
 		return err
 	}
-	var mps *cdi.MPS
+	var mpsEnv *cdi.MPS
 	if o.mps {
-		mps = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
+		mpsEnv = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
 	}
 	p := &dra.Plugin{Logger: logger, Options: dra.Options{WholeCard: o.wholeCard, MPS: o.mps},
-		Preparer: &dra.Preparer{Dir: o.cdiDir, Pool: o.node, MPS: mps, GPUs: func() []gpu.Device {
+		Preparer: &dra.Preparer{Dir: o.cdiDir, Pool: o.node, MPS: mpsEnv, GPUs: func() []gpu.Device {
 			gpus, err := backend.Devices()
 			if err != nil {
 				logger.Error(err, "Listing the GPUs for a claim")

@@ -82,9 +82,9 @@ func main() {
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources socket")
 	fs.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where CDI specs for containers are written")
 	fs.BoolVar(&o.mps, "mps", false, "share this node's GPUs under NVIDIA MPS: mark them so in the inventory (only they take keti.com/mpsgpu pods), run and supervise the MPS control daemon (with the device plugins), and give containers that ask for MPS the MPS client environment (limits from their own requests) and the pipe mount")
-	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "/tmp/nvidia-mps", "MPS pipe directory (the KETI system's path)")
-	fs.StringVar(&o.mpsLogDir, "mps-log-dir", "/var/log/nvidia-mps", "MPS log directory")
-	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", "/run/gpushare/mps-shm", "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
+	fs.StringVar(&o.mpsPipeDir, "mps-pipe-dir", mps.DefaultPipeDir, "MPS pipe directory (the KETI system's path)")
+	fs.StringVar(&o.mpsLogDir, "mps-log-dir", mps.DefaultLogDir, "MPS log directory")
+	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", mps.DefaultShmDir, "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
 	fs.IntVar(&o.hookDevices, "hook-devices", deviceplugin.DefaultHookDevices, "devices of "+gpusharev1.HookResource+
 		", the devices through which GPU containers get their GPUs where deploy/gpu-hook-policy.yaml is in force (the n-th GPU container of a pod holds n: one in most pods); 0 serves none")

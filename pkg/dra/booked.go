@@ -30,10 +30,7 @@ func PodBookings(pods []*corev1.Pod) map[string]Share {
 			continue
 		}
 		for _, b := range pl.Booked {
-			s := out[b.UUID]
-			s.MemoryMiB += b.MemoryMiB
-			s.ComputePercent += b.Compute
-			out[b.UUID] = s
+			out[b.UUID] = out[b.UUID].add(Share{MemoryMiB: b.MemoryMiB, ComputePercent: b.Compute})
 		}
 	}
 	return out

@@ -148,6 +148,10 @@ type Share struct {
 	ComputePercent int64
 }
 
+func (s Share) add(o Share) Share {
+	return Share{MemoryMiB: s.MemoryMiB + o.MemoryMiB, ComputePercent: s.ComputePercent + o.ComputePercent}
+}
+
 // Consumed returns what allocation result r consumes of GPU g: the
 // capacity it names (no compute where it names memory only), the whole
 // GPU where it names none (an exclusive allocation: a whole-card device).

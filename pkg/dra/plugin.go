@@ -63,13 +63,8 @@ func (p *Plugin) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
 		}
-		var res kubeletplugin.PrepareResult
-		for _, d := range devs {
-			res.Devices = append(res.Devices, kubeletplugin.Device{Requests: d.Requests, PoolName: d.Pool, DeviceName: d.Device,
-				CDIDeviceIDs: d.CDIDeviceIDs})
-		}
 		p.Logger.Info("Claim prepared", "claim", klog.KObj(c), "devices", len(devs))
-		out[c.UID] = res
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs}
 	}
 	return out, nil
 }
@@ -101,13 +96,6 @@ func (p *Plugin) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 	return kubeletplugin.ErrHealthNotSupported
 }
 
-// Resources are the devices of node's pool.
-func (p *Plugin) Resources(node string, gpus []gpu.Device) resourceslice.DriverResources {
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		node: {Slices: []resourceslice.Slice{{Devices: Devices(gpus, p.Options)}}},
-	}}
-}
-
 // Run registers the plugin with the kubelet and publishes the node's
 // GPUs, again every resync (a GPU that turned unhealthy is withdrawn),
 // until ctx ends. pluginDir and registryDir are the kubelet's (empty:
@@ -134,11 +122,13 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface, node, plu
 		gpus, err := backend.Devices()
 		if err != nil {
 			p.Logger.Error(err, "Listing the GPUs to publish")
-		} else if res := p.Resources(node, gpus); last == nil || !sameDevices(last, res.Pools[node].Slices[0].Devices) {
+		} else if devs := Devices(gpus, p.Options); last == nil || !sameDevices(last, devs) {
+			// One pool, named after the node, of one slice.
+			res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: {Slices: []resourceslice.Slice{{Devices: devs}}}}}
 			if err := helper.PublishResources(ctx, res); err != nil {
 				p.Logger.Error(err, "Publishing the GPUs as DRA devices")
 			} else {
-				last = res.Pools[node].Slices[0].Devices
+				last = devs
 				p.Logger.Info("Published the GPUs as DRA devices", "devices", len(last))
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
@@ -61,22 +62,15 @@ type Preparer struct {
 	mu sync.Mutex
 }
 
-// PreparedDevice is a device of a prepared claim and the CDI device that
-// gives it to the claim's containers.
-type PreparedDevice struct {
-	Requests     []string
-	Pool, Device string
-	CDIDeviceIDs []string
-}
-
 // Prepare writes the CDI specs of claim's requests for this pool's
-// devices and returns the devices with their CDI device IDs. It is
+// devices and returns the devices with their CDI device IDs, as the
+// kubelet plugin answers them. It is
 // idempotent. It refuses a claim not allocated, a device this node does
 // not have or that is not healthy, a consumption that is not ours, and
 // one that, with what the claims prepared before hold and what pods book
 // (Booked), would take more than a GPU's usable memory or compute: the
 // last line of defense against an over-commit.
-func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, error) {
+func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
@@ -91,7 +85,7 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, 
 	// The shares of each request, in the order of the results.
 	var requests []string
 	shares := map[string]*sharesRecord{}
-	var out []PreparedDevice
+	var out []kubeletplugin.Device
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != Driver || r.Pool != p.Pool {
 			continue
@@ -114,7 +108,7 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, 
 			return nil, fmt.Errorf("claim %s/%s: request %s holds device %s twice", claim.Namespace, claim.Name, r.Request, r.Device)
 		}
 		rec.Devices[r.Device] = s
-		out = append(out, PreparedDevice{Requests: []string{r.Request}, Pool: r.Pool, Device: r.Device,
+		out = append(out, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
 			CDIDeviceIDs: []string{Kind + "=" + cdiName(uid, r.Request)}})
 	}
 	p.mu.Lock()
@@ -131,10 +125,7 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]PreparedDevice, 
 	}
 	for _, req := range requests {
 		for dev, s := range shares[req].Devices {
-			h := held[dev]
-			h.MemoryMiB += s.MemoryMiB
-			h.ComputePercent += s.ComputePercent
-			held[dev] = h
+			held[dev] = held[dev].add(s)
 		}
 	}
 	for dev, h := range held {
@@ -243,10 +234,7 @@ func (p *Preparer) heldLocked(except string) (map[string]Share, error) {
 			return nil, fmt.Errorf("reading %s: shares record version %q, want %s", path, rec.Version, sharesVersion)
 		}
 		for dev, sh := range rec.Devices {
-			h := held[dev]
-			h.MemoryMiB += sh.MemoryMiB
-			h.ComputePercent += sh.ComputePercent
-			held[dev] = h
+			held[dev] = held[dev].add(sh)
 		}
 	}
 	return held, nil

@@ -55,7 +55,7 @@ func TestPrepare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(devs) != 1 || devs[0].Device != "gpu-1" || devs[0].Pool != "node-a" || len(devs[0].CDIDeviceIDs) != 1 ||
+		if len(devs) != 1 || devs[0].DeviceName != "gpu-1" || devs[0].PoolName != "node-a" || len(devs[0].CDIDeviceIDs) != 1 ||
 			devs[0].CDIDeviceIDs[0] != "gpu.gpushare.io/claim=u1-gpu" {
 			t.Fatalf("prepared %+v; want gpu-1 with CDI device gpu.gpushare.io/claim=u1-gpu", devs)
 		}

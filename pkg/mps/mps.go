@@ -26,6 +26,14 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// The daemon's directories on the host by default: the pipe directory is
+// the KETI system's path, which its pod specs mount.
+const (
+	DefaultPipeDir = "/tmp/nvidia-mps"
+	DefaultLogDir  = "/var/log/nvidia-mps"
+	DefaultShmDir  = "/run/gpushare/mps-shm"
+)
+
 // Daemon supervises nvidia-cuda-mps-control.
 type Daemon struct {
 	// Control is the nvidia-cuda-mps-control binary.

@@ -38,11 +38,11 @@ func TestRealNodeDRA(t *testing.T) {
 	// The driver's slice: four devices, and the UUID of each.
 	uuids := map[string]string{}
 	err := waitFor(2*time.Minute, func() (bool, error) {
-		slices, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		list, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
-		for _, s := range slices.Items {
+		for _, s := range list.Items {
 			if s.Spec.Driver != dra.Driver || s.Spec.NodeName == nil || *s.Spec.NodeName != "gpu-real" {
 				continue
 			}
