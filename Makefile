@@ -83,6 +83,11 @@ GPU ?= auto
 gpu-check: ## The node daemon's GPU code on this machine's GPU, no Kubernetes: NVML against nvidia-smi, health events, usage, MPS limits; one JSON line (GPU=auto|nvml|fake).
 	@hack/gpu-check.sh $(GPU)
 
+.PHONY: gpu-check-build
+gpu-check-build: ## Build the GPU check into bin/gpucheck.test, for a GPU machine without Go (GPU_CHECK_BINARY=bin/gpucheck.test hack/gpu-check.sh there).
+	@mkdir -p bin
+	CGO_ENABLED=1 CGO_CFLAGS="$${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" $(GO) test -c -tags gpucheck -o bin/gpucheck.test ./test/gpucheck
+
 .PHONY: gpu-check-fake
 gpu-check-fake: ## make gpu-check against the NVML fake and stand-ins (part of make test).
 	@hack/gpu-check.sh fake

@@ -67,11 +67,14 @@ type threadLimit struct {
 }
 
 // The clients' shares of the GPU: memory each may pin, what each
-// allocates, and the thread limit timed.
+// allocates, and the thread limit timed. MPS counts a client's CUDA
+// context, its libraries' workspaces and its computing buffers against
+// the limit too (an H100 with driver 580 and CuPy: about 320 MiB of
+// context), so "within" allocates a quarter of the limit.
 const (
-	limitMiB      = 1024
+	limitMiB      = 2048
 	withinMiB     = 512
-	overMiB       = 2048
+	overMiB       = 4096
 	threadPercent = 25
 )
 
