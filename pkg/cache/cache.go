@@ -11,6 +11,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/dra/claim"
 )
 
 // Cache holds gpushare nodes and the GPUs pods hold on them. It is safe for
@@ -147,6 +148,9 @@ type podEntry struct {
 	// edited lists the request-shaping annotations that changed since
 	// the pod was bound: the record still books what it names.
 	edited []string
+	// claim is set for a ResourceClaim's entry (SetClaim): what its
+	// allocation holds of each GPU, placed on the node at each booking.
+	claim []claim.GPU
 }
 
 // New returns an empty cache.

@@ -23,6 +23,15 @@ import (
 // more lands on them, and what it holds is shown in e.over.
 func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	p.invalid, p.conflict = false, false
+	if p.claim != nil {
+		placement, err := claimPlacement(p, e.inventory)
+		if err != nil {
+			p.invalid = true
+			c.logger.Error(err, "Ignoring the claim's allocation", "claim", p.key)
+			return
+		}
+		p.placement = placement
+	}
 	if p.alloc != nil {
 		a, err := p.alloc, error(nil)
 		if p.foreign {

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/informers"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,31 @@ func Watch(c *Cache, f informers.SharedInformerFactory) (synced func() bool, err
 		return nil, err
 	}
 	return func() bool { return nodes.HasSynced() && pods.HasSynced() }, nil
+}
+
+// WatchClaims feeds c the ResourceClaims of an informer factory: what
+// their allocations hold of gpushare's DRA devices (SetClaim). The
+// returned func reports whether c has taken in the first list.
+func WatchClaims(c *Cache, f informers.SharedInformerFactory) (synced func() bool, err error) {
+	reg, err := f.Resource().V1().ResourceClaims().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { setClaim(c, obj) },
+		UpdateFunc: func(_, obj any) { setClaim(c, obj) },
+		DeleteFunc: func(obj any) {
+			if rc, ok := unwrap(obj).(*resourceapi.ResourceClaim); ok {
+				c.RemoveClaim(rc.UID)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reg.HasSynced, nil
+}
+
+func setClaim(c *Cache, obj any) {
+	if rc, ok := obj.(*resourceapi.ResourceClaim); ok {
+		c.SetClaim(rc)
+	}
 }
 
 // WaitSynced blocks until synced reports true or ctx ends, and reports

@@ -16,20 +16,21 @@ import (
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpushare/gpushare/pkg/dra/claim"
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
 
 // Driver is the DRA driver's name: the devices' driver, and the domain of
 // their attributes and capacities.
-const Driver = "gpu.gpushare.io"
+const Driver = claim.Driver
 
 // The capacities of each device a claim's request consumes part of.
 const (
 	// Memory is the GPU's usable memory (after the driver's reserve), in
 	// binary units with a granularity of 1 MiB.
-	Memory resourceapi.QualifiedName = "memory"
+	Memory = claim.Memory
 	// Compute is the share of the GPU's SMs in percent: 100 is the GPU.
-	Compute resourceapi.QualifiedName = "compute"
+	Compute = claim.Compute
 )
 
 // The devices' attributes, for the selectors users write
@@ -56,7 +57,7 @@ type Options struct {
 }
 
 // DeviceName is the device that stands for the GPU of driver index i.
-func DeviceName(index int) string { return "gpu-" + strconv.Itoa(index) }
+func DeviceName(index int) string { return claim.DevicePrefix + strconv.Itoa(index) }
 
 // Devices describes gpus as DRA devices. A GPU that is not healthy is
 // left out (withdrawn): no new claim gets it, and the claims that hold it

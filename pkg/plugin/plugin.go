@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	policylisters "k8s.io/client-go/listers/policy/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -50,6 +51,9 @@ type GPUShare struct {
 	// pdbs lists the PodDisruptionBudgets, which preemption's victim
 	// plan spares where it can.
 	pdbs policylisters.PodDisruptionBudgetLister
+	// claims lists the ResourceClaims, for pods that ask gpushare's DRA
+	// devices through them (claimRequest).
+	claims resourcelisters.ResourceClaimLister
 	// learnOnce learns the workload from the cluster's pods on the
 	// first PreFilter: a restarted scheduler starts from what runs.
 	learnOnce sync.Once
@@ -92,7 +96,8 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		// per model, as the shared cache counts them.
 		policy.Follow(s.cache)
 		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
-			pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}
+			pdbs:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
+			claims: h.SharedInformerFactory().Resource().V1().ResourceClaims().Lister()}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,
 			"learnsWorkload", policy.Learns(), "resources", model.Names())
 		return pl, nil
@@ -157,6 +162,10 @@ type cycle struct {
 	start time.Time
 	// kubelet is what a node's kubelet counts of the pod (kubeletAsks).
 	kubelet map[corev1.ResourceName]int64
+	// claims is set when the GPUs are asked through ResourceClaims:
+	// DynamicResources allocates them and DefaultBinder binds the pod,
+	// with no record (claimRequest).
+	claims bool
 
 	mu sync.Mutex
 	// ratings holds the rating of each node that passed Filter.
@@ -181,7 +190,7 @@ type cycle struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, ratings: maps.Clone(c.ratings),
+	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, claims: c.claims, ratings: maps.Clone(c.ratings),
 		unfits: slices.Clone(c.unfits), chosen: c.chosen, recorded: c.recorded}
 	if c.deltas != nil {
 		out.deltas = make(map[string]*nodeDelta, len(c.deltas))
@@ -223,14 +232,24 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		pl.metrics.observe(resultInvalid, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	claims := false
 	if req == nil {
-		return pl.preFilterPlain(state, pod)
+		base, _ := pl.model.PodRequest(pod)
+		if req, err = pl.claimRequest(pod, base); err != nil {
+			// DynamicResources places what the policy cannot.
+			klog.FromContext(ctx).V(3).Info("Claims left to DynamicResources", "pod", klog.KObj(pod), "reason", err)
+			req = nil
+		}
+		if req == nil {
+			return pl.preFilterPlain(state, pod)
+		}
+		claims = true
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
 	placer := pl.policy.Placer()
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
-	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start,
+	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims,
 		kubelet: pl.kubeletAsks(pod), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
 	return nil, nil
 }
@@ -407,7 +426,7 @@ func (pl *GPUShare) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.P
 // DefaultBinder binds first, PostBind adds the record.
 func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	c, err := readCycle(state)
-	if err != nil {
+	if err != nil || c.claims {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	p, err := c.reservation(nodeName)
@@ -440,7 +459,7 @@ func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *cor
 	c.mu.Lock()
 	recorded := c.recorded
 	c.mu.Unlock()
-	if recorded {
+	if recorded || c.claims {
 		return
 	}
 	logger := klog.FromContext(ctx)
@@ -486,6 +505,7 @@ func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: pl.podUpdated},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.inventoryChanged},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.allocatableGrew},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete}, QueueingHintFn: pl.claimReleased},
 	}, nil
 }
 

@@ -102,7 +102,18 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 			Resources: resource.PodCPUMemory,
 		})
 		defer func() { go gpucache.RunExpiry(ctx, s.cache) }()
-		s.synced, s.err = gpucache.Watch(s.cache, h.SharedInformerFactory())
+		synced, err := gpucache.Watch(s.cache, h.SharedInformerFactory())
+		if err != nil {
+			s.err = err
+			return
+		}
+		// What DRA claims hold of gpushare's devices books the same GPUs.
+		claimsSynced, err := gpucache.WatchClaims(s.cache, h.SharedInformerFactory())
+		if err != nil {
+			s.err = err
+			return
+		}
+		s.synced = func() bool { return synced() && claimsSynced() }
 		go gpucache.WatchLeases(ctx, s.cache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
 		s.metrics = newMetrics()
 		if s.register != nil {

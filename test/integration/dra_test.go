@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/dra"
 	"github.com/gpushare/gpushare/pkg/gpu"
@@ -313,4 +314,132 @@ func draCluster(t *testing.T) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return client
+}
+
+// TestDRAPlacedByPolicy: gpushare-scheduler places pods that ask
+// gpushare's devices through ResourceClaims by its node policy (binpack
+// here), and keeps one account per GPU for claims and extended-resource
+// pods: a claim never lands on memory a pod's record holds, a pod never
+// on memory a claim holds, though DRA's allocator and the pods' records
+// each see only their own; a claim that goes frees its share for a
+// waiting pod.
+func TestDRAPlacedByPolicy(t *testing.T) {
+	ctx := context.Background()
+	_, client, _ := startPlugin(t, schedulerConfigWith(t, "binpack"))
+	specs := []controlplane.NodeSpec{
+		{Name: "a", Model: "Tesla T4", MemoryMiB: 15360, Count: 1},
+		{Name: "b", Model: "Tesla T4", MemoryMiB: 15360, Count: 1},
+	}
+	createNodes(t, client, specs...)
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
+	}}
+	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		var gpus []gpu.Device
+		for _, g := range s.Inventory().GPUs {
+			gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+				UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
+		}
+		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: s.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: s.Name, ResourceSliceCount: 1}, NodeName: ptr.To(s.Name),
+			Devices: dra.Devices(gpus, dra.Options{}),
+		}}
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPod := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeOf := func(name string) string {
+		t.Helper()
+		waitBound(t, client, name)
+		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Spec.NodeName
+	}
+
+	// An extended-resource pod of 8 GiB goes to one node, x.
+	createPod(gpuPod("ext", 8192, 0))
+	x := nodeOf("ext")
+	y := map[string]string{"a": "b", "b": "a"}[x]
+	// Binpack puts a 4 GiB claim beside it.
+	draPod(t, client, "small", 4096)
+	if n := nodeOf("small"); n != x {
+		t.Errorf("claim small on %s; binpack puts it on %s, beside the 8 GiB pod", n, x)
+	}
+	// 8 GiB more fits x by DRA's count (its slice has 11 GiB free) but
+	// not beside the pod's record: y.
+	draPod(t, client, "big", 8192)
+	if n := nodeOf("big"); n != y {
+		t.Errorf("claim big on %s; want %s: %s holds 8192 MiB by record and 4096 by claim of 15360", n, y, x)
+	}
+	// 6 GiB: x has 3072 MiB left, y 7168 beside claim big. By the
+	// records alone x would have 7168 too, and binpack would pick it.
+	createPod(gpuPod("ext2", 6144, 0))
+	if n := nodeOf("ext2"); n != y {
+		t.Errorf("pod ext2 on %s; want %s, the only node with 6144 MiB free counting claims", n, y)
+	}
+	// 2 GiB: x has 3072 free, y 1024.
+	createPod(gpuPod("ext3", 2048, 0))
+	if n := nodeOf("ext3"); n != x {
+		t.Errorf("pod ext3 on %s; want %s", n, x)
+	}
+	// Nothing has room for 4 GiB until claim big goes.
+	createPod(gpuPod("ext4", 4096, 0))
+	failedSchedulingMessage(t, client, "default", "ext4", "")
+	if p, err := client.CoreV1().Pods("default").Get(ctx, "ext4", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("pod ext4 on %q (%v); want Pending: no GPU has 4096 MiB free counting claims", p.Spec.NodeName, err)
+	}
+	// Each GPU's records and claims add up to at most its memory.
+	booked := map[string]int64{}
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if _, ok := pods.Items[i].Annotations[gpusharev1.AllocationAnnotation]; ok {
+			for _, c := range record(t, &pods.Items[i]).Containers {
+				for _, g := range c.GPUs {
+					booked[pods.Items[i].Spec.NodeName] += g.MemoryMiB
+				}
+			}
+		}
+	}
+	claims, err := client.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range claims.Items {
+		if a := claims.Items[i].Status.Allocation; a != nil {
+			for _, r := range a.Devices.Results {
+				q := r.ConsumedCapacity[dra.Memory]
+				booked[r.Pool] += q.Value() >> 20
+			}
+		}
+	}
+	for node, mib := range booked {
+		if mib > 15360 {
+			t.Errorf("node %s: records and claims book %d MiB of its 15360", node, mib)
+		}
+	}
+	t.Logf("booked MiB by records and claims: %v", booked)
+
+	if err := client.CoreV1().Pods("default").Delete(ctx, "big", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ResourceV1().ResourceClaims("default").Delete(ctx, "big", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodeOf("ext4"); n != y {
+		t.Errorf("pod ext4 on %s; want %s, where claim big was", n, y)
+	}
 }

@@ -1,0 +1,85 @@
+package cache_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/dra/claim"
+)
+
+// draClaim is claim uid allocated devices of node's pool, each
+// consuming mib (0: taken whole), reserved for pods.
+func draClaim(uid, node string, mib int64, devices []string, pods ...string) *resourceapi.ResourceClaim {
+	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID(uid)}}
+	a := &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: claim.Driver, Pool: node, Device: d}
+		if mib > 0 {
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]k8sresource.Quantity{claim.Memory: *k8sresource.NewQuantity(mib<<20, k8sresource.BinarySI)}
+		}
+		a.Devices.Results = append(a.Devices.Results, r)
+	}
+	rc.Status.Allocation = a
+	for _, p := range pods {
+		rc.Status.ReservedFor = append(rc.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: types.UID(p)})
+	}
+	return rc
+}
+
+// TestClaimsBookTheirGPUs: an allocated claim of gpushare's devices books
+// the GPUs of those indices beside the pods' records (a device taken
+// whole books all of it), the pod it is reserved for drops what the
+// scheduler assumed for it, and a deallocated or deleted claim frees its
+// share. A claim naming a GPU the node does not list books nothing.
+func TestClaimsBookTheirGPUs(t *testing.T) {
+	c, logs := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	c.SetPod(recordedPod(t, "rec", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4000, 0)})))
+
+	// The scheduler assumed 3000 MiB on GPU 1 for pod p; DRA allocated
+	// its claim 3072 MiB of gpu-0.
+	if err := c.Assume("p", "default/p", placement("n1", 1, 3000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetClaim(draClaim("c1", "n1", 3072, []string{"gpu-0"}, "p"))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 4000 + 3072}, {}}; !cmp.Equal(got, want) {
+		t.Errorf("after the claim's allocation: %v; want the record and the claim on GPU 0, nothing assumed on GPU 1: %v", got, want)
+	}
+	// Seen again, unchanged: nothing moves.
+	c.SetClaim(draClaim("c1", "n1", 3072, []string{"gpu-0"}, "p"))
+	c.SetClaim(draClaim("whole", "n1", 0, []string{"gpu-1"}))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 7072}, {MemoryMiB: 16384, Compute: alloc.FullCompute}}; !cmp.Equal(got, want) {
+		t.Errorf("with a whole device: %v; want %v", got, want)
+	}
+
+	// Deallocated (status cleared), then deleted.
+	dealloc := draClaim("whole", "n1", 0, nil)
+	dealloc.Status.Allocation = nil
+	c.SetClaim(dealloc)
+	c.RemoveClaim("c1")
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 4000}, {}}; !cmp.Equal(got, want) {
+		t.Errorf("after the claims are gone: %v; want the record alone: %v", got, want)
+	}
+
+	c.SetClaim(draClaim("far", "n1", 1024, []string{"gpu-5"}))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 4000}, {}}; !cmp.Equal(got, want) {
+		t.Errorf("a claim of a GPU the node lacks booked %v; want %v", got, want)
+	}
+	if m := logs.matching("Ignoring the claim's allocation", "GPU 5"); len(m) == 0 {
+		t.Errorf("no log says why the claim of gpu-5 books nothing; logs:\n%s", logs)
+	}
+
+	// A claim of a node the cache learns later books once it arrives.
+	c.SetClaim(draClaim("early", "n2", 2048, []string{"gpu-0"}))
+	c.SetNode(gpuNode(t, "n2", 8192))
+	if got, want := usage(t, c, "n2"), []alloc.Usage{{MemoryMiB: 2048}}; !cmp.Equal(got, want) {
+		t.Errorf("n2 after it arrived: %v; want the claim's %v", got, want)
+	}
+}

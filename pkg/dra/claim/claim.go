@@ -1,0 +1,166 @@
+// Package claim reads ResourceClaims for gpushare's DRA devices: what a
+// claim asks of them, as the core's container requests, and what an
+// allocated claim holds of each GPU. The scheduler places and books
+// claims with it; it imports no kubelet code.
+package claim
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// Driver is gpushare's DRA driver: the devices' driver and pool owner.
+const Driver = "gpu.gpushare.io"
+
+// Class is the DeviceClass of gpushare's devices that the chart installs:
+// requests that name it are placed by gpushare's policy.
+const Class = "gpu.gpushare.io"
+
+// The device capacities a request consumes part of.
+const (
+	Memory  resourceapi.QualifiedName = "memory"
+	Compute resourceapi.QualifiedName = "compute"
+)
+
+// DevicePrefix starts each device's name; the GPU's index follows.
+const DevicePrefix = "gpu-"
+
+// DeviceIndex returns the GPU index of device name, or false when name is
+// not one of gpushare's device names.
+func DeviceIndex(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, DevicePrefix)
+	if !ok || s == "" || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	if err != nil || i < 0 {
+		return 0, false
+	}
+	return i, true
+}
+
+// ErrUnsupported marks a request of gpushare's class that the policy
+// cannot place (a prioritized list, or all devices): DRA's allocator
+// places it alone.
+var ErrUnsupported = errors.New("request not placed by gpushare's policy")
+
+// Requests returns what claim c asks of gpushare's devices, one container
+// request per device request of class Class, named "claim/<claim>/<request>":
+// count devices, each with the memory (MiB, rounded up) and compute
+// (percent) its capacity requests name; a request that names no memory
+// takes its GPUs whole. Requests of other classes are left out. It
+// returns ErrUnsupported for a request of the class it cannot express.
+func Requests(c *resourceapi.ResourceClaim) ([]alloc.ContainerRequest, error) {
+	var out []alloc.ContainerRequest
+	for _, r := range c.Spec.Devices.Requests {
+		if r.Exactly == nil {
+			for _, s := range r.FirstAvailable {
+				if s.DeviceClassName == Class {
+					return nil, fmt.Errorf("claim %s request %s: %w: firstAvailable", c.Name, r.Name, ErrUnsupported)
+				}
+			}
+			continue
+		}
+		e := r.Exactly
+		if e.DeviceClassName != Class {
+			continue
+		}
+		if e.AllocationMode == resourceapi.DeviceAllocationModeAll {
+			return nil, fmt.Errorf("claim %s request %s: %w: allocationMode All", c.Name, r.Name, ErrUnsupported)
+		}
+		count := int(e.Count)
+		if count <= 0 {
+			count = 1
+		}
+		cr := alloc.ContainerRequest{Name: "claim/" + c.Name + "/" + r.Name, Count: count}
+		var mem, compute int64
+		if e.Capacity != nil {
+			if q, ok := e.Capacity.Requests[Memory]; ok {
+				b := q.Value()
+				if b <= 0 {
+					return nil, fmt.Errorf("claim %s request %s: memory %s is not positive", c.Name, r.Name, q.String())
+				}
+				mem = (b + 1<<20 - 1) >> 20
+			}
+			if q, ok := e.Capacity.Requests[Compute]; ok {
+				v := q.Value()
+				if v < 0 || v > alloc.FullCompute {
+					return nil, fmt.Errorf("claim %s request %s: compute %s is not a percent from 0 to 100", c.Name, r.Name, q.String())
+				}
+				compute = v
+			}
+		}
+		if mem == 0 {
+			cr.Exclusive = true
+		} else {
+			cr.MemoryMiB, cr.Compute = mem*int64(count), compute
+		}
+		out = append(out, cr)
+	}
+	return out, nil
+}
+
+// GPU is what an allocated claim holds of one of gpushare's GPUs.
+type GPU struct {
+	Index int
+	// MemoryMiB and Compute are what it consumes; Whole is set where it
+	// consumes none in parts (the device taken whole), and then they are
+	// zero.
+	MemoryMiB int64
+	Compute   int64
+	Whole     bool
+}
+
+// Held returns the node and the GPUs claim c's allocation holds of
+// gpushare's devices, summed per GPU; node is "" when c is not allocated
+// or holds none of them. It refuses results it cannot read (a device name
+// or consumption that gpushare's devices never have).
+func Held(c *resourceapi.ResourceClaim) (node string, gpus []GPU, err error) {
+	if c.Status.Allocation == nil {
+		return "", nil, nil
+	}
+	at := map[int]int{}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != Driver {
+			continue
+		}
+		if node != "" && r.Pool != node {
+			return "", nil, fmt.Errorf("claim %s holds devices of pools %s and %s", c.Name, node, r.Pool)
+		}
+		node = r.Pool
+		i, ok := DeviceIndex(r.Device)
+		if !ok {
+			return "", nil, fmt.Errorf("claim %s holds device %s/%s, not one of %s's", c.Name, r.Pool, r.Device, Driver)
+		}
+		g := GPU{Index: i, Whole: r.ConsumedCapacity == nil}
+		if q, ok := r.ConsumedCapacity[Memory]; ok {
+			b := q.Value()
+			if b < 0 {
+				return "", nil, fmt.Errorf("claim %s device %s: negative memory %s", c.Name, r.Device, q.String())
+			}
+			g.MemoryMiB = (b + 1<<20 - 1) >> 20
+		}
+		if q, ok := r.ConsumedCapacity[Compute]; ok {
+			if v := q.Value(); v >= 0 && v <= alloc.FullCompute {
+				g.Compute = v
+			} else {
+				return "", nil, fmt.Errorf("claim %s device %s: compute %s is not a percent", c.Name, r.Device, q.String())
+			}
+		}
+		if k, seen := at[i]; seen {
+			gpus[k].MemoryMiB += g.MemoryMiB
+			gpus[k].Compute += g.Compute
+			gpus[k].Whole = gpus[k].Whole || g.Whole
+			continue
+		}
+		at[i] = len(gpus)
+		gpus = append(gpus, g)
+	}
+	return node, gpus, nil
+}

@@ -1,0 +1,77 @@
+package plugin
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/dra/claim"
+)
+
+// claimRequest returns what pod asks of gpushare's DRA devices through
+// its ResourceClaims that are not allocated yet, with base's CPU and
+// memory, or nil when it asks nothing of them. DynamicResources allocates
+// the claims; the plugin only chooses the node by gpushare's policy and
+// books the share until the allocation is seen (Cache.SetClaim). A claim
+// not created yet, or one the plugin cannot read, is left to
+// DynamicResources, which waits for it and says why.
+func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*alloc.PodRequest, error) {
+	if len(pod.Spec.ResourceClaims) == 0 || pl.claims == nil {
+		return nil, nil
+	}
+	var containers []alloc.PodContainer
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name)
+		if err != nil || rc.Status.Allocation != nil {
+			continue
+		}
+		crs, err := claim.Requests(rc)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		for _, cr := range crs {
+			containers = append(containers, alloc.PodContainer{ContainerRequest: cr, Kind: alloc.App})
+		}
+	}
+	if len(containers) == 0 {
+		return nil, nil
+	}
+	req := &alloc.PodRequest{Key: pod.Namespace + "/" + pod.Name, Containers: containers}
+	if base != nil {
+		req.Key, req.CPUMilli, req.MemoryMiB = base.Key, base.CPUMilli, base.MemoryMiB
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// claimReleased requeues a pod when a ResourceClaim that held gpushare's
+// devices is deallocated or deleted: its share is free.
+func (pl *GPUShare) claimReleased(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	o, ok := unwrap(oldObj).(*resourceapi.ResourceClaim)
+	if !ok {
+		return fwk.QueueSkip, nil
+	}
+	if node, _, err := claim.Held(o); err != nil || node == "" {
+		return fwk.QueueSkip, nil
+	}
+	if n, ok := newObj.(*resourceapi.ResourceClaim); ok {
+		if node, _, err := claim.Held(n); err == nil && node != "" {
+			return fwk.QueueSkip, nil
+		}
+		pl.cache.SetClaim(n)
+	} else {
+		pl.cache.RemoveClaim(o.UID)
+	}
+	return pl.retryable(pod), nil
+}
