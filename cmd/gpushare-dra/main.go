@@ -19,10 +19,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/cdi"
 	"github.com/gpushare/gpushare/pkg/dra"
 	"github.com/gpushare/gpushare/pkg/gpu"
@@ -108,6 +112,12 @@ func run(ctx context.Context, o options) error {
 	if o.mps {
 		mpsEnv = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
 	}
+	// The pods on this node, which book its GPUs through extended
+	// resources.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = "spec.nodeName=" + o.node
+	}))
+	pods := factory.Core().V1().Pods()
 	p := &dra.Plugin{Logger: logger, Options: dra.Options{WholeCard: o.wholeCard, MPS: o.mps},
 		Preparer: &dra.Preparer{Dir: o.cdiDir, Pool: o.node, MPS: mpsEnv, GPUs: func() []gpu.Device {
 			gpus, err := backend.Devices()
@@ -119,18 +129,27 @@ func run(ctx context.Context, o options) error {
 			// The pods on this node that book its GPUs through extended
 			// resources: a claim must fit beside them too.
 			Booked: func() (map[string]dra.Share, error) {
-				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				list, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + o.node})
+				if !pods.Informer().HasSynced() {
+					return nil, errors.New("the node's pods are not listed yet")
+				}
+				list, err := pods.Lister().List(labels.Everything())
 				if err != nil {
 					return nil, err
 				}
-				pods := make([]*corev1.Pod, len(list.Items))
-				for i := range list.Items {
-					pods[i] = &list.Items[i]
-				}
-				return dra.PodBookings(pods), nil
+				return dra.PodBookings(list), nil
 			}}}
+	// A pod bound to the node or ended changes what its GPUs have left
+	// for claims: publish again.
+	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.Wake() },
+		UpdateFunc: func(o, n any) { wakeOnChange(p, o, n) },
+		DeleteFunc: func(any) { p.Wake() },
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	factory.WaitForCacheSync(ctx.Done())
 	if o.healthAddr != "" {
 		srv := &http.Server{Addr: o.healthAddr, Handler: health(p), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -141,6 +160,17 @@ func run(ctx context.Context, o options) error {
 		defer func() { _ = srv.Close() }()
 	}
 	return p.Run(ctx, client, o.node, o.pluginDir, o.registryDir, backend, o.resync)
+}
+
+// wakeOnChange wakes p when a pod's record or phase changed: what it
+// books did.
+func wakeOnChange(p *dra.Plugin, oldObj, newObj any) {
+	o, ok1 := oldObj.(*corev1.Pod)
+	n, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 || o.Status.Phase != n.Status.Phase ||
+		o.Annotations[gpusharev1.AllocationAnnotation] != n.Annotations[gpusharev1.AllocationAnnotation] {
+		p.Wake()
+	}
 }
 
 // health serves /healthz, ok while the process runs (the plugin may be

@@ -63,12 +63,27 @@ func DeviceName(index int) string { return claim.DevicePrefix + strconv.Itoa(ind
 // left out (withdrawn): no new claim gets it, and the claims that hold it
 // keep their allocation. Devices are in the order of the GPUs' indexes.
 func Devices(gpus []gpu.Device, o Options) []resourceapi.Device {
+	return DevicesBeside(gpus, o, nil)
+}
+
+// DevicesBeside describes gpus as Devices does, less what booked (by
+// UUID) holds of each: the pods that book the GPUs through extended
+// resources. The allocator then counts claims against what the pods
+// leave, and DRA's first fit never picks a GPU the pods fill. A GPU with
+// less than 1 MiB left, or a whole-card GPU a pod holds, is withdrawn
+// until the pods go.
+func DevicesBeside(gpus []gpu.Device, o Options, booked map[string]Share) []resourceapi.Device {
 	var out []resourceapi.Device
 	for _, g := range sortedByIndex(gpus) {
 		if !g.Healthy {
 			continue
 		}
-		out = append(out, device(g, o))
+		b := booked[g.UUID]
+		free := Share{MemoryMiB: usableMiB(g) - b.MemoryMiB, ComputePercent: max(100-b.ComputePercent, 0)}
+		if free.MemoryMiB < 1 || o.WholeCard && b != (Share{}) {
+			continue
+		}
+		out = append(out, device(g, o, free))
 	}
 	return out
 }
@@ -79,13 +94,15 @@ func sortedByIndex(gpus []gpu.Device) []gpu.Device {
 	return s
 }
 
-func device(g gpu.Device, o Options) resourceapi.Device {
-	mem := usableMiB(g)
+// device describes g with free of it for claims: memoryMiB says the
+// GPU's usable memory, the capacities what claims may consume.
+func device(g gpu.Device, o Options, free Share) resourceapi.Device {
+	mem := free.MemoryMiB
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrModel:     {StringValue: ptr.To(g.Model)},
 		AttrUUID:      {StringValue: ptr.To(g.UUID)},
 		AttrIndex:     {IntValue: ptr.To(int64(g.Index))},
-		AttrMemoryMiB: {IntValue: ptr.To(mem)},
+		AttrMemoryMiB: {IntValue: ptr.To(usableMiB(g))},
 		AttrMPS:       {BoolValue: ptr.To(o.MPS)},
 		AttrWholeCard: {BoolValue: ptr.To(o.WholeCard)},
 	}
@@ -106,7 +123,7 @@ func device(g gpu.Device, o Options) resourceapi.Device {
 		Attributes: attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			Memory:  {Value: mib(mem)},
-			Compute: {Value: *k8sresource.NewQuantity(100, k8sresource.DecimalSI)},
+			Compute: {Value: *k8sresource.NewQuantity(free.ComputePercent, k8sresource.DecimalSI)},
 		},
 	}
 	if o.WholeCard {
@@ -122,9 +139,9 @@ func device(g gpu.Device, o Options) resourceapi.Device {
 		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(mib(1)), Max: ptr.To(mib(mem)), Step: ptr.To(mib(1))},
 	}}
 	pct := func(v int64) *k8sresource.Quantity { return k8sresource.NewQuantity(v, k8sresource.DecimalSI) }
-	d.Capacity[Compute] = resourceapi.DeviceCapacity{Value: *pct(100), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+	d.Capacity[Compute] = resourceapi.DeviceCapacity{Value: *pct(free.ComputePercent), RequestPolicy: &resourceapi.CapacityRequestPolicy{
 		Default:    pct(0),
-		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: pct(0), Max: pct(100), Step: pct(1)},
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: pct(0), Max: pct(free.ComputePercent), Step: pct(1)},
 	}}
 	return d
 }

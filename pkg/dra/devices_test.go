@@ -66,6 +66,36 @@ func TestDevicesWholeCard(t *testing.T) {
 
 // Consumed reads the MiB and percent an allocation took, the whole GPU
 // where it names none, and refuses what no request of ours can consume.
+// TestDevicesBeside: what the node's pods book of a GPU is taken off the
+// capacity claims may consume (memory, compute and their ranges), its
+// memoryMiB attribute still says the GPU's; a GPU the pods fill, and a
+// whole-card GPU a pod holds, are withdrawn.
+func TestDevicesBeside(t *testing.T) {
+	a, b, c := t4(0), t4(1), t4(2)
+	booked := map[string]Share{a.UUID: {MemoryMiB: 4000, ComputePercent: 30}, c.UUID: {MemoryMiB: 14930}}
+	devs := DevicesBeside([]gpu.Device{a, b, c}, Options{}, booked)
+	if len(devs) != 2 || devs[0].Name != "gpu-0" || devs[1].Name != "gpu-1" {
+		t.Fatalf("devices %v; want gpu-0 and gpu-1, without gpu-2 that pods fill", names(devs))
+	}
+	mem, cpu := devs[0].Capacity[Memory], devs[0].Capacity[Compute]
+	if mem.Value.Value() != 10930<<20 || mem.RequestPolicy.Default.Value() != 10930<<20 || mem.RequestPolicy.ValidRange.Max.Value() != 10930<<20 {
+		t.Errorf("gpu-0 memory %+v; want the 10930Mi the pods leave, by default all of it", mem)
+	}
+	if cpu.Value.Value() != 70 || cpu.RequestPolicy.ValidRange.Max.Value() != 70 {
+		t.Errorf("gpu-0 compute %+v; want the 70%% the pods leave", cpu)
+	}
+	if got := attr(devs[0].Attributes[AttrMemoryMiB]); got != "14930" {
+		t.Errorf("gpu-0 memoryMiB %s; want the GPU's 14930", got)
+	}
+	if mem := devs[1].Capacity[Memory]; mem.Value.Value() != 14930<<20 {
+		t.Errorf("gpu-1, booked by no pod: memory %+v; want all 14930Mi", mem)
+	}
+	whole := DevicesBeside([]gpu.Device{a, b}, Options{WholeCard: true}, map[string]Share{a.UUID: {MemoryMiB: 14930, ComputePercent: 100}})
+	if len(whole) != 1 || whole[0].Name != "gpu-1" {
+		t.Errorf("whole-card devices %v; want gpu-1 alone: a pod holds gpu-0", names(whole))
+	}
+}
+
 func TestConsumed(t *testing.T) {
 	g := t4(0)
 	result := func(c map[resourceapi.QualifiedName]string) resourceapi.DeviceRequestAllocationResult {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -28,6 +30,38 @@ type Plugin struct {
 
 	// helper is the running kubelet plugin helper.
 	helper atomic.Pointer[kubeletplugin.Helper]
+	// wake asks Run to publish again now (Wake).
+	wake chan struct{}
+	once sync.Once
+}
+
+// Wake asks Run to read the GPUs and the pods' bookings and publish
+// again if they changed: a pod on the node was bound or ended.
+func (p *Plugin) Wake() {
+	select {
+	case p.wakeup() <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Plugin) wakeup() chan struct{} {
+	p.once.Do(func() { p.wake = make(chan struct{}, 1) })
+	return p.wake
+}
+
+// booked is what the node's pods book of each GPU, or nil when the
+// Preparer cannot say (then devices are published whole, and Prepare
+// still refuses what over-commits).
+func (p *Plugin) booked() map[string]Share {
+	if p.Preparer == nil || p.Preparer.Booked == nil {
+		return nil
+	}
+	b, err := p.Preparer.Booked()
+	if err != nil {
+		p.Logger.Error(err, "Reading what the node's pods book; publishing the GPUs whole")
+		return nil
+	}
+	return b
 }
 
 // Started reports whether the plugin serves the kubelet.
@@ -97,8 +131,9 @@ func (p *Plugin) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 }
 
 // Run registers the plugin with the kubelet and publishes the node's
-// GPUs, again every resync (a GPU that turned unhealthy is withdrawn),
-// until ctx ends. pluginDir and registryDir are the kubelet's (empty:
+// GPUs, each less what the node's pods book (DevicesBeside), again every
+// resync (a GPU that turned unhealthy is withdrawn) and on Wake, until
+// ctx ends. pluginDir and registryDir are the kubelet's (empty:
 // the default under /var/lib/kubelet).
 func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface, node, pluginDir, registryDir string, backend gpu.Backend, resync time.Duration) error {
 	opts := []kubeletplugin.Option{kubeletplugin.DriverName(Driver), kubeletplugin.KubeClient(client), kubeletplugin.NodeName(node),
@@ -122,7 +157,7 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface, node, plu
 		gpus, err := backend.Devices()
 		if err != nil {
 			p.Logger.Error(err, "Listing the GPUs to publish")
-		} else if devs := Devices(gpus, p.Options); last == nil || !sameDevices(last, devs) {
+		} else if devs := DevicesBeside(gpus, p.Options, p.booked()); last == nil || !apiequality.Semantic.DeepEqual(last, devs) {
 			// One pool, named after the node, of one slice.
 			res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: {Slices: []resourceslice.Slice{{Devices: devs}}}}}
 			if err := helper.PublishResources(ctx, res); err != nil {
@@ -136,19 +171,7 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface, node, plu
 		case <-ctx.Done():
 			return nil
 		case <-time.After(resync):
+		case <-p.wakeup():
 		}
 	}
-}
-
-// sameDevices reports whether a and b are the same devices by name.
-func sameDevices(a, b []resourceapi.Device) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Name != b[i].Name {
-			return false
-		}
-	}
-	return true
 }

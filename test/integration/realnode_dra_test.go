@@ -140,10 +140,11 @@ func TestRealNodeDRA(t *testing.T) {
 		t.Errorf("share-b's spec went with share-a's pod: %v", err)
 	}
 
-	// A pod that books 30000 MiB of a GPU through extended resources, and
-	// a claim for 8 GiB of that GPU: the allocator, which counts claims
-	// only, gives it; the node refuses to prepare it, and the claim's pod
-	// does not start.
+	// A pod that books 30000 MiB of a GPU through extended resources:
+	// gpushare-dra publishes that GPU with 30000 MiB less for claims, so a
+	// claim for 8 GiB of it is not allocated, and its pod waits. (Should
+	// an allocation race ahead of the slice, the node refuses to prepare
+	// it: TestPrepareCountsPodBookings.)
 	big := gpuPod("big", 30000, 0)
 	big.Spec.Containers[0].Image, big.Spec.Containers[0].Command = probeImage, []string{"sleep", "infinity"}
 	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, big, metav1.CreateOptions{}); err != nil {
@@ -174,9 +175,30 @@ func TestRealNodeDRA(t *testing.T) {
 	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, overPod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventNoteWithin(t, 2*time.Minute, rc.client, "default", "over", "FailedPrepareDynamicResources", "the pods that book it")
-	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "over", metav1.GetOptions{}); err != nil || p.Status.Phase == corev1.PodRunning {
-		t.Errorf("a claim past what its GPU's pods leave: pod %v (%v); want it not running", p.Status.Phase, err)
+	err = waitFor(time.Minute, func() (bool, error) {
+		list, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, sl := range list.Items {
+			for _, d := range sl.Spec.Devices {
+				if sl.Spec.Driver == dra.Driver && *d.Attributes[dra.AttrUUID].StringValue == bigUUID {
+					free := d.Capacity[dra.Memory].Value
+					return free.Value()>>20 == *d.Attributes[dra.AttrMemoryMiB].IntValue-30000, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("the slice does not take big's 30000 MiB off its GPU's memory for claims: %v", err)
+	}
+	failedSchedulingMessage(t, rc.client, "default", "over", "claim")
+	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "over", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("a claim past what its GPU's pods leave: pod on %q (%v); want it Pending", p.Spec.NodeName, err)
+	}
+	if c, err := rc.client.ResourceV1().ResourceClaims("default").Get(ctx, "over", metav1.GetOptions{}); err != nil || c.Status.Allocation != nil {
+		t.Errorf("claim over allocated %+v (%v); want none", c.Status.Allocation, err)
 	}
 
 	// The hostile case: gpushare-node's token, bound to its pod, writes a
