@@ -10,11 +10,13 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/dra/claim"
 	"github.com/gpushare/gpushare/pkg/record"
 )
 
@@ -27,6 +29,9 @@ type Input struct {
 	// annotation, from daemons before the move, is read too, the newer
 	// sample winning. Other leases are ignored.
 	Leases []coordinationv1.Lease
+	// Claims are the ResourceClaims: those allocated gpushare's DRA
+	// devices hold GPUs beside the pods' records.
+	Claims []resourceapi.ResourceClaim
 	// Now judges the age of usage samples.
 	Now time.Time
 	// Requests translates a pod's spec into what it asks of GPUs, the
@@ -79,6 +84,16 @@ func Build(in Input) *Cluster {
 		c.SetPod(p)
 	}
 
+	var claimed []*resourceapi.ResourceClaim
+	for i := range in.Claims {
+		rc := &in.Claims[i]
+		if node, _, err := claim.Held(rc); err != nil || node == "" || (in.Selected && !listed[node]) {
+			continue
+		}
+		claimed = append(claimed, rc)
+		c.SetClaim(rc)
+	}
+
 	usage := leaseUsage(in.Leases)
 	out := &Cluster{Nodes: make([]Node, 0, len(byName))}
 	index := make(map[string]int, len(byName))
@@ -106,6 +121,15 @@ func Build(in Input) *Cluster {
 			continue
 		}
 		hold(&out.Nodes[i], key, placement)
+	}
+	for _, rc := range claimed {
+		placement, _ := c.Holding(rc.UID)
+		if placement == nil {
+			continue
+		}
+		if i, ok := index[placement.Node]; ok && out.Nodes[i].Error == "" {
+			holdClaim(&out.Nodes[i], rc, placement)
+		}
 	}
 	for i := range out.Nodes {
 		finish(&out.Nodes[i])
@@ -222,6 +246,27 @@ func hold(n *Node, pod string, p *alloc.Placement) {
 			g.Holders = append(g.Holders, Holder{Pod: pod, Container: c.Name, Kind: kindName[c.Kind],
 				MemoryMiB: a.MemoryMiB, Compute: a.Compute})
 		}
+	}
+}
+
+// holdClaim lists claim rc as a holder of the GPUs its placement books:
+// under the pod it is reserved for ("<claim>" when none), container
+// "claim/<name>", kind Claim.
+func holdClaim(n *Node, rc *resourceapi.ResourceClaim, p *alloc.Placement) {
+	holder := rc.Namespace + "/<claim>"
+	for _, r := range rc.Status.ReservedFor {
+		if r.Resource == "pods" {
+			holder = rc.Namespace + "/" + r.Name
+			break
+		}
+	}
+	for _, a := range p.Booked {
+		if a.GPU < 0 || a.GPU >= len(n.GPUs) {
+			continue
+		}
+		g := &n.GPUs[a.GPU]
+		g.Holders = append(g.Holders, Holder{Pod: holder, Container: "claim/" + rc.Name, Kind: "Claim",
+			MemoryMiB: a.MemoryMiB, Compute: a.Compute})
 	}
 }
 

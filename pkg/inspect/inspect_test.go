@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -320,5 +321,33 @@ func TestAliyunPlaced(t *testing.T) {
 	c = Build(Input{Nodes: nodes, Pods: []corev1.Pod{p}, Now: now})
 	if len(c.Refused) != 1 || c.Refused[0].Pod != "default/old" {
 		t.Errorf("without a resource model: refused %+v; want default/old listed", c.Refused)
+	}
+}
+
+// TestClaimHolders: a ResourceClaim allocated a share of gpushare's DRA
+// device is listed among the GPU's holders, under the pod it is reserved
+// for, and counted in what the GPU books, beside the pods' records; one
+// of another driver is not.
+func TestClaimHolders(t *testing.T) {
+	t4 := gpusharev1.GPU{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}
+	nodes := []corev1.Node{node(t, "t4", "10.0.0.9", inventory("t4", gpusharev1.ModeShared, t4, t4), "")}
+	rc := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "infer-gpu", UID: "c1"}}
+	rc.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: "gpu.gpushare.io", Pool: "t4", Device: "gpu-1",
+		ConsumedCapacity: map[resourceapi.QualifiedName]k8sresource.Quantity{"memory": k8sresource.MustParse("3Gi")},
+	}}}}
+	rc.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "infer", UID: "p1"}}
+	other := *rc.DeepCopy()
+	other.UID, other.Name = "c2", "nic"
+	other.Status.Allocation.Devices.Results[0].Driver = "nic.example.com"
+
+	c := Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{rc, other}, Now: now})
+	g := c.Nodes[0].GPUs
+	if g[1].BookedMemoryMiB != 3072 || g[0].BookedMemoryMiB != 0 || c.AllocatedMiB != 3072 {
+		t.Errorf("booked %d and %d MiB (cluster %d); want the claim's 3072 on GPU 1", g[0].BookedMemoryMiB, g[1].BookedMemoryMiB, c.AllocatedMiB)
+	}
+	want := []Holder{{Pod: "ml/infer", Container: "claim/infer-gpu", Kind: "Claim", MemoryMiB: 3072}}
+	if !cmp.Equal(g[1].Holders, want) || len(g[0].Holders) != 0 {
+		t.Errorf("holders %+v and %+v; want none, then %+v", g[0].Holders, g[1].Holders, want)
 	}
 }

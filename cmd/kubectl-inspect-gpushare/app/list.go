@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ type snapshot struct {
 	nodes  []corev1.Node
 	pods   []corev1.Pod
 	leases []coordinationv1.Lease
+	claims []resourceapi.ResourceClaim
 }
 
 // list reads the nodes matching selector and every pod, in pages, the two
@@ -65,6 +67,21 @@ func list(ctx context.Context, client kubernetes.Interface, selector string) (*s
 		s.leases = leases.Items
 	case !apierrors.IsForbidden(err):
 		return nil, fmt.Errorf("listing the node daemons' leases: %w", err)
+	}
+	// ResourceClaims hold gpushare's DRA devices. A cluster without the
+	// DRA API, or a user who may not list claims, sees pods' records only.
+	claims, err := pages(ctx, metav1.ListOptions{}, func(ctx context.Context, o metav1.ListOptions) ([]resourceapi.ResourceClaim, string, error) {
+		l, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		return l.Items, l.Continue, nil
+	})
+	switch {
+	case err == nil:
+		s.claims = claims
+	case !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
 	}
 	return s, nil
 }

@@ -147,7 +147,7 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 		return err
 	}
 	now := o.Clock.Now()
-	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Leases: snap.leases, Now: now, SetLargestGPU: model.SetLargestGPU,
+	in := inspect.Input{Nodes: snap.nodes, Pods: snap.pods, Leases: snap.leases, Claims: snap.claims, Now: now, SetLargestGPU: model.SetLargestGPU,
 		Selected: o.Selector != ""}
 	if checked {
 		in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
