@@ -40,6 +40,16 @@
 // NodeResourcesFit's MostAllocated), which is what gpushare-scheduler
 // does with them.
 //
+// --dra asks each trace pod's GPUs through a ResourceClaim of gpushare's
+// DRA devices instead of gpushare.io/gpu-core: a DeviceClass and one
+// ResourceSlice per node (pkg/dra's devices of the node's GPUs) are
+// created, and a share becomes one device with capacity compute
+// GPUMilli/10 and memory 1Mi (a claim that names no memory takes all of
+// it), whole GPUs that many devices taken whole, the accepted models a
+// selector. --stock then schedules with stock kube-scheduler, whose DRA
+// allocator takes the first device that fits, instead of
+// gpushare-scheduler.
+//
 // Flags for quick runs: --max-pods N stops after N pods (the JSON line
 // then has the unallocated GPU after them, real and simulated); --until
 // 100 stops at 100% arrived, which is all the figure needs (past it many
@@ -66,6 +76,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,6 +89,9 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/dra"
+	"github.com/gpushare/gpushare/pkg/dra/claim"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/sim"
 	"github.com/gpushare/gpushare/pkg/trace"
@@ -110,15 +124,24 @@ type options struct {
 	bin           string
 	verbose       bool
 	simFirst      bool
+	// dra asks GPUs through ResourceClaims; stock schedules them with
+	// stock kube-scheduler.
+	dra, stock bool
 }
 
 // Result is one seed's figures.
 type Result struct {
-	Policy   string  `json:"policy"`
-	Seed     uint64  `json:"seed"`
-	Real     float64 `json:"unallocated_gpu_pct_at_100_real"`
-	Sim      float64 `json:"unallocated_gpu_pct_at_100_sim"`
-	Pods     int     `json:"pods"`
+	// Mode is "extended" (gpushare.io/gpu-core), "dra" (claims through
+	// gpushare-scheduler) or "dra-stock" (claims through stock
+	// kube-scheduler).
+	Mode   string  `json:"mode"`
+	Policy string  `json:"policy"`
+	Seed   uint64  `json:"seed"`
+	Real   float64 `json:"unallocated_gpu_pct_at_100_real"`
+	Sim    float64 `json:"unallocated_gpu_pct_at_100_sim"`
+	Pods   int     `json:"pods"`
+	// PodsPerS is the pods decided per second of the replay.
+	PodsPerS float64 `json:"pods_per_s"`
 	WallS    float64 `json:"wall_s"`
 	Arrived  float64 `json:"arrived_pct"`
 	Unsched  int     `json:"unschedulable"`
@@ -157,10 +180,15 @@ func main() {
 	flag.BoolVar(&o.simFirst, "sim-only", false, "no cluster: the simulator, this command's replica of it, and the replica with pods without GPUs placed as kube-scheduler places them")
 	flag.BoolVar(&o.verbose, "v", false, "log every divergence from the core")
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the scheduler)")
+	flag.BoolVar(&o.dra, "dra", false, "ask each pod's GPUs through a ResourceClaim of gpushare's DRA devices")
+	flag.BoolVar(&o.stock, "stock", false, "with --dra: schedule with stock kube-scheduler (its DRA allocator) instead of gpushare-scheduler")
 	flag.Parse()
 	var err error
 	if o.seeds, err = parseSeeds(seeds); err != nil {
 		fail(err)
+	}
+	if o.stock && !o.dra {
+		fail(fmt.Errorf("--stock needs --dra: stock kube-scheduler cannot place gpushare.io/gpu-core"))
 	}
 	if err := os.Chdir(root); err != nil {
 		fail(err)
@@ -246,7 +274,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	for _, seed := range o.seeds {
-		r := Result{Policy: policy, Seed: seed}
+		r := Result{Mode: o.mode(), Policy: policy, Seed: seed}
 		if !o.noSim {
 			s, err := simulate(ctx, w, policy, seed, o.oracle)
 			if err != nil {
@@ -487,7 +515,9 @@ func waitNodes(ctx context.Context, client kubernetes.Interface, nodes []*alloc.
 type outcome struct {
 	node       string
 	allocation string
-	reason     string // PodScheduled=False's message when turned away
+	// claim is a claims pod's ResourceClaim, read once it is bound.
+	claim  *resourceapi.ResourceClaim
+	reason string // PodScheduled=False's message when turned away
 }
 
 // decisions delivers each watched pod's outcome once.
@@ -579,6 +609,12 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 	if err := waitNodes(ctx, client, nodes); err != nil {
 		return err
 	}
+	if o.dra {
+		progress("publishing %d nodes' GPUs as DRA devices", len(nodes))
+		if err := createDevices(ctx, client, nodes); err != nil {
+			return err
+		}
+	}
 	d := &decisions{waiting: map[string]chan outcome{}, gpu: map[string]bool{}}
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
 	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -597,10 +633,14 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 	if err != nil {
 		return err
 	}
-	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), kubeconfig, config, "--v=1"); err != nil {
+	if o.stock {
+		if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), stockConfig(o.qps), "--v=1"); err != nil {
+			return err
+		}
+	} else if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), kubeconfig, config, "--v=1"); err != nil {
 		return err
 	}
-	progress("seed %d: gpushare-scheduler is running; replaying", seed)
+	progress("seed %d: the scheduler is running (%s); replaying", seed, r.Mode)
 
 	capacity := float64(w.Capacity())
 	var arrived, allocated int64
@@ -616,8 +656,17 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		p := &w.Pods[i]
 		name := podName(k, p)
 		want := sh.pick(name, p)
-		ch := d.expect(name, p.GPUs > 0)
-		if _, err := client.CoreV1().Pods(namespace).Create(ctx, kubePod(name, p), metav1.CreateOptions{}); err != nil {
+		// GPUShare binds an extended-resource pod with its record; a
+		// claims pod is bound without one.
+		ch := d.expect(name, p.GPUs > 0 && !o.dra)
+		pod := kubePod(name, p)
+		if o.dra && p.GPUs > 0 {
+			pod = draPod(name, p)
+			if _, err := client.ResourceV1().ResourceClaims(namespace).Create(ctx, kubeClaim(name, p), metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating claim %s: %w", name, err)
+			}
+		}
+		if _, err := client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s: %w", name, err)
 		}
 		var got outcome
@@ -634,8 +683,19 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 			if err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
+			if o.dra && p.GPUs > 0 {
+				err := client.ResourceV1().ResourceClaims(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+			}
 		} else {
 			allocated += p.RequestedMilli()
+			if o.dra && p.GPUs > 0 {
+				if got.claim, err = client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+					return fmt.Errorf("claim of bound pod %s: %w", name, err)
+				}
+			}
 		}
 		if err := sh.follow(k, name, p, want, got, o.verbose); err != nil {
 			return err
@@ -654,6 +714,7 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		}
 	}
 	r.Arrived = 100 * float64(arrived) / capacity
+	r.PodsPerS = float64(r.Pods) / time.Since(t0).Seconds()
 	r.Differ, r.DifferGP = sh.differ, sh.differG
 	if !seen100 {
 		end := 100 * (capacity - float64(allocated)) / capacity
@@ -752,6 +813,12 @@ func (s *shadow) follow(k int, name string, p *trace.Pod, want string, got outco
 	}
 	st := s.states[i]
 	pl := &alloc.Placement{Node: got.node}
+	if got.claim != nil {
+		var err error
+		if pl, err = claimPlacement(got.claim, st.Node); err != nil {
+			return fmt.Errorf("pod %s: %w", name, err)
+		}
+	}
 	if got.allocation != "" {
 		a, err := gpusharev1.ParseAllocation(got.allocation)
 		if err != nil {
@@ -877,4 +944,110 @@ func simOptions(oracle bool) sim.Options {
 		o.Workload = sim.Oracle
 	}
 	return o
+}
+
+// mode names what the replay runs (Result.Mode).
+func (o options) mode() string {
+	switch {
+	case o.stock:
+		return "dra-stock"
+	case o.dra:
+		return "dra"
+	}
+	return "extended"
+}
+
+// stockConfig is stock kube-scheduler with the benchmark's client rate
+// limit.
+func stockConfig(qps int) []byte {
+	return []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, controlplane.DeployKubeconfig, qps, qps))
+}
+
+// createDevices creates the DeviceClass of gpushare's devices, as the
+// chart does, and each GPU node's ResourceSlice, as gpushare-dra
+// publishes it, with the inventory's memory usable.
+func createDevices(ctx context.Context, client kubernetes.Interface, nodes []*alloc.Node) error {
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: claim.Class}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + dra.Driver + `"`}}},
+	}}
+	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return controlplane.Parallel(ctx, len(nodes), func(i int) error {
+		n := nodes[i]
+		if len(n.GPUs) == 0 {
+			return nil
+		}
+		gpus := make([]gpu.Device, len(n.GPUs))
+		for k, g := range n.GPUs {
+			gpus[k] = gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB, UsableMemoryMiB: g.MemoryMiB,
+				NUMANode: -1, Healthy: true}
+		}
+		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-" + dra.Driver}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: n.Name, ResourceSliceCount: 1}, NodeName: &n.Name,
+			Devices: dra.Devices(gpus, dra.Options{}),
+		}}
+		_, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// kubeClaim is the trace pod's GPUs as a claim of gpushare's devices:
+// a share is one device's compute GPUMilli/10 and 1Mi of its memory,
+// whole GPUs that many devices taken whole.
+func kubeClaim(name string, p *trace.Pod) *resourceapi.ResourceClaim {
+	e := &resourceapi.ExactDeviceRequest{DeviceClassName: claim.Class, AllocationMode: resourceapi.DeviceAllocationModeExactCount,
+		Count: int64(p.GPUs)}
+	if p.GPUMilli < 1000 {
+		e.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
+			dra.Memory:  *k8sresource.NewQuantity(1<<20, k8sresource.BinarySI),
+			dra.Compute: *k8sresource.NewQuantity(p.GPUMilli/10, k8sresource.DecimalSI),
+		}}
+	}
+	if len(p.Models) > 0 {
+		quoted := make([]string, len(p.Models))
+		for i, m := range p.Models {
+			quoted[i] = strconv.Quote(m)
+		}
+		e.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.attributes["` + dra.Driver + `"].model in [` + strings.Join(quoted, ", ") + `]`}}}
+	}
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: e}}}}}
+}
+
+// draPod is the trace pod asking its GPUs through claim name.
+func draPod(name string, p *trace.Pod) *corev1.Pod {
+	pod := kubePod(name, &trace.Pod{Name: p.Name, CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB})
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &name}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	return pod
+}
+
+// claimPlacement is what a bound pod's claim holds, on node.
+func claimPlacement(rc *resourceapi.ResourceClaim, node *alloc.Node) (*alloc.Placement, error) {
+	_, gpus, err := claim.Held(rc)
+	if err != nil {
+		return nil, err
+	}
+	pl := &alloc.Placement{Node: node.Name}
+	for _, g := range gpus {
+		if g.Index >= len(node.GPUs) {
+			return nil, fmt.Errorf("claim %s holds GPU %d of %s, which has %d", rc.Name, g.Index, node.Name, len(node.GPUs))
+		}
+		u := alloc.Usage{MemoryMiB: g.MemoryMiB, Compute: g.Compute}
+		if g.Whole {
+			u = alloc.Usage{MemoryMiB: node.GPUs[g.Index].MemoryMiB, Compute: alloc.FullCompute}
+		}
+		pl.Booked = append(pl.Booked, alloc.Assignment{GPU: g.Index, UUID: node.GPUs[g.Index].UUID, Usage: u})
+	}
+	return pl, nil
 }
