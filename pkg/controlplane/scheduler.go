@@ -58,3 +58,17 @@ func (c *Cluster) StartSchedulerAs(ctx context.Context, name, bin, kubeconfig st
 	}
 	return s, nil
 }
+
+// StockSchedulerConfig is stock kube-scheduler's configuration with its
+// client's QPS and burst set to qps, for StartScheduler.
+func StockSchedulerConfig(qps int) []byte {
+	return fmt.Appendf(nil, `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, DeployKubeconfig, qps, qps)
+}

@@ -634,7 +634,7 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		return err
 	}
 	if o.stock {
-		if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), stockConfig(o.qps), "--v=1"); err != nil {
+		if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), controlplane.StockSchedulerConfig(o.qps), "--v=1"); err != nil {
 			return err
 		}
 	} else if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), kubeconfig, config, "--v=1"); err != nil {
@@ -955,20 +955,6 @@ func (o options) mode() string {
 		return "dra"
 	}
 	return "extended"
-}
-
-// stockConfig is stock kube-scheduler with the benchmark's client rate
-// limit.
-func stockConfig(qps int) []byte {
-	return []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: %s
-  qps: %d
-  burst: %d
-leaderElection:
-  leaderElect: false
-`, controlplane.DeployKubeconfig, qps, qps))
 }
 
 // createDevices creates the DeviceClass of gpushare's devices, as the

@@ -318,16 +318,7 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		}
 		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
 	case "stock":
-		config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: %s
-  qps: %d
-  burst: %d
-leaderElection:
-  leaderElect: false
-`, controlplane.DeployKubeconfig, o.qps, o.qps)
-		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), []byte(config), "--v=1")
+		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), controlplane.StockSchedulerConfig(o.qps), "--v=1")
 		if err != nil {
 			return nil, nil, err
 		}
