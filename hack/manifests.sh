@@ -25,6 +25,9 @@ render() {
 }
 
 render node-rbac.yaml node-rbac.yaml
+# gpushare-dra's (dra.enabled): its slices, and the DeviceClass of its devices.
+render node-dra-rbac.yaml node-dra-rbac.yaml --set dra.enabled=true
+render dra-deviceclass.yaml dra-deviceclass.yaml --set dra.enabled=true
 render scheduler-rbac.yaml scheduler-rbac.yaml
 render extender-rbac.yaml extender-rbac.yaml --set mode=extender
 render gpu-hook-policy.yaml gpu-hook-policy.yaml --set hookPolicy.enabled=true

@@ -34,6 +34,9 @@ func main() {
 	realNodeMode := fs.String("real-node", "auto", "add "+realNode.Name+", a node with a real kubelet and containerd that start its pods' containers: auto (when root and its tools are built), on, or off")
 	probeImage := fs.String("probe-image", "bin/images/gpushare-probe", "the OCI layout of the real node's workload image (test/gpushare-probe)")
 	listen := fs.String("listen", "", "serve-image: the address to serve on")
+	draDaemon := fs.String("dra-daemon", "bin/gpushare-dra", "the gpushare-dra binary, run on the real node as its DRA driver; empty to leave it out")
+	draRBAC := fs.String("dra-rbac", "deploy/node-dra-rbac.yaml", "what gpushare-dra may do: its role and admission policy")
+	draClass := fs.String("dra-class", "deploy/dra-deviceclass.yaml", "the DeviceClass of gpushare's DRA devices")
 	hookPolicy := fs.String("hook-policy", "deploy/gpu-hook-policy.yaml", "the admission policies that give each GPU container its gpushare.io/gpu-hook; empty to leave them out")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n       gpushare-demo --listen=ADDR serve-image LAYOUT (the real node's image mirror)\n")
@@ -53,7 +56,7 @@ func main() {
 		case "auto", "on", "off":
 			err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples,
 				schedulerRBAC: *schedulerRBAC, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy,
-				realNode: *realNodeMode, probeImage: *probeImage})
+				realNode: *realNodeMode, probeImage: *probeImage, draDaemon: *draDaemon, draRBAC: *draRBAC, draClass: *draClass})
 		default:
 			err = fmt.Errorf("--real-node=%q: want auto, on or off", *realNodeMode)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -123,6 +124,42 @@ func startRealNode(ctx context.Context, c *controlplane.Cluster, o options, sche
 	}
 	fmt.Printf("    %-14s %d x %s (%d MiB), shared; a real kubelet and containerd; metrics at http://%s/metrics\n",
 		realNode.Name, realNode.Count, realNode.Model, realNode.MemoryMiB, addr)
+	if o.draDaemon == "" {
+		return nil
+	}
+	return startDRA(ctx, c, o, n, kubeconfig, gpus)
+}
+
+// startDRA runs gpushare-dra on the real node as the chart does with
+// dra.enabled: its role and admission policy, the DeviceClass, and the
+// driver with gpushare-node's account, on the same simulated GPUs,
+// registered with the node's kubelet.
+func startDRA(ctx context.Context, c *controlplane.Cluster, o options, n *controlplane.RealNode, kubeconfig, gpus string) error {
+	client, err := c.Client()
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{o.draRBAC, o.draClass} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := controlplane.Apply(ctx, client, b); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return err
+	}
+	health := fmt.Sprintf("127.0.0.1:%d", port)
+	if _, err := c.Run("gpushare-dra-"+realNode.Name, o.draDaemon, "--kubeconfig="+kubeconfig, "--node-name="+realNode.Name,
+		"--simulated-gpus="+gpus, "--cdi-dir="+n.CDIDir, "--health-bind-address="+health,
+		"--plugin-dir="+filepath.Join(n.KubeletDir, "plugins", "gpu.gpushare.io"),
+		"--registry-dir="+filepath.Join(n.KubeletDir, "plugins_registry")); err != nil {
+		return err
+	}
+	fmt.Printf("    %-14s its GPUs also as DRA devices of gpu.gpushare.io (gpushare-dra; ready at http://%s/readyz)\n", "", health)
 	return nil
 }
 
@@ -156,6 +193,34 @@ func createCheckPod(ctx context.Context, client kubernetes.Interface, tag string
 			Containers: []corev1.Container{{Name: "main", Image: probeRef + ":" + tag, Args: []string{"sleep", "infinity"},
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 					"gpushare.io/gpu-mem": *k8sresource.NewQuantity(4096, k8sresource.DecimalSI)}}}},
+		},
+	}
+	_, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	return err
+}
+
+// claimCheckPod is the demo's pod that asks its GPU through a
+// ResourceClaim of the same name.
+const claimCheckPod = "real-node-claim-check"
+
+// createClaimCheckPod asks the real node for 3 GiB of one of gpushare's
+// DRA devices, through a ResourceClaim.
+func createClaimCheckPod(ctx context.Context, client kubernetes.Interface, tag string) error {
+	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claimCheckPod, Namespace: metav1.NamespaceDefault},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpushare.io", Capacity: &resourceapi.CapacityRequirements{
+				Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{"memory": k8sresource.MustParse("3Gi")}}}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims(rc.Namespace).Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	name := claimCheckPod
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: claimCheckPod, Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{
+			NodeSelector:   map[string]string{corev1.LabelHostname: realNode.Name},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &name}},
+			Containers: []corev1.Container{{Name: "main", Image: probeRef + ":" + tag, Args: []string{"sleep", "infinity"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
 		},
 	}
 	_, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})

@@ -23,6 +23,8 @@ import (
 
 type options struct {
 	dir, scheduler, nodeDaemon, config, examples, schedulerRBAC, nodeRBAC, hookPolicy, allocationPolicy string
+	// draDaemon, draRBAC and draClass run gpushare-dra on the real node.
+	draDaemon, draRBAC, draClass string
 	// realNode is auto, on or off; probeImage the real node's workload
 	// image.
 	realNode, probeImage string
@@ -177,6 +179,12 @@ func up(ctx context.Context, o options) (err error) {
 		step("creating pod default/" + checkPod + " on " + realNode.Name + ": 4 GiB of a GPU, for its container to say what it sees")
 		if err := createCheckPod(ctx, client, tag); err != nil {
 			return err
+		}
+		if o.draDaemon != "" {
+			step("creating ResourceClaim default/" + claimCheckPod + " (3 GiB of one of gpushare's DRA devices) and pod default/" + claimCheckPod + " that uses it")
+			if err := createClaimCheckPod(ctx, client, tag); err != nil {
+				return err
+			}
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(o.examples, "*.yaml"))

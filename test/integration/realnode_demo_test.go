@@ -20,7 +20,7 @@ import (
 func TestRealNodeDemo(t *testing.T) {
 	needRealNode(t)
 	layouts := images(t)
-	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/gpushare-demo", "./cmd/gpushare-node")
+	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/gpushare-demo", "./cmd/gpushare-node", "./cmd/gpushare-dra")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the demo: %v\n%s", err, out)
@@ -37,6 +37,7 @@ func TestRealNodeDemo(t *testing.T) {
 	demo := func(args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(binDir, "gpushare-demo"), append([]string{"--dir=" + dir,
 			"--scheduler=" + schedulerBin, "--node-daemon=" + filepath.Join(binDir, "gpushare-node"),
+			"--dra-daemon=" + filepath.Join(binDir, "gpushare-dra"),
 			"--probe-image=" + filepath.Join(layouts, "gpushare-probe")}, args...)...)
 		var out bytes.Buffer
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &out
@@ -63,6 +64,12 @@ func TestRealNodeDemo(t *testing.T) {
 	check := regexp.MustCompile(`default/real-node-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-0000-000(\d) GPUSHARE_GPU_MEMORY_MIB=4096 devices: /dev/nvidia(\d)\n`)
 	if m := check.FindStringSubmatch(summary); m == nil || m[1] != m[2] {
 		t.Errorf("the summary does not show default/real-node-check running with one GPU, its device node and 4096 MiB:\n%s", summary)
+	}
+	// Its pod of a ResourceClaim, through gpushare-dra, sees one GPU and
+	// the claim's 3 GiB.
+	claimCheck := regexp.MustCompile(`default/real-node-claim-check +Running +main running\n +NVIDIA_VISIBLE_DEVICES=GPU-sim-gpu-real-0-0000-000(\d) GPUSHARE_GPU_MEMORY_MIB=3072 devices: /dev/nvidia(\d)\n`)
+	if m := claimCheck.FindStringSubmatch(summary); m == nil || m[1] != m[2] {
+		t.Errorf("the summary does not show default/real-node-claim-check running with one GPU, its device node and 3072 MiB:\n%s", summary)
 	}
 	if strings.Contains(summary, "could not ask") {
 		t.Errorf("the demo could not ask a running container what it sees:\n%s", summary)
