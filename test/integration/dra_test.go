@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -322,10 +323,11 @@ func draCluster(t *testing.T) kubernetes.Interface {
 // pods: a claim never lands on memory a pod's record holds, a pod never
 // on memory a claim holds, though DRA's allocator and the pods' records
 // each see only their own; a claim that goes frees its share for a
-// waiting pod.
+// waiting pod. A tenant cannot rewrite its claim's allocation or
+// request.
 func TestDRAPlacedByPolicy(t *testing.T) {
 	ctx := context.Background()
-	_, client, _ := startPlugin(t, schedulerConfigWith(t, "binpack"))
+	c, client, _ := startPlugin(t, schedulerConfigWith(t, "binpack"))
 	specs := []controlplane.NodeSpec{
 		{Name: "a", Model: "Tesla T4", MemoryMiB: 15360, Count: 1},
 		{Name: "b", Model: "Tesla T4", MemoryMiB: 15360, Count: 1},
@@ -441,5 +443,23 @@ func TestDRAPlacedByPolicy(t *testing.T) {
 	}
 	if n := nodeOf("ext4"); n != y {
 		t.Errorf("pod ext4 on %s; want %s, where claim big was", n, y)
+	}
+
+	// The hostile tenant (the edit role in default) cannot free its
+	// claim's share by rewriting its allocation, nor shrink its request.
+	tenant := tenantClient(t, c, client, "default")
+	small, err := tenant.ResourceV1().ResourceClaims("default").Get(ctx, "small", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := small.DeepCopy()
+	forged.Status.Allocation.Devices.Results[0].ConsumedCapacity[dra.Memory] = *k8sresource.NewQuantity(1<<20, k8sresource.BinarySI)
+	if _, err := tenant.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, forged, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a tenant rewrote its claim's allocation: %v; want Forbidden", err)
+	}
+	shrunk := small.DeepCopy()
+	shrunk.Spec.Devices.Requests[0].Exactly.Capacity.Requests[dra.Memory] = *k8sresource.NewQuantity(1<<20, k8sresource.BinarySI)
+	if _, err := tenant.ResourceV1().ResourceClaims("default").Update(ctx, shrunk, metav1.UpdateOptions{}); err == nil {
+		t.Error("a tenant shrank its allocated claim's request; want it refused")
 	}
 }

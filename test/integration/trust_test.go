@@ -10,6 +10,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -122,12 +123,12 @@ func forgedRecords(t *testing.T, policy bool) {
 }
 
 // tenantClient returns a client for a service account of namespace ns
-// bound to the "edit" role there: it may create and edit pods in ns,
-// nothing cluster-wide.
+// bound to the "edit" role there (ns is created unless it exists): it
+// may create and edit pods in ns, nothing cluster-wide.
 func tenantClient(t *testing.T, c *controlplane.Cluster, admin kubernetes.Interface, ns string) kubernetes.Interface {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns}}
