@@ -61,6 +61,13 @@ type Cache struct {
 	// kube-scheduler counts against the node's allocatable.
 	bound     map[types.UID]podResources
 	requested map[string]podResources
+	// claimsOf lists, per pod, the claims reserved for it alone: evicting
+	// the pod frees them (HoldingOf).
+	claimsOf map[types.UID][]types.UID
+	// released holds the claims whose only pod is gone (RemovePod), with
+	// that pod: they book nothing while they wait to be deallocated,
+	// unless another pod is reserved for them.
+	released map[types.UID]types.UID
 }
 
 // podResources is a pod's CPU and memory request on a node.
@@ -151,6 +158,8 @@ type podEntry struct {
 	// claim is set for a ResourceClaim's entry (SetClaim): what its
 	// allocation holds of each GPU, placed on the node at each booking.
 	claim []claim.GPU
+	// owner is the one pod a claim is reserved for, "" if none or several.
+	owner types.UID
 }
 
 // New returns an empty cache.
@@ -170,5 +179,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		now:        time.Now,
 		bound:      make(map[types.UID]podResources),
 		requested:  make(map[string]podResources),
+		claimsOf:   make(map[types.UID][]types.UID),
+		released:   make(map[types.UID]types.UID),
 	}
 }

@@ -31,23 +31,40 @@ func (c *Cache) SetClaim(rc *resourceapi.ResourceClaim) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var owner types.UID
+	pods := 0
 	for _, r := range rc.Status.ReservedFor {
 		if r.Resource != "pods" {
 			continue
 		}
+		pods++
+		owner = r.UID
 		if p := c.pods[r.UID]; p != nil && p.assumed && p.alloc == nil {
 			c.unbook(r.UID, p)
 			delete(c.pods, r.UID)
 		}
 	}
+	if gone, ok := c.released[rc.UID]; ok {
+		if !slices.ContainsFunc(rc.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID != gone }) {
+			// Its pod is gone; it is being deallocated.
+			return
+		}
+		delete(c.released, rc.UID)
+	}
+	if pods != 1 {
+		owner = ""
+	}
 	old := c.pods[rc.UID]
 	if old != nil && old.node == node && slices.Equal(old.claim, gpus) {
+		c.setOwner(rc.UID, old, owner)
 		return
 	}
 	if old != nil {
 		c.unbook(rc.UID, old)
+		c.setOwner(rc.UID, old, "")
 	}
 	p := &podEntry{key: "ResourceClaim " + rc.Namespace + "/" + rc.Name, node: node, claim: gpus}
+	c.setOwner(rc.UID, p, owner)
 	c.pods[rc.UID] = p
 	if e := c.nodes[node]; e != nil {
 		e.pods[rc.UID] = p
@@ -59,10 +76,82 @@ func (c *Cache) SetClaim(rc *resourceapi.ResourceClaim) {
 func (c *Cache) RemoveClaim(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.released, uid)
 	if p := c.pods[uid]; p != nil && p.claim != nil {
 		c.unbook(uid, p)
+		c.setOwner(uid, p, "")
 		delete(c.pods, uid)
 	}
+}
+
+// releaseClaimsLocked frees the claims reserved for pod alone: the pod is
+// gone, and DRA deallocates them.
+func (c *Cache) releaseClaimsLocked(pod types.UID) {
+	for _, uid := range slices.Clone(c.claimsOf[pod]) {
+		if p := c.pods[uid]; p != nil {
+			c.unbook(uid, p)
+			c.setOwner(uid, p, "")
+			delete(c.pods, uid)
+			c.released[uid] = pod
+		}
+	}
+}
+
+// setOwner records that claim entry p (of UID uid) is reserved for pod
+// owner alone ("" for none or several).
+func (c *Cache) setOwner(uid types.UID, p *podEntry, owner types.UID) {
+	if p.owner == owner {
+		return
+	}
+	if p.owner != "" {
+		c.claimsOf[p.owner] = slices.DeleteFunc(c.claimsOf[p.owner], func(u types.UID) bool { return u == uid })
+		if len(c.claimsOf[p.owner]) == 0 {
+			delete(c.claimsOf, p.owner)
+		}
+	}
+	p.owner = owner
+	if owner != "" {
+		c.claimsOf[owner] = append(c.claimsOf[owner], uid)
+	}
+}
+
+// HoldingOf returns what evicting pod uid would free: its own booking and
+// those of the claims reserved for it alone, on one node, summed per GPU;
+// nil if it holds nothing.
+func (c *Cache) HoldingOf(uid types.UID) *alloc.Placement {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out *alloc.Placement
+	add := func(e *podEntry) {
+		if e == nil || e.invalid || e.placement == nil {
+			return
+		}
+		if out == nil {
+			out = &alloc.Placement{Node: e.placement.Node, CPUMilli: e.placement.CPUMilli, MemoryMiB: e.placement.MemoryMiB,
+				Containers: e.placement.Containers, Booked: slices.Clone(e.placement.Booked)}
+			return
+		}
+		if e.placement.Node != out.Node {
+			return
+		}
+		for _, b := range e.placement.Booked {
+			i := slices.IndexFunc(out.Booked, func(a alloc.Assignment) bool { return a.GPU == b.GPU })
+			if i < 0 {
+				out.Booked = append(out.Booked, b)
+				continue
+			}
+			out.Booked[i].MemoryMiB += b.MemoryMiB
+			out.Booked[i].Compute += b.Compute
+		}
+	}
+	add(c.pods[uid])
+	for _, cu := range c.claimsOf[uid] {
+		add(c.pods[cu])
+	}
+	if out != nil {
+		slices.SortFunc(out.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
+	}
+	return out
 }
 
 // claimPlacement is what a claim's GPUs book on node: a GPU taken whole

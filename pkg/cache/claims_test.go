@@ -83,3 +83,55 @@ func TestClaimsBookTheirGPUs(t *testing.T) {
 		t.Errorf("n2 after it arrived: %v; want the claim's %v", got, want)
 	}
 }
+
+// TestHoldingOfCountsClaims: what evicting a pod frees is its own booking
+// and the claims reserved for it alone; a claim two pods share is not
+// freed by evicting one of them, and a released claim no longer counts.
+func TestHoldingOfCountsClaims(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384, 16384))
+	c.SetPod(recordedPod(t, "rec", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4000, 10)})))
+	c.SetClaim(draClaim("own", "n1", 2048, []string{"gpu-0", "gpu-1"}, "rec"))
+	c.SetClaim(draClaim("shared", "n1", 1024, []string{"gpu-1"}, "rec", "other"))
+	c.SetClaim(draClaim("alone", "n1", 3072, []string{"gpu-1"}, "p"))
+
+	want := []alloc.Assignment{{GPU: 0, UUID: uuidOf("n1", 0), Usage: alloc.Usage{MemoryMiB: 6048, Compute: 10}},
+		{GPU: 1, UUID: uuidOf("n1", 1), Usage: alloc.Usage{MemoryMiB: 2048}}}
+	if h := c.HoldingOf("rec"); h == nil || h.Node != "n1" || !cmp.Equal(h.Booked, want) {
+		t.Errorf("HoldingOf(rec) = %+v; want its record and its own claim: %+v", h, want)
+	}
+	if h := c.HoldingOf("p"); h == nil || !cmp.Equal(h.Booked, []alloc.Assignment{{GPU: 1, UUID: uuidOf("n1", 1), Usage: alloc.Usage{MemoryMiB: 3072}}}) {
+		t.Errorf("HoldingOf(p) = %+v; want claim alone's 3072 MiB of GPU 1", h)
+	}
+	if h := c.HoldingOf("other"); h != nil {
+		t.Errorf("HoldingOf(other) = %+v; want nothing: the claim it shares stays", h)
+	}
+	c.RemoveClaim("alone")
+	if h := c.HoldingOf("p"); h != nil {
+		t.Errorf("HoldingOf(p) = %+v after its claim went; want nothing", h)
+	}
+}
+
+// TestClaimsFreedWithTheirPod: a pod's deletion frees the claims reserved
+// for it alone at once, and the claim's updates on its way to being
+// deallocated do not book it again; one reserved for another pod again
+// books.
+func TestClaimsFreedWithTheirPod(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	c.SetClaim(draClaim("own", "n1", 4096, []string{"gpu-0"}, "p"))
+	c.SetClaim(draClaim("shared", "n1", 1024, []string{"gpu-0"}, "p", "q"))
+	c.RemovePod("p")
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 1024}}; !cmp.Equal(got, want) {
+		t.Errorf("after pod p went: %v; want the shared claim alone %v", got, want)
+	}
+	c.SetClaim(draClaim("own", "n1", 4096, []string{"gpu-0"}, "p"))
+	c.SetClaim(draClaim("own", "n1", 4096, []string{"gpu-0"}))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 1024}}; !cmp.Equal(got, want) {
+		t.Errorf("claim own, still allocated, seen again: %v; want it freed %v", got, want)
+	}
+	c.SetClaim(draClaim("own", "n1", 4096, []string{"gpu-0"}, "r"))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 5120}}; !cmp.Equal(got, want) {
+		t.Errorf("claim own reserved for pod r: %v; want it booked again %v", got, want)
+	}
+}

@@ -401,10 +401,12 @@ func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
 		req: req, pod: pod, foreign: true}, nil
 }
 
-// RemovePod releases whatever a pod held or was assumed to hold.
+// RemovePod releases whatever a pod held or was assumed to hold, the
+// claims reserved for it alone included.
 func (c *Cache) RemovePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.releaseClaimsLocked(uid)
 	c.uncountLocked(uid)
 	delete(c.refused, uid)
 	delete(c.unrecorded, uid)

@@ -533,9 +533,12 @@ func (pl *GPUShare) allocatableGrew(_ klog.Logger, pod *corev1.Pod, oldObj, newO
 // be rejected again and wait for the next event. Applying an event twice
 // is harmless.
 
+// A pod that held GPUs through claims reserved for it alone frees them
+// when it goes, as a pod with a record does: the claims are deallocated
+// next, and kube-scheduler's preemption waits for the pod's deletion.
 func (pl *GPUShare) podReleased(_ klog.Logger, pod *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
-		if !record.Recorded(p) {
+		if !record.Recorded(p) && pl.cache.HoldingOf(p.UID) == nil {
 			return fwk.QueueSkip, nil
 		}
 		pl.cache.RemovePod(p.UID)
@@ -552,7 +555,7 @@ func (pl *GPUShare) podUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj an
 		return fwk.Queue, nil
 	}
 	o, ok := oldObj.(*corev1.Pod)
-	if !record.Recorded(n) || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
+	if !record.Recorded(n) && pl.cache.HoldingOf(n.UID) == nil || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
 		return fwk.QueueSkip, nil
 	}
 	// A pod holding GPUs ended: they are free.

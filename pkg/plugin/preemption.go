@@ -165,11 +165,12 @@ type held struct {
 // among them.
 func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d *nodeDelta) (alloc.Rating, *alloc.Unfit, *fwk.Status) {
 	logger := klog.FromContext(ctx)
-	// The bookings, read before the node's state: Holding takes the
-	// cache's lock, which Read holds while it calls back.
+	// The bookings, read before the node's state: HoldingOf takes the
+	// cache's lock, which Read holds while it calls back. A pod's booking
+	// includes the claims reserved for it alone: evicting it frees them.
 	ever := map[types.UID]*alloc.Placement{}
 	for uid := range d.ever {
-		if p, _ := pl.cache.Holding(uid); p != nil && p.Node == name {
+		if p := pl.cache.HoldingOf(uid); p != nil && p.Node == name {
 			ever[uid] = p
 		}
 	}
@@ -180,7 +181,7 @@ func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d 
 	slices.SortFunc(added, func(a, b *corev1.Pod) int { return cmp.Compare(a.UID, b.UID) })
 	// An added pod the cache books on this node is in its state already.
 	added = slices.DeleteFunc(added, func(p *corev1.Pod) bool {
-		h, _ := pl.cache.Holding(p.UID)
+		h := pl.cache.HoldingOf(p.UID)
 		return h != nil && h.Node == name
 	})
 	var base *alloc.NodeState

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,8 +105,8 @@ func TestDRADevicesShareOneGPU(t *testing.T) {
 }
 
 // draPod creates a ResourceClaim for mib of one GPU (none: the whole GPU)
-// and a pod that uses it.
-func draPod(t *testing.T, client kubernetes.Interface, name string, mib int64) {
+// and a pod that uses it, changed by each of edit.
+func draPod(t *testing.T, client kubernetes.Interface, name string, mib int64, edit ...func(*corev1.Pod)) {
 	t.Helper()
 	ctx := context.Background()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: draShareClass}
@@ -126,6 +127,9 @@ func draPod(t *testing.T, client kubernetes.Interface, name string, mib int64) {
 			Claims: []corev1.ResourceClaim{{Name: "gpu"}},
 		}}},
 	}}
+	for _, e := range edit {
+		e(pod)
+	}
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,26 +337,7 @@ func TestDRAPlacedByPolicy(t *testing.T) {
 		{Name: "b", Model: "Tesla T4", MemoryMiB: 15360, Count: 1},
 	}
 	createNodes(t, client, specs...)
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
-	}}
-	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range specs {
-		var gpus []gpu.Device
-		for _, g := range s.Inventory().GPUs {
-			gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
-				UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
-		}
-		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: s.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
-			Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: s.Name, ResourceSliceCount: 1}, NodeName: ptr.To(s.Name),
-			Devices: dra.Devices(gpus, dra.Options{}),
-		}}
-		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishDevices(t, client, specs...)
 	createPod := func(p *corev1.Pod) {
 		t.Helper()
 		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -461,5 +446,78 @@ func TestDRAPlacedByPolicy(t *testing.T) {
 	shrunk.Spec.Devices.Requests[0].Exactly.Capacity.Requests[dra.Memory] = *k8sresource.NewQuantity(1<<20, k8sresource.BinarySI)
 	if _, err := tenant.ResourceV1().ResourceClaims("default").Update(ctx, shrunk, metav1.UpdateOptions{}); err == nil {
 		t.Error("a tenant shrank its allocated claim's request; want it refused")
+	}
+}
+
+// publishDevices creates the DeviceClass of gpushare's devices and a
+// ResourceSlice of each node's GPUs, as gpushare-dra publishes them with
+// no pod there, the inventory's memory all usable.
+func publishDevices(t *testing.T, client kubernetes.Interface, specs ...controlplane.NodeSpec) {
+	t.Helper()
+	ctx := context.Background()
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
+	}}
+	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		var gpus []gpu.Device
+		for _, g := range s.Inventory().GPUs {
+			gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+				UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
+		}
+		slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: s.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: s.Name, ResourceSliceCount: 1}, NodeName: ptr.To(s.Name),
+			Devices: dra.Devices(gpus, dra.Options{}),
+		}}
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDRAClaimPreempted: a pod of higher priority that asks GPU memory
+// through extended resources preempts a pod whose ResourceClaim holds
+// that memory (gpushare-scheduler's dry run frees the claims reserved for
+// a victim alone), and binds once the claim is released; a pod of the
+// same priority does not.
+func TestDRAClaimPreempted(t *testing.T) {
+	ctx := context.Background()
+	_, client, _ := startPlugin(t, nil)
+	node := controlplane.NodeSpec{Name: "p", Model: "Tesla T4", MemoryMiB: 15360, Count: 1}
+	createNodes(t, client, node)
+	publishDevices(t, client, node)
+	for name, value := range map[string]int32{"gpu-low": 100, "gpu-high": 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	priority := func(class string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.PriorityClassName = class } }
+	draPod(t, client, "low", 12288, priority("gpu-low"))
+	waitBound(t, client, "low")
+	low, err := client.CoreV1().Pods("default").Get(ctx, "low", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	same := gpuPod("same", 8192, 0)
+	same.Spec.PriorityClassName = "gpu-low"
+	if _, err := client.CoreV1().Pods("default").Create(ctx, same, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedSchedulingMessage(t, client, "default", "same", "")
+	high := gpuPod("high", 8192, 0)
+	high.Spec.PriorityClassName = "gpu-high"
+	if _, err := client.CoreV1().Pods("default").Create(ctx, high, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitBound(t, client, "high")
+	if p, err := client.CoreV1().Pods("default").Get(ctx, "low", metav1.GetOptions{}); err == nil && p.UID == low.UID && p.DeletionTimestamp == nil {
+		t.Errorf("pod high bound and low, whose claim held 12 GiB of the GPU, is still there")
+	}
+	if p, err := client.CoreV1().Pods("default").Get(ctx, "same", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("pod same on %q (%v); want Pending: high took the freed memory", p.Spec.NodeName, err)
 	}
 }
