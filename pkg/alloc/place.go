@@ -328,3 +328,22 @@ func (pl *Placer) choose(sc *scratch, s *NodeState, need int, out []int) []int {
 	}
 	return chooseTopology(s, need, ranked)
 }
+
+// FirstFit returns a Placer of pl's node policy and workload that gives
+// a pod the lowest-index GPUs that fit, as Kubernetes' DRA allocator
+// takes a node's devices, without topology: rating a node by the
+// placement DRA will make there, for a claim DRA allocates.
+func (pl *Placer) FirstFit() *Placer {
+	ff := *pl
+	ff.gpu, ff.topology, ff.byShape, ff.shapes = firstFit{}, false, false, nil
+	return &ff
+}
+
+// firstFit prefers the GPU of the lowest index.
+type firstFit struct{}
+
+func (firstFit) ScoreGPUs(_ *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
+	for k, i := range candidates {
+		scores[k] = -int64(i)
+	}
+}

@@ -323,3 +323,30 @@ func TestRequestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstFit: a FirstFit placer gives a pod the lowest-index GPUs that
+// fit, as DRA's allocator does, whatever its policy would pick, and its
+// node rating follows that placement.
+func TestFirstFit(t *testing.T) {
+	// Free: GPU0 4096 (too small), GPU1 16384, GPU2 6144: binpack would
+	// pick GPU2, first fit GPU1.
+	s := makeNode("n").gpus(3, "A100", 16384).state(Usage{MemoryMiB: 12288}, Usage{}, Usage{MemoryMiB: 10240})
+	pod := makePod("p").shared("c", 5000, 0).obj()
+	pl := mustPlacer("binpack")
+	if p, unfit := pl.Place(s, pod); unfit != nil || p.Containers[0].GPUs[0].GPU != 2 {
+		t.Fatalf("binpack placed %+v (%v); want GPU 2", p, unfit)
+	}
+	p, unfit := pl.FirstFit().Place(s, pod)
+	if unfit != nil || p.Containers[0].GPUs[0].GPU != 1 {
+		t.Fatalf("first fit placed %+v (%v); want GPU 1, the first with room", p, unfit)
+	}
+	two := makePod("q").whole("c", 2).obj()
+	if p, unfit := pl.FirstFit().Place(makeNode("m").gpus(4, "A100", 16384).link(2, 3).state(Usage{MemoryMiB: 1}), two); unfit != nil ||
+		p.Containers[0].GPUs[0].GPU != 1 || p.Containers[0].GPUs[1].GPU != 2 {
+		t.Fatalf("first fit placed two whole GPUs on %+v (%v); want GPUs 1 and 2, NVLink aside", p, unfit)
+	}
+	r := pl.FirstFit().NewRater(pod, 1)
+	if _, unfit := r.Rate(s); unfit != nil {
+		t.Errorf("first fit rates the node unfit: %v", unfit)
+	}
+}

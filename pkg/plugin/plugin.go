@@ -247,6 +247,11 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
 	placer := pl.policy.Placer()
+	if claims {
+		// DynamicResources gives the claims the first devices that fit:
+		// rate each node, and assume, by that placement.
+		placer = placer.FirstFit()
+	}
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims,
