@@ -298,9 +298,9 @@ func TestDRAExamples(t *testing.T) {
 }
 
 // draCluster starts a control plane with stock kube-scheduler, a kwok
-// node dra-0 without GPUs of its own, and the DeviceClass the chart
-// installs with dra.enabled (charts/gpushare/templates/dra-deviceclass.yaml):
-// the tests publish dra-0's devices themselves.
+// node dra-0 without GPUs of its own, and the DeviceClasses the chart
+// installs with dra.enabled: the tests publish dra-0's devices
+// themselves.
 func draCluster(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	c := startCluster(t)
@@ -312,13 +312,17 @@ func draCluster(t *testing.T) kubernetes.Interface {
 	if _, err := c.StartScheduler(context.Background(), "kube-scheduler", tools.Bin("kube-scheduler"), []byte(stockSchedulerConfig)); err != nil {
 		t.Fatal(err)
 	}
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
-	}}
-	if _, err := client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	applyDeviceClasses(t, client)
 	return client
+}
+
+// applyDeviceClasses applies the DeviceClasses the chart installs with
+// dra.enabled, as deploy/ renders them.
+func applyDeviceClasses(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	if err := controlplane.Apply(context.Background(), client, readFile(t, "deploy/dra-deviceclass.yaml")); err != nil {
+		t.Fatalf("applying deploy/dra-deviceclass.yaml: %v", err)
+	}
 }
 
 // TestDRAPlacedByPolicy: gpushare-scheduler places pods that ask
@@ -449,18 +453,13 @@ func TestDRAPlacedByPolicy(t *testing.T) {
 	}
 }
 
-// publishDevices creates the DeviceClass of gpushare's devices and a
-// ResourceSlice of each node's GPUs, as gpushare-dra publishes them with
+// publishDevices applies the DeviceClasses of gpushare's devices and
+// creates a ResourceSlice of each node's GPUs, as gpushare-dra publishes them with
 // no pod there, the inventory's memory all usable.
 func publishDevices(t *testing.T, client kubernetes.Interface, specs ...controlplane.NodeSpec) {
 	t.Helper()
 	ctx := context.Background()
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draShareClass}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gpushare.io"`}}},
-	}}
-	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	applyDeviceClasses(t, client)
 	for _, s := range specs {
 		var gpus []gpu.Device
 		for _, g := range s.Inventory().GPUs {

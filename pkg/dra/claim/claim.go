@@ -18,9 +18,13 @@ import (
 // Driver is gpushare's DRA driver: the devices' driver and pool owner.
 const Driver = "gpu.gpushare.io"
 
-// Class is the DeviceClass of gpushare's devices that the chart installs:
-// requests that name it are placed by gpushare's policy.
-const Class = "gpu.gpushare.io"
+// The DeviceClasses of gpushare's devices that the chart installs:
+// requests that name them are placed by gpushare's policy. Class is a
+// share of any GPU, MPSClass a share of a GPU under NVIDIA MPS.
+const (
+	Class    = "gpu.gpushare.io"
+	MPSClass = "gpu-mps.gpushare.io"
+)
 
 // The device capacities a request consumes part of.
 const (
@@ -51,7 +55,8 @@ func DeviceIndex(name string) (int, bool) {
 var ErrUnsupported = errors.New("request not placed by gpushare's policy")
 
 // Requests returns what claim c asks of gpushare's devices, one container
-// request per device request of class Class, named "claim/<claim>/<request>":
+// request per device request of class Class or MPSClass (on MPS GPUs
+// only), named "claim/<claim>/<request>":
 // count devices, each with the memory (MiB, rounded up) and compute
 // (percent) its capacity requests name; a request that names no memory
 // takes its GPUs whole. Requests of other classes are left out. It
@@ -61,14 +66,14 @@ func Requests(c *resourceapi.ResourceClaim) ([]alloc.ContainerRequest, error) {
 	for _, r := range c.Spec.Devices.Requests {
 		if r.Exactly == nil {
 			for _, s := range r.FirstAvailable {
-				if s.DeviceClassName == Class {
+				if s.DeviceClassName == Class || s.DeviceClassName == MPSClass {
 					return nil, fmt.Errorf("claim %s request %s: %w: firstAvailable", c.Name, r.Name, ErrUnsupported)
 				}
 			}
 			continue
 		}
 		e := r.Exactly
-		if e.DeviceClassName != Class {
+		if e.DeviceClassName != Class && e.DeviceClassName != MPSClass {
 			continue
 		}
 		if e.AllocationMode == resourceapi.DeviceAllocationModeAll {
@@ -78,7 +83,7 @@ func Requests(c *resourceapi.ResourceClaim) ([]alloc.ContainerRequest, error) {
 		if count <= 0 {
 			count = 1
 		}
-		cr := alloc.ContainerRequest{Name: "claim/" + c.Name + "/" + r.Name, Count: count}
+		cr := alloc.ContainerRequest{Name: "claim/" + c.Name + "/" + r.Name, Count: count, MPS: e.DeviceClassName == MPSClass}
 		var mem, compute int64
 		if e.Capacity != nil {
 			if q, ok := e.Capacity.Requests[Memory]; ok {

@@ -43,6 +43,8 @@ func TestRequests(t *testing.T) {
 			[]alloc.ContainerRequest{{Name: "claim/c/gpus", Count: 2, MemoryMiB: 4096}}, nil},
 		{"no capacity: whole GPUs", claimOf(resourceapi.DeviceRequest{Name: "whole", Exactly: exact(Class, 2, nil)}),
 			[]alloc.ContainerRequest{{Name: "claim/c/whole", Count: 2, Exclusive: true}}, nil},
+		{"an MPS share", claimOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: exact(MPSClass, 1, map[resourceapi.QualifiedName]string{Memory: "1Gi", Compute: "10"})}),
+			[]alloc.ContainerRequest{{Name: "claim/c/gpu", Count: 1, MemoryMiB: 1024, Compute: 10, MPS: true}}, nil},
 		{"another class is left out", claimOf(
 			resourceapi.DeviceRequest{Name: "nic", Exactly: exact("nic.example.com", 1, nil)},
 			resourceapi.DeviceRequest{Name: "gpu", Exactly: exact(Class, 1, map[resourceapi.QualifiedName]string{Memory: "1Gi"})}),
