@@ -58,8 +58,7 @@ func TestRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Requests(tc.claim)
-			switch {
-			case tc.err == errAny && err == nil, tc.err != nil && tc.err != errAny && !errors.Is(err, tc.err), tc.err == nil && err != nil:
+			if (err != nil) != (tc.err != nil) || err != nil && !errors.Is(tc.err, errAny) && !errors.Is(err, tc.err) {
 				t.Fatalf("err %v; want %v", err, tc.err)
 			}
 			if !reflect.DeepEqual(got, tc.want) {
