@@ -108,6 +108,11 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(o.cdiDir, 0o755); err != nil {
 		return err
 	}
+	// The driver's socket directory under the kubelet's plugins: the
+	// kubelet does not make it.
+	if err := os.MkdirAll(o.pluginDir, 0o750); err != nil {
+		return err
+	}
 	var mpsEnv *cdi.MPS
 	if o.mps {
 		mpsEnv = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}

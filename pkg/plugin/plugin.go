@@ -541,9 +541,11 @@ func (pl *GPUShare) allocatableGrew(_ klog.Logger, pod *corev1.Pod, oldObj, newO
 // A pod that held GPUs through claims reserved for it alone frees them
 // when it goes, as a pod with a record does: the claims are deallocated
 // next, and kube-scheduler's preemption waits for the pod's deletion.
+// Whether it did is judged from the pod, not the cache, whose own
+// handler may have seen the deletion first.
 func (pl *GPUShare) podReleased(_ klog.Logger, pod *corev1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
 	if p, ok := unwrap(oldObj).(*corev1.Pod); ok {
-		if !record.Recorded(p) && pl.cache.HoldingOf(p.UID) == nil {
+		if !record.Recorded(p) && len(p.Spec.ResourceClaims) == 0 {
 			return fwk.QueueSkip, nil
 		}
 		pl.cache.RemovePod(p.UID)
@@ -560,7 +562,7 @@ func (pl *GPUShare) podUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj an
 		return fwk.Queue, nil
 	}
 	o, ok := oldObj.(*corev1.Pod)
-	if !record.Recorded(n) && pl.cache.HoldingOf(n.UID) == nil || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
+	if !record.Recorded(n) && len(n.Spec.ResourceClaims) == 0 || !gpucache.Ended(n) || ok && gpucache.Ended(o) {
 		return fwk.QueueSkip, nil
 	}
 	// A pod holding GPUs ended: they are free.
