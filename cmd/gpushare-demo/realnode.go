@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
@@ -204,8 +205,12 @@ func createCheckPod(ctx context.Context, client kubernetes.Interface, tag string
 const claimCheckPod = "real-node-claim-check"
 
 // createClaimCheckPod asks the real node for 3 GiB of one of gpushare's
-// DRA devices, through a ResourceClaim.
+// DRA devices, through a ResourceClaim, once gpushare-dra has published
+// them with what the node's pods book.
 func createClaimCheckPod(ctx context.Context, client kubernetes.Interface, tag string) error {
+	if err := waitDevices(ctx, client); err != nil {
+		return err
+	}
 	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claimCheckPod, Namespace: metav1.NamespaceDefault},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
 			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpushare.io", Capacity: &resourceapi.CapacityRequirements{
@@ -225,6 +230,42 @@ func createClaimCheckPod(ctx context.Context, client kubernetes.Interface, tag s
 	}
 	_, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	return err
+}
+
+// waitDevices waits up to a minute for the real node's ResourceSlice to
+// list its GPUs, less the 4 GiB of the demo's other pod once it holds
+// them.
+func waitDevices(ctx context.Context, client kubernetes.Interface) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		pod, perr := client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, checkPod, metav1.GetOptions{})
+		booked := perr == nil && pod.Annotations[gpusharev1.AllocationAnnotation] != ""
+		for _, s := range list.Items {
+			if s.Spec.NodeName == nil || *s.Spec.NodeName != realNode.Name || len(s.Spec.Devices) != realNode.Count {
+				continue
+			}
+			var total int64
+			for _, d := range s.Spec.Devices {
+				q := d.Capacity["memory"].Value
+				total += q.Value()
+			}
+			if !booked || total < int64(realNode.Count)*realNode.MemoryMiB<<20 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gpushare-dra published no ResourceSlice of %s's %d GPUs within a minute", realNode.Name, realNode.Count)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // printRealPods says which pods' containers really run: those on the
