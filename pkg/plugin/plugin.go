@@ -233,17 +233,17 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	claims := false
-	if req == nil {
+	if req == nil && len(pod.Spec.ResourceClaims) > 0 {
 		base, _ := pl.model.PodRequest(pod)
 		if req, err = pl.claimRequest(pod, base); err != nil {
 			// DynamicResources places what the policy cannot.
 			klog.FromContext(ctx).V(3).Info("Claims left to DynamicResources", "pod", klog.KObj(pod), "reason", err)
 			req = nil
 		}
-		if req == nil {
-			return pl.preFilterPlain(state, pod)
-		}
-		claims = true
+		claims = req != nil
+	}
+	if req == nil {
+		return pl.preFilterPlain(state, pod)
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
 	placer := pl.policy.Placer()
