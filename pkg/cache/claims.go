@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"fmt"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -152,22 +151,4 @@ func (c *Cache) HoldingOf(uid types.UID) *alloc.Placement {
 		slices.SortFunc(out.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
 	}
 	return out
-}
-
-// claimPlacement is what a claim's GPUs book on node: a GPU taken whole
-// books all its memory and compute.
-func claimPlacement(p *podEntry, node *alloc.Node) (*alloc.Placement, error) {
-	pl := &alloc.Placement{Node: node.Name}
-	for _, g := range p.claim {
-		if g.Index >= len(node.GPUs) {
-			return nil, fmt.Errorf("%s holds GPU %d of node %s, which lists %d", p.key, g.Index, node.Name, len(node.GPUs))
-		}
-		u := alloc.Usage{MemoryMiB: g.MemoryMiB, Compute: g.Compute}
-		if gpu := node.GPUs[g.Index]; g.Whole {
-			u = alloc.Usage{MemoryMiB: gpu.MemoryMiB, Compute: gpu.ComputeCapacity()}
-		}
-		pl.Booked = append(pl.Booked, alloc.Assignment{GPU: g.Index, UUID: node.GPUs[g.Index].UUID, Usage: u})
-	}
-	slices.SortFunc(pl.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
-	return pl, nil
 }

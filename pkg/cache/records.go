@@ -12,6 +12,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/dra/claim"
 	"github.com/gpushare/gpushare/pkg/record"
 )
 
@@ -24,7 +25,7 @@ import (
 func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	p.invalid, p.conflict = false, false
 	if p.claim != nil {
-		placement, err := claimPlacement(p, e.inventory)
+		placement, err := claim.Placement(p.key, p.claim, e.inventory)
 		if err != nil {
 			p.invalid = true
 			c.logger.Error(err, "Ignoring the claim's allocation", "claim", p.key)

@@ -7,6 +7,7 @@ package claim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -168,4 +169,24 @@ func Held(c *resourceapi.ResourceClaim) (node string, gpus []GPU, err error) {
 		gpus = append(gpus, g)
 	}
 	return node, gpus, nil
+}
+
+// Placement is what gpus, held by claim name, book on node, by GPU
+// index: a GPU taken whole books all its memory and compute. It refuses
+// an index the node does not list.
+func Placement(name string, gpus []GPU, node *alloc.Node) (*alloc.Placement, error) {
+	pl := &alloc.Placement{Node: node.Name}
+	for _, g := range gpus {
+		if g.Index >= len(node.GPUs) {
+			return nil, fmt.Errorf("%s holds GPU %d of node %s, which lists %d", name, g.Index, node.Name, len(node.GPUs))
+		}
+		gpu := node.GPUs[g.Index]
+		u := alloc.Usage{MemoryMiB: g.MemoryMiB, Compute: g.Compute}
+		if g.Whole {
+			u = alloc.Usage{MemoryMiB: gpu.MemoryMiB, Compute: gpu.ComputeCapacity()}
+		}
+		pl.Booked = append(pl.Booked, alloc.Assignment{GPU: g.Index, UUID: gpu.UUID, Usage: u})
+	}
+	slices.SortFunc(pl.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
+	return pl, nil
 }

@@ -1024,16 +1024,5 @@ func claimPlacement(rc *resourceapi.ResourceClaim, node *alloc.Node) (*alloc.Pla
 	if err != nil {
 		return nil, err
 	}
-	pl := &alloc.Placement{Node: node.Name}
-	for _, g := range gpus {
-		if g.Index >= len(node.GPUs) {
-			return nil, fmt.Errorf("claim %s holds GPU %d of %s, which has %d", rc.Name, g.Index, node.Name, len(node.GPUs))
-		}
-		u := alloc.Usage{MemoryMiB: g.MemoryMiB, Compute: g.Compute}
-		if g.Whole {
-			u = alloc.Usage{MemoryMiB: node.GPUs[g.Index].MemoryMiB, Compute: alloc.FullCompute}
-		}
-		pl.Booked = append(pl.Booked, alloc.Assignment{GPU: g.Index, UUID: node.GPUs[g.Index].UUID, Usage: u})
-	}
-	return pl, nil
+	return claim.Placement("claim "+rc.Name, gpus, node)
 }
