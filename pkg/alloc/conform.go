@@ -15,6 +15,7 @@ var ErrNonconforming = errors.New("placement is not what the pod asks for")
 // usage its demand books there:
 //
 //	shared:    memory = ⌈MemoryMiB / Count⌉, compute = Compute
+//	percent:   memory = ⌊the GPU's memory · MemoryPercent / 100⌋, compute = Compute
 //	exclusive: memory = the GPU's memory, compute = its compute capacity
 //
 // of a model the container allows, and only whole GPUs on a whole-card
@@ -73,7 +74,14 @@ func conformGPU(d *Demand, a Assignment, n *Node) error {
 			a.GPU, a.MemoryMiB, a.Compute, want.MemoryMiB, want.Compute)
 	case d.Exclusive && (a.MemoryMiB <= 0 || a.Compute <= 0):
 		return fmt.Errorf("GPU %d books %d MiB and %d%% compute of a whole GPU", a.GPU, a.MemoryMiB, a.Compute)
-	case !d.Exclusive && (a.MemoryMiB != d.MemoryMiB || a.Compute != d.Compute):
+	case !d.Exclusive && d.MemoryPercent > 0 && g != nil && a.Usage != d.usageOn(g):
+		want := d.usageOn(g)
+		return fmt.Errorf("GPU %d books %d MiB and %d%% compute, the container asks for %d%% of its %d MiB (%d MiB) and %d%%",
+			a.GPU, a.MemoryMiB, a.Compute, d.MemoryPercent, g.MemoryMiB, want.MemoryMiB, want.Compute)
+	case !d.Exclusive && d.MemoryPercent > 0 && (a.MemoryMiB <= 0 || a.Compute != d.Compute):
+		return fmt.Errorf("GPU %d books %d MiB and %d%% compute, the container asks for %d%% of its memory and %d%%",
+			a.GPU, a.MemoryMiB, a.Compute, d.MemoryPercent, d.Compute)
+	case !d.Exclusive && d.MemoryPercent == 0 && (a.MemoryMiB != d.MemoryMiB || a.Compute != d.Compute):
 		return fmt.Errorf("GPU %d books %d MiB and %d%% compute, the container asks for %d MiB and %d%%",
 			a.GPU, a.MemoryMiB, a.Compute, d.MemoryMiB, d.Compute)
 	}

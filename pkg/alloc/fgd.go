@@ -160,12 +160,12 @@ func (f *fgd) inherit(prev *fgd) {
 }
 
 func sameDemand(a, b Demand) bool {
-	return a.MemoryMiB == b.MemoryMiB && a.Compute == b.Compute && a.Exclusive == b.Exclusive && a.MPS == b.MPS && slices.Equal(a.Models, b.Models)
+	return a.MemoryMiB == b.MemoryMiB && a.MemoryPercent == b.MemoryPercent && a.Compute == b.Compute && a.Exclusive == b.Exclusive && a.MPS == b.MPS && slices.Equal(a.Models, b.Models)
 }
 
 // compareDemand orders demands canonically, whatever the shapes' order.
 func compareDemand(a, b Demand) int {
-	return cmp.Or(cmp.Compare(a.MemoryMiB, b.MemoryMiB), cmp.Compare(a.Compute, b.Compute),
+	return cmp.Or(cmp.Compare(a.MemoryMiB, b.MemoryMiB), cmp.Compare(a.MemoryPercent, b.MemoryPercent), cmp.Compare(a.Compute, b.Compute),
 		compareBool(a.Exclusive, b.Exclusive), compareBool(a.MPS, b.MPS), slices.Compare(a.Models, b.Models))
 }
 
@@ -237,9 +237,9 @@ func unitsOn(g *GPU, u Usage, d *Demand) (n, share int64) {
 	}
 	n = 1 << 20
 	var per int64
-	if d.MemoryMiB > 0 {
-		n = min(n, (g.MemoryMiB-u.MemoryMiB)/d.MemoryMiB)
-		per = max(per, d.MemoryMiB*1000/g.MemoryMiB)
+	if m := d.memoryOn(g); m > 0 {
+		n = min(n, (g.MemoryMiB-u.MemoryMiB)/m)
+		per = max(per, m*1000/g.MemoryMiB)
 	}
 	if c := g.ComputeCapacity(); d.Compute > 0 {
 		n = min(n, (c-u.Compute)/d.Compute)

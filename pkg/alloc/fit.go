@@ -134,12 +134,12 @@ func checkGPU(s *NodeState, i int, d *Demand) (GPUReject, bool) {
 		if s.GPUs[i] != (Usage{}) {
 			rej.Reason = ReasonGPUNotIdle
 		}
-	case d.MemoryMiB > g.MemoryMiB:
-		rej = GPUReject{GPU: i, Reason: ReasonGPUTooSmall, Requested: d.MemoryMiB, Capacity: g.MemoryMiB}
+	case d.memoryOn(g) > g.MemoryMiB:
+		rej = GPUReject{GPU: i, Reason: ReasonGPUTooSmall, Requested: d.memoryOn(g), Capacity: g.MemoryMiB}
 	default:
 		f := s.Free(i)
-		if f.MemoryMiB < d.MemoryMiB {
-			rej = GPUReject{GPU: i, Reason: ReasonGPUMemory, Requested: d.MemoryMiB, Free: f.MemoryMiB, Capacity: g.MemoryMiB}
+		if m := d.memoryOn(g); f.MemoryMiB < m {
+			rej = GPUReject{GPU: i, Reason: ReasonGPUMemory, Requested: m, Free: f.MemoryMiB, Capacity: g.MemoryMiB}
 		} else if f.Compute < d.Compute {
 			rej = GPUReject{GPU: i, Reason: ReasonGPUCompute, Requested: d.Compute, Free: f.Compute, Capacity: g.ComputeCapacity()}
 		}
@@ -160,7 +160,7 @@ func fitsUsage(g *GPU, u Usage, d *Demand) bool {
 	if d.Exclusive {
 		return u == Usage{}
 	}
-	return u.MemoryMiB+d.MemoryMiB <= g.MemoryMiB && u.Compute+d.Compute <= g.ComputeCapacity()
+	return u.MemoryMiB+d.memoryOn(g) <= g.MemoryMiB && u.Compute+d.Compute <= g.ComputeCapacity()
 }
 
 // admits reports whether g may take d at all, whatever is booked on it:
@@ -224,7 +224,7 @@ func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, reje
 		f := s.Free(i)
 		switch in.Reason {
 		case ReasonGPUMemory, ReasonGPUTooSmall:
-			in.Requested = d.MemoryMiB
+			in.Requested = max(in.Requested, d.memoryOn(g))
 			in.Free, in.Capacity = max(in.Free, f.MemoryMiB), max(in.Capacity, g.MemoryMiB)
 		case ReasonGPUCompute:
 			in.Requested = d.Compute

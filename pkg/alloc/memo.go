@@ -132,6 +132,9 @@ func (e *memoEntry) mayFit(ds []demand) int {
 			}
 		case int(e.healthyN) < d.count || d.MemoryMiB > e.maxMemory || d.Compute > e.maxCompute:
 			return i
+		case d.MemoryPercent > 0 && PercentOf(e.minMemory, d.MemoryPercent) > e.maxMemory:
+			// Every GPU of the node needs at least this much.
+			return i
 		}
 	}
 	return -1
@@ -169,7 +172,7 @@ func (e *memoEntry) maxGrowth(ds []demand) int64 {
 		d := &ds[i]
 		per := int64(1000)
 		if !d.Exclusive {
-			per = min(per, max(ceilDiv(d.MemoryMiB*1000, e.minMemory), ceilDiv(d.Compute*1000, e.minCompute)))
+			per = min(per, max(ceilDiv(d.MemoryMiB*1000, e.minMemory), ceilDiv(d.Compute*1000, e.minCompute), d.MemoryPercent*10+1))
 		}
 		grow += per * int64(d.count)
 	}
@@ -196,7 +199,8 @@ func (e *memoEntry) minGrowth(ds []demand) int64 {
 		}
 		per := int64(1000)
 		if !d.Exclusive {
-			per = max(0, d.MemoryMiB*1000/e.capMemory-e.gapMemory, d.Compute*1000/e.capCompute-e.gapCompute)
+			per = max(0, d.MemoryMiB*1000/e.capMemory-e.gapMemory, d.Compute*1000/e.capCompute-e.gapCompute,
+				d.MemoryPercent*10-ceilDiv(1000, e.minMemory)-e.gapMemory)
 		}
 		grow = max(grow, per*int64(d.count))
 	}

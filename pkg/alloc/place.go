@@ -229,7 +229,7 @@ func (d *Demand) usageOn(g *GPU) Usage {
 	if d.Exclusive {
 		return Usage{MemoryMiB: g.MemoryMiB, Compute: g.ComputeCapacity()}
 	}
-	return Usage{MemoryMiB: d.MemoryMiB, Compute: d.Compute}
+	return Usage{MemoryMiB: d.memoryOn(g), Compute: d.Compute}
 }
 
 // nodeUnfit checks what the pod needs of the node as a whole.

@@ -46,6 +46,9 @@ func randomPod(r *rand.Rand, k int) *PodRequest {
 			req.Exclusive = true
 		} else {
 			req.MemoryMiB = int64(r.IntN(40_000))
+			if r.IntN(5) == 0 {
+				req.MemoryMiB, req.MemoryPercent = 0, int64(1+r.IntN(100))
+			}
 			req.Compute = int64(r.IntN(101))
 			if req.MemoryMiB == 0 && req.Compute == 0 {
 				req.Compute = 1

@@ -9,13 +9,19 @@ import (
 // ContainerRequest is the GPU request of one container.
 //
 // A shared request asks Count GPUs (default 1), each with MemoryMiB/Count
-// memory (rounded up) and Compute percent. Either amount may be zero, not
-// both: aliyun.com/gpu-mem books memory only, a bare gpu-core books compute
-// only. An exclusive request asks Count whole, otherwise idle GPUs.
+// memory (rounded up), or MemoryPercent of its memory, and Compute
+// percent. Either amount may be zero, not both: aliyun.com/gpu-mem books
+// memory only, a bare gpu-core books compute only. An exclusive request
+// asks Count whole, otherwise idle GPUs.
 type ContainerRequest struct {
 	Name string
 	// MemoryMiB is the total over the container's GPUs.
 	MemoryMiB int64
+	// MemoryPercent, instead of MemoryMiB, asks a percent of the memory
+	// of each of the container's GPUs, whatever its size (HAMi's
+	// nvidia.com/gpumem-percentage): ⌊memory·MemoryPercent/100⌋ MiB of
+	// the GPU it lands on.
+	MemoryPercent int64
 	// Compute is the percent of each GPU, for shared requests.
 	Compute   int64
 	Count     int
@@ -30,7 +36,9 @@ type ContainerRequest struct {
 // Demand is what a request needs from each of its GPUs.
 type Demand struct {
 	MemoryMiB int64
-	Compute   int64
+	// MemoryPercent asks that percent of each GPU's memory instead.
+	MemoryPercent int64
+	Compute       int64
 	Exclusive bool
 	Models    []string
 	MPS       bool
@@ -40,12 +48,27 @@ type Demand struct {
 func (r *ContainerRequest) PerGPU() Demand {
 	n := int64(max(r.Count, 1))
 	return Demand{
-		MemoryMiB: (r.MemoryMiB + n - 1) / n,
-		Compute:   r.Compute,
-		Exclusive: r.Exclusive,
-		Models:    r.Models,
-		MPS:       r.MPS,
+		MemoryMiB:     (r.MemoryMiB + n - 1) / n,
+		MemoryPercent: r.MemoryPercent,
+		Compute:       r.Compute,
+		Exclusive:     r.Exclusive,
+		Models:        r.Models,
+		MPS:           r.MPS,
 	}
+}
+
+// memoryOn is the memory d books on GPU g, for a shared demand.
+func (d *Demand) memoryOn(g *GPU) int64 {
+	if d.MemoryPercent > 0 {
+		return PercentOf(g.MemoryMiB, d.MemoryPercent)
+	}
+	return d.MemoryMiB
+}
+
+// PercentOf is percent of a GPU of mib MiB, as a MemoryPercent demand
+// books it: rounded down, as HAMi does, and at least 1 MiB.
+func PercentOf(mib, percent int64) int64 {
+	return max(mib*percent/100, 1)
 }
 
 // GPUCount returns how many GPUs the request needs.
@@ -56,13 +79,17 @@ func (r *ContainerRequest) Validate() error {
 	switch {
 	case r.Count < 0:
 		return fmt.Errorf("container %q: %w: gpu count %d is negative", r.Name, ErrInvalidRequest, r.Count)
-	case r.MemoryMiB < 0 || r.Compute < 0:
+	case r.MemoryMiB < 0 || r.Compute < 0 || r.MemoryPercent < 0:
 		return fmt.Errorf("container %q: %w: negative GPU memory or compute", r.Name, ErrInvalidRequest)
+	case r.MemoryPercent > 100:
+		return fmt.Errorf("container %q: %w: memory %d%% of each GPU is more than 100%%", r.Name, ErrInvalidRequest, r.MemoryPercent)
+	case r.MemoryPercent > 0 && r.MemoryMiB > 0:
+		return fmt.Errorf("container %q: %w: both MiB and a percent of GPU memory; ask one", r.Name, ErrInvalidRequest)
 	case r.Exclusive && r.MPS:
 		return fmt.Errorf("container %q: %w: an MPS request shares its GPUs, it cannot be exclusive", r.Name, ErrInvalidRequest)
-	case r.Exclusive && (r.MemoryMiB != 0 || r.Compute != 0):
+	case r.Exclusive && (r.MemoryMiB != 0 || r.Compute != 0 || r.MemoryPercent != 0):
 		return fmt.Errorf("container %q: %w: a whole-GPU request carries no memory or compute share", r.Name, ErrInvalidRequest)
-	case !r.Exclusive && r.MemoryMiB == 0 && r.Compute == 0:
+	case !r.Exclusive && r.MemoryMiB == 0 && r.Compute == 0 && r.MemoryPercent == 0:
 		return fmt.Errorf("container %q: %w: a shared GPU request needs memory or compute", r.Name, ErrInvalidRequest)
 	case r.Compute > FullCompute:
 		return fmt.Errorf("container %q: %w: compute %d%% of one GPU is more than %d%%", r.Name, ErrInvalidRequest, r.Compute, FullCompute)

@@ -93,6 +93,8 @@ func pressures(mix []Shape, supply []Supply) []bound {
 		case d.Exclusive:
 		case d.Compute > 0:
 			share = float64(min(d.Compute*1000/FullCompute, 1000))
+		case d.MemoryPercent > 0:
+			share = float64(d.MemoryPercent * 10)
 		case d.MemoryMiB > 0 && groups[k].largest > 0:
 			share = float64(min(d.MemoryMiB*1000/groups[k].largest, 1000))
 		}
