@@ -39,9 +39,9 @@ type Demand struct {
 	// MemoryPercent asks that percent of each GPU's memory instead.
 	MemoryPercent int64
 	Compute       int64
-	Exclusive bool
-	Models    []string
-	MPS       bool
+	Exclusive     bool
+	Models        []string
+	MPS           bool
 }
 
 // PerGPU returns the request's per-GPU demand.
