@@ -68,6 +68,8 @@ func conformGPU(d *Demand, a Assignment, n *Node) error {
 	switch {
 	case g != nil && !allows(d.Models, g.Model):
 		return fmt.Errorf("GPU %d is a %s, the container allows %v", a.GPU, g.Model, d.Models)
+	case g != nil && !d.Filter.Allows(g):
+		return fmt.Errorf("GPU %d (%s, %s) is one the pod's annotations exclude (%s)", a.GPU, g.Model, g.UUID, d.Filter)
 	case d.Exclusive && g != nil && a.Usage != d.usageOn(g):
 		want := d.usageOn(g)
 		return fmt.Errorf("GPU %d books %d MiB and %d%% compute, the whole GPU is %d MiB and %d%%",

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -160,13 +161,14 @@ func (f *fgd) inherit(prev *fgd) {
 }
 
 func sameDemand(a, b Demand) bool {
-	return a.MemoryMiB == b.MemoryMiB && a.MemoryPercent == b.MemoryPercent && a.Compute == b.Compute && a.Exclusive == b.Exclusive && a.MPS == b.MPS && slices.Equal(a.Models, b.Models)
+	return a.MemoryMiB == b.MemoryMiB && a.MemoryPercent == b.MemoryPercent && a.Compute == b.Compute && a.Exclusive == b.Exclusive && a.MPS == b.MPS && slices.Equal(a.Models, b.Models) && equalFilters(a.Filter, b.Filter)
 }
 
 // compareDemand orders demands canonically, whatever the shapes' order.
 func compareDemand(a, b Demand) int {
 	return cmp.Or(cmp.Compare(a.MemoryMiB, b.MemoryMiB), cmp.Compare(a.MemoryPercent, b.MemoryPercent), cmp.Compare(a.Compute, b.Compute),
-		compareBool(a.Exclusive, b.Exclusive), compareBool(a.MPS, b.MPS), slices.Compare(a.Models, b.Models))
+		compareBool(a.Exclusive, b.Exclusive), compareBool(a.MPS, b.MPS), slices.Compare(a.Models, b.Models),
+		strings.Compare(a.Filter.String(), b.Filter.String()))
 }
 
 func compareBool(a, b bool) int {

@@ -16,6 +16,7 @@ const (
 	ReasonGPUCount     Reason = "TooFewGPUs"
 	ReasonUnhealthy    Reason = "GPUUnhealthy"
 	ReasonModel        Reason = "GPUModelNotAllowed"
+	ReasonExcluded     Reason = "GPUExcluded"
 	ReasonNotMPS       Reason = "GPUNotMPS"
 	ReasonGPUTooSmall  Reason = "GPUTooSmall"
 	ReasonGPUMemory    Reason = "InsufficientGPUMemory"
@@ -69,7 +70,7 @@ type Unfit struct {
 func (u *Unfit) Resolvable() bool {
 	for _, r := range u.Reasons {
 		switch r.Reason {
-		case ReasonWholeCard, ReasonGPUCount, ReasonUnhealthy, ReasonModel, ReasonNotMPS, ReasonGPUTooSmall, ReasonNodeRejected:
+		case ReasonWholeCard, ReasonGPUCount, ReasonUnhealthy, ReasonModel, ReasonExcluded, ReasonNotMPS, ReasonGPUTooSmall, ReasonNodeRejected:
 			return false
 		}
 	}
@@ -110,6 +111,8 @@ func (r Insufficiency) String() string {
 		return who + "node hands out whole GPUs only"
 	case ReasonModel:
 		return fmt.Sprintf("%sno GPU of an allowed model (%s)", who, strings.Join(r.Models, ", "))
+	case ReasonExcluded:
+		return fmt.Sprintf("%sthe pod's annotations exclude every GPU (%s)", who, strings.Join(r.Models, ", "))
 	case ReasonUnhealthy:
 		return fmt.Sprintf("%sneeds %d GPU(s), %d healthy", who, r.Needed, r.Usable)
 	case ReasonNotMPS:
@@ -128,6 +131,8 @@ func checkGPU(s *NodeState, i int, d *Demand) (GPUReject, bool) {
 		rej.Reason = ReasonUnhealthy
 	case !allows(d.Models, g.Model):
 		rej.Reason = ReasonModel
+	case !d.Filter.Allows(g):
+		rej.Reason = ReasonExcluded
 	case d.MPS && !g.MPS:
 		rej.Reason = ReasonNotMPS
 	case d.Exclusive:
@@ -166,7 +171,7 @@ func fitsUsage(g *GPU, u Usage, d *Demand) bool {
 // admits reports whether g may take d at all, whatever is booked on it:
 // it is healthy, of an allowed model, and runs MPS if d asks for it.
 func admits(g *GPU, d *Demand) bool {
-	return g.Healthy && allows(d.Models, g.Model) && (!d.MPS || g.MPS)
+	return g.Healthy && allows(d.Models, g.Model) && (!d.MPS || g.MPS) && d.Filter.Allows(g)
 }
 
 // shareOf is FreeShare for GPU g with usage u.
@@ -199,7 +204,7 @@ func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, reje
 	for _, r := range rejects {
 		seen[r.Reason] = true
 	}
-	for _, reason := range []Reason{ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonNotMPS, ReasonModel, ReasonUnhealthy} {
+	for _, reason := range []Reason{ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonNotMPS, ReasonModel, ReasonExcluded, ReasonUnhealthy} {
 		if seen[reason] {
 			in.Reason = reason
 			break
@@ -208,6 +213,8 @@ func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, reje
 	switch in.Reason {
 	case ReasonModel:
 		in.Models = d.Models
+	case ReasonExcluded:
+		in.Models = []string{d.Filter.String()}
 	case ReasonNotMPS:
 		in.Usable = 0
 		for i := range s.Node.GPUs {

@@ -191,3 +191,31 @@ func (pl *Placer) successor(c Config) (*Placer, error) {
 	}
 	return next, nil
 }
+
+// PodPolicies are the policies a pod may ask for itself, at node level,
+// GPU level or both (HAMi's hami.io/node-scheduler-policy and
+// hami.io/gpu-scheduler-policy): the stateless ones, which need nothing
+// derived from the cluster.
+var PodPolicies = []string{"binpack", "spread"}
+
+// Override returns a Placer of pl's configuration with the node policy,
+// the GPU policy or both replaced ("" keeps pl's) by one of PodPolicies.
+// The other level keeps pl's policy, and what it derived from the nodes.
+func (pl *Placer) Override(node, gpu string) (*Placer, error) {
+	c := pl.cfg
+	if c.GPU == "" {
+		c.GPU = c.Node
+	}
+	for _, p := range []struct{ level, name string }{{"node", node}, {"GPU", gpu}} {
+		if p.name != "" && !slices.Contains(PodPolicies, p.name) {
+			return nil, fmt.Errorf("%s policy %q cannot be asked by a pod (allowed: %s)", p.level, p.name, strings.Join(PodPolicies, ", "))
+		}
+	}
+	if node != "" {
+		c.Node = node
+	}
+	if gpu != "" {
+		c.GPU = gpu
+	}
+	return pl.successor(c)
+}

@@ -28,6 +28,8 @@ type ContainerRequest struct {
 	Exclusive bool
 	// Models restricts the GPU models; empty allows any.
 	Models []string
+	// Filter, if set, narrows the GPUs further (HAMi's annotations).
+	Filter *Filter
 	// MPS asks for GPUs under NVIDIA MPS (keti.com/mpsgpu): the
 	// container runs as an MPS client, so only GPUs that run MPS take it.
 	MPS bool
@@ -41,6 +43,7 @@ type Demand struct {
 	Compute       int64
 	Exclusive     bool
 	Models        []string
+	Filter        *Filter
 	MPS           bool
 }
 
@@ -53,6 +56,7 @@ func (r *ContainerRequest) PerGPU() Demand {
 		Compute:       r.Compute,
 		Exclusive:     r.Exclusive,
 		Models:        r.Models,
+		Filter:        r.Filter,
 		MPS:           r.MPS,
 	}
 }

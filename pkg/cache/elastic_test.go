@@ -185,8 +185,8 @@ func TestElasticAllocation(t *testing.T) {
 		t.Fatalf("ForeignAllocation (-want +got):\n%s", diff)
 	}
 	// On the node: UUIDs by index, whole GPUs sized by it.
-	gpus := []alloc.GPU{{UUID: "u0", MemoryMiB: 15000}, {UUID: "u1", MemoryMiB: 15000}, {UUID: "u2", MemoryMiB: 80000}}
-	placed, err := record.ByIndex(a, req, func(i int) (alloc.GPU, bool) { return gpus[i], true })
+	gpus := []alloc.GPU{{Index: 0, UUID: "u0", MemoryMiB: 15000}, {Index: 1, UUID: "u1", MemoryMiB: 15000}, {Index: 2, UUID: "u2", MemoryMiB: 80000}}
+	placed, err := record.OnNode(a, req, gpus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestElasticAllocation(t *testing.T) {
 	want.Containers[1].GPUs = []gpusharev1.GPUShare{{Index: 2, UUID: "u2", MemoryMiB: 80000, Compute: 100},
 		{Index: 0, UUID: "u0", MemoryMiB: 15000, Compute: 100}}
 	if diff := cmp.Diff(want, placed); diff != "" {
-		t.Fatalf("ByIndex (-want +got):\n%s", diff)
+		t.Fatalf("OnNode (-want +got):\n%s", diff)
 	}
 	if err := record.Foreign(p); !errors.Is(err, record.ErrElasticRecord) || !errors.Is(err, record.ErrForeignRecord) {
 		t.Fatalf("Foreign = %v, want Elastic's, a foreign record", err)

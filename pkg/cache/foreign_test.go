@@ -177,7 +177,7 @@ func TestAliyunAllocation(t *testing.T) {
 	if diff := cmp.Diff(want, a); diff != "" {
 		t.Fatalf("AliyunAllocation (-want +got):\n%s", diff)
 	}
-	if _, err := record.ByIndex(a, req, func(int) (alloc.GPU, bool) { return alloc.GPU{}, false }); err == nil || !strings.Contains(err.Error(), "node n1 has no GPU 1") {
-		t.Fatalf("ByIndex with no GPUs: %v", err)
+	if _, err := record.OnNode(a, req, nil); err == nil || !strings.Contains(err.Error(), "node n1 has no GPU 1") {
+		t.Fatalf("OnNode with no GPUs: %v", err)
 	}
 }

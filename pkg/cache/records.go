@@ -36,12 +36,7 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	if p.alloc != nil {
 		a, err := p.alloc, error(nil)
 		if p.foreign {
-			a, err = record.ByIndex(a, p.req, func(i int) (alloc.GPU, bool) {
-				if i < 0 || i >= len(e.inventory.GPUs) {
-					return alloc.GPU{}, false
-				}
-				return e.inventory.GPUs[i], true
-			})
+			a, err = record.OnNode(a, p.req, e.inventory.GPUs)
 			if err != nil {
 				err = fmt.Errorf("%w: %w", record.Foreign(p.pod), err)
 			}

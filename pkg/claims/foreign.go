@@ -30,15 +30,12 @@ func (c *Claims) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, err
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, err = record.ByIndex(a, req, func(i int) (alloc.GPU, bool) {
-		for _, d := range c.gpus {
-			if d.Index == i {
-				return alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d)}, true
-			}
-		}
-		return alloc.GPU{}, false
-	})
+	gpus := make([]alloc.GPU, 0, len(c.gpus))
+	for _, d := range c.gpus {
+		gpus = append(gpus, alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d)})
+	}
+	c.mu.Unlock()
+	a, err = record.OnNode(a, req, gpus)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sys, err)
 	}

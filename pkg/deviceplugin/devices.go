@@ -57,7 +57,7 @@ func ResourcesFrom(m *v1alpha1.ResourceModel) []Resource {
 	out := make([]Resource, 0, len(c.Resources))
 	for _, r := range c.Resources {
 		res := Resource{Name: r.Name, Kind: r.Kind}
-		if r.Kind == v1alpha1.KindMemory {
+		if r.Kind.Memory() {
 			res.UnitMiB = resource.UnitMiB(r.Unit)
 			for _, o := range c.UnitOverrides {
 				if o.Name == r.Name {
@@ -73,9 +73,9 @@ func ResourcesFrom(m *v1alpha1.ResourceModel) []Resource {
 // perGPU is how many devices each GPU gives resource r.
 func (r Resource) perGPU(g gpu.Device, slots int) int64 {
 	switch r.Kind {
-	case v1alpha1.KindMemory:
+	case v1alpha1.KindMemory, v1alpha1.KindMemoryPerGPU:
 		return g.MemoryMiB / max(r.UnitMiB, 1)
-	case v1alpha1.KindCompute:
+	case v1alpha1.KindCompute, v1alpha1.KindComputePerGPU, v1alpha1.KindMemoryPercent:
 		return 100
 	default:
 		return int64(slots)
@@ -114,7 +114,7 @@ const preferredMaxDevices = 4096
 // would be more than z.maxDevices.
 func (r Resource) count(gpus []gpu.Device, z sizing) (int64, error) {
 	total := r.size(gpus, z)
-	if z.hookMemory && r.Kind == v1alpha1.KindMemory && r.UnitMiB == 1 {
+	if z.hookMemory && r.Kind.Memory() && r.UnitMiB == 1 {
 		return total, fmt.Errorf("%s is counted by gpushare's scheduler, not in devices (--hook-memory): "+
 			"the kubelet admits pods without counting it and their containers get their GPUs through %s",
 			r.Name, gpusharev1.HookResource)

@@ -33,7 +33,7 @@ var elasticResources = []corev1.ResourceName{"elasticgpu.io/gpu-memory", "elasti
 // on the pod's node, with the share req gives it. Elastic gives a share on
 // one GPU, and gpu-core 100·k as k whole GPUs; it places app containers
 // only. ElasticAssumed must be "true", as Elastic writes it. The GPUs are
-// named by index only: ByIndex fills in their UUIDs, and the size of whole
+// named by index only: OnNode fills in their UUIDs, and the size of whole
 // GPUs, from the node. req is the pod's request as the resource model
 // translates it, so a record whose pod asks other GPU resources too does
 // not conform to it.

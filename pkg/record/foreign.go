@@ -3,6 +3,7 @@ package record
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,14 +30,24 @@ const AliyunMemory corev1.ResourceName = "aliyun.com/gpu-mem"
 
 // ErrForeignRecord marks a record of another system that gpushare cannot
 // read as a placement. The errors say whose record it is: they wrap
-// ErrAliyunRecord or ErrElasticRecord, which wrap ErrForeignRecord.
+// ErrAliyunRecord, ErrElasticRecord or ErrHAMiRecord, which wrap
+// ErrForeignRecord.
 var ErrForeignRecord = errors.New("another scheduler's placement record")
 
 // The records of each system gpushare adopts; check with errors.Is.
 var (
 	ErrAliyunRecord  error = &systemRecord{"the placement record of Aliyun's gpushare"}
 	ErrElasticRecord error = &systemRecord{"the placement record of Elastic GPU Scheduler"}
+	ErrHAMiRecord    error = &systemRecord{"the placement record of HAMi"}
 )
+
+// gpuName names a GPU of a record by UUID, else index.
+func gpuName(s *gpusharev1.GPUShare) string {
+	if s.UUID != "" {
+		return s.UUID
+	}
+	return strconv.Itoa(s.Index)
+}
 
 type systemRecord struct{ msg string }
 
@@ -51,14 +62,17 @@ func Recorded(pod *corev1.Pod) bool {
 }
 
 // Foreign returns the error that names whose adopted record pod carries
-// (ErrAliyunRecord, ErrElasticRecord), or nil for none. Aliyun's comes
-// first where a pod has both.
+// (ErrAliyunRecord, ErrElasticRecord, ErrHAMiRecord), or nil for none.
+// Aliyun's comes first where a pod has several, then Elastic's.
 func Foreign(pod *corev1.Pod) error {
 	if _, ok := pod.Annotations[AliyunIndex]; ok {
 		return ErrAliyunRecord
 	}
 	if _, ok := pod.Annotations[ElasticAssumed]; ok {
 		return ErrElasticRecord
+	}
+	if _, ok := pod.Annotations[HAMiAllocated]; ok {
+		return ErrHAMiRecord
 	}
 	return nil
 }
@@ -71,6 +85,8 @@ func ForeignAllocation(pod *corev1.Pod, req *alloc.PodRequest) (*gpusharev1.Allo
 		return AliyunAllocation(pod, req)
 	case errors.Is(sys, ErrElasticRecord):
 		return ElasticAllocation(pod, req)
+	case errors.Is(sys, ErrHAMiRecord):
+		return HAMiAllocation(pod, req)
 	}
 	return nil, fmt.Errorf("%w: the pod has none", ErrForeignRecord)
 }
@@ -84,6 +100,8 @@ func ForeignValue(pod *corev1.Pod) (string, bool) {
 		return AliyunIndex + "=" + pod.Annotations[AliyunIndex] + " " + AliyunPod + "=" + pod.Annotations[AliyunPod], true
 	case errors.Is(sys, ErrElasticRecord):
 		return elasticValue(pod), true
+	case errors.Is(sys, ErrHAMiRecord):
+		return HAMiNode + "=" + pod.Annotations[HAMiNode] + " " + HAMiAllocated + "=" + pod.Annotations[HAMiAllocated], true
 	}
 	return "", false
 }
@@ -95,7 +113,7 @@ func ForeignValue(pod *corev1.Pod) (string, bool) {
 // Aliyun's extender puts a pod on one GPU, named by its index (an integer),
 // and books the containers' aliyun.com/gpu-mem there; ALIYUN_COM_GPU_MEM_POD,
 // where present, must be the app containers' sum as asked. The GPUs are
-// named by index only: their UUIDs are left empty for ByIndex to fill in
+// named by index only: their UUIDs are left empty for OnNode to fill in
 // from the node. req is the pod's request as the resource model translates
 // it (GiB, or MiB in a namespace whose unit is MiB), so a record whose pod
 // asks other GPU resources too does not conform to it.
@@ -164,27 +182,38 @@ func AliyunPodAmount(pod *corev1.Pod) int64 {
 	return n
 }
 
-// ByIndex returns a copy of a with each GPU's UUID set to that of the GPU
-// at its index, as gpu gives it: how a record that names GPUs by index
-// only is placed on a node. The containers req asks whole GPUs for get the
-// whole GPU (its memory and compute), which only the node knows.
-func ByIndex(a *gpusharev1.Allocation, req *alloc.PodRequest, gpu func(index int) (alloc.GPU, bool)) (*gpusharev1.Allocation, error) {
-	whole := map[string]bool{}
+// OnNode returns a copy of a, another system's record translated
+// (ForeignAllocation), placed on a node's GPUs: each GPU named by index
+// gets the UUID of the GPU at that index, each named by UUID the index of
+// the GPU with that UUID. The containers req asks whole GPUs for get the
+// whole GPU (its memory and compute), those it asks a percent of GPU
+// memory for that percent of the GPU: only the node knows their sizes.
+func OnNode(a *gpusharev1.Allocation, req *alloc.PodRequest, gpus []alloc.GPU) (*gpusharev1.Allocation, error) {
+	want := map[string]*alloc.ContainerRequest{}
 	for i := range req.Containers {
-		whole[req.Containers[i].Name] = req.Containers[i].Exclusive
+		want[req.Containers[i].Name] = &req.Containers[i].ContainerRequest
 	}
 	out := *a
 	out.Containers = make([]gpusharev1.ContainerAllocation, len(a.Containers))
 	for i, c := range a.Containers {
 		c.GPUs = append([]gpusharev1.GPUShare(nil), c.GPUs...)
 		for k := range c.GPUs {
-			g, ok := gpu(c.GPUs[k].Index)
-			if !ok {
-				return nil, fmt.Errorf("container %s: node %s has no GPU %d", c.Name, a.Node, c.GPUs[k].Index)
+			s := &c.GPUs[k]
+			j := slices.IndexFunc(gpus, func(g alloc.GPU) bool { return g.Index == s.Index })
+			if s.UUID != "" {
+				j = slices.IndexFunc(gpus, func(g alloc.GPU) bool { return g.UUID == s.UUID })
 			}
-			c.GPUs[k].UUID = g.UUID
-			if whole[c.Name] {
-				c.GPUs[k].MemoryMiB, c.GPUs[k].Compute = g.MemoryMiB, g.ComputeCapacity()
+			if j < 0 {
+				return nil, fmt.Errorf("container %s: node %s has no GPU %s", c.Name, a.Node, gpuName(s))
+			}
+			g := &gpus[j]
+			s.Index, s.UUID = g.Index, g.UUID
+			switch r := want[c.Name]; {
+			case r == nil:
+			case r.Exclusive:
+				s.MemoryMiB, s.Compute = g.MemoryMiB, g.ComputeCapacity()
+			case r.MemoryPercent > 0:
+				s.MemoryMiB = alloc.PercentOf(g.MemoryMiB, r.MemoryPercent)
 			}
 		}
 		out.Containers[i] = c

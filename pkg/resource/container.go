@@ -23,6 +23,62 @@ type asks map[v1alpha1.ResourceKind]asked
 
 func (a asks) has(k v1alpha1.ResourceKind) bool { _, ok := a[k]; return ok }
 
+// perGPU reports whether a asks any of HAMi's per-GPU kinds.
+func (a asks) perGPU() bool {
+	for k := range a {
+		if k.PerGPU() {
+			return true
+		}
+	}
+	return false
+}
+
+// perGPURequest translates a container that asks HAMi's per-GPU kinds as
+// HAMi does (its scheduler's GenerateResourceRequests and its webhook's
+// defaults): N GPUs (the Count kind, else 1), each with the memory asked
+// (MemoryPerGPU, else MemoryPercent, else all of it) and the compute asked
+// (ComputePerGPU, above 100 taken as 100); a GPU whose memory is all asked
+// and whose compute is not asked, or whose compute is 100, is taken whole.
+func (t *translator) perGPURequest(c *corev1.Container, got asks) (*alloc.ContainerRequest, error) {
+	for _, k := range []v1alpha1.ResourceKind{v1alpha1.KindMemory, v1alpha1.KindCompute} {
+		if a, ok := got[k]; ok {
+			other := got[v1alpha1.KindComputePerGPU].name
+			for _, pk := range []v1alpha1.ResourceKind{v1alpha1.KindMemoryPerGPU, v1alpha1.KindMemoryPercent} {
+				if got.has(pk) {
+					other = got[pk].name
+				}
+			}
+			return nil, t.fail(c, a.name, fmt.Sprintf("asks for all of the container's GPUs together, %s for each of them: keep the names of one system", other))
+		}
+	}
+	cr := &alloc.ContainerRequest{Name: c.Name, Count: 1}
+	if n, ok := got[v1alpha1.KindCount]; ok {
+		cr.Count = int(n.value)
+	}
+	mem, pct := got[v1alpha1.KindMemoryPerGPU], got[v1alpha1.KindMemoryPercent]
+	core, asksCore := got[v1alpha1.KindComputePerGPU]
+	if pct.value > 100 {
+		return nil, t.fail(c, pct.name, fmt.Sprintf("%d is more than 100 percent of a GPU's memory", pct.value))
+	}
+	whole := mem.value == 0 && (pct.value == 0 || pct.value == 100)
+	switch {
+	case asksCore && core.value >= alloc.FullCompute, whole && !asksCore:
+		cr.Exclusive = true
+		return cr, nil
+	case mem.value > 0:
+		cr.MemoryMiB = mem.value * int64(cr.Count)
+	case whole:
+		cr.MemoryPercent = 100
+	default:
+		cr.MemoryPercent = pct.value
+	}
+	cr.Compute = core.value
+	if t.largest > 0 && mem.value > t.largest {
+		return nil, t.fail(c, mem.name, fmt.Sprintf("%d MiB per GPU is more than the largest GPU holds (%d MiB)", mem.value, t.largest))
+	}
+	return cr, nil
+}
+
 // container translates one container; nil when it asks no GPU.
 func (t *translator) container(c *corev1.Container) (*alloc.ContainerRequest, error) {
 	got, err := t.read(c)
@@ -31,6 +87,9 @@ func (t *translator) container(c *corev1.Container) (*alloc.ContainerRequest, er
 	}
 	if got.has(v1alpha1.KindMPS) {
 		return t.mpsRequest(c, got)
+	}
+	if got.perGPU() {
+		return t.perGPURequest(c, got)
 	}
 	mem, core, count := got[v1alpha1.KindMemory], got[v1alpha1.KindCompute], got[v1alpha1.KindCount]
 	cr := &alloc.ContainerRequest{Name: c.Name, Count: 1}
@@ -136,9 +195,11 @@ func (t *translator) fail(c *corev1.Container, name corev1.ResourceName, reason 
 
 func kindNoun(k v1alpha1.ResourceKind) string {
 	switch k {
-	case v1alpha1.KindMemory:
+	case v1alpha1.KindMemory, v1alpha1.KindMemoryPerGPU:
 		return "GPU memory"
-	case v1alpha1.KindCompute:
+	case v1alpha1.KindMemoryPercent:
+		return "a percent of GPU memory"
+	case v1alpha1.KindCompute, v1alpha1.KindComputePerGPU:
 		return "GPU compute"
 	case v1alpha1.KindCount:
 		return "a GPU count"

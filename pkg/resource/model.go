@@ -88,12 +88,13 @@ func New(cfg *v1alpha1.ResourceModel) (*Model, error) {
 func (m *Model) ModelsAnnotation() string { return m.modelsAnnotation }
 
 // RequestAnnotations returns the pod annotations that shape a pod's
-// request (GPU models, MPS compute, MPS memory): unlike its resources, a
+// request (GPU models, MPS compute, MPS memory, HAMi's choice of GPU
+// types and UUIDs): unlike its resources, a
 // pod's annotations can change after it is bound, so the scheduler keeps
 // their values in the pod's record (gpusharev1.Asked) and the admission
 // policy makes them immutable once the pod is bound.
 func (m *Model) RequestAnnotations() []string {
-	return []string{m.modelsAnnotation, m.mpsComputeAnnotation, m.mpsMemoryAnnotation}
+	return append([]string{m.modelsAnnotation, m.mpsComputeAnnotation, m.mpsMemoryAnnotation}, filterAnnotations...)
 }
 
 // Names returns the managed extended resource names, sorted: the names the
@@ -116,7 +117,7 @@ func (m *Model) UnitMiB(name corev1.ResourceName, namespace string) int64 {
 	if o, over := m.overrides[name][namespace]; over {
 		r = o
 	}
-	if !ok || r.kind != v1alpha1.KindMemory {
+	if !ok || !r.kind.Memory() {
 		return 0
 	}
 	return r.mib

@@ -41,8 +41,10 @@ func (m *Model) PodRequest(pod *corev1.Pod) (*alloc.PodRequest, error) {
 		if err != nil {
 			return nil, err
 		}
+		f := filter(pod)
 		for i := range req.Containers {
 			req.Containers[i].Models = slices.Clone(models)
+			req.Containers[i].Filter = f
 		}
 	}
 	if err := req.Validate(); err != nil {

@@ -36,6 +36,26 @@ func DefaultResources() []Resource {
 	}
 }
 
+// HAMiResources returns the resources of HAMi's NVIDIA devices, with the
+// names and meanings HAMi's chart gives them:
+//
+//	name                           kind
+//	nvidia.com/gpu                 Count
+//	nvidia.com/gpumem              MemoryPerGPU   MiB
+//	nvidia.com/gpumem-percentage   MemoryPercent
+//	nvidia.com/gpucores            ComputePerGPU
+//
+// They are not built in: nvidia.com/gpu is NVIDIA's device plugin's too.
+// A cluster moving from HAMi lists them with DefaultResources.
+func HAMiResources() []Resource {
+	return []Resource{
+		{Name: "nvidia.com/gpu", Kind: KindCount},
+		{Name: "nvidia.com/gpumem", Kind: KindMemoryPerGPU, Unit: MiB},
+		{Name: "nvidia.com/gpumem-percentage", Kind: KindMemoryPercent},
+		{Name: "nvidia.com/gpucores", Kind: KindComputePerGPU},
+	}
+}
+
 // Default returns the built-in resource model, defaulted.
 func Default() *ResourceModel {
 	m := &ResourceModel{}
@@ -53,7 +73,7 @@ func SetDefaults(m *ResourceModel) {
 		m.Resources = DefaultResources()
 	}
 	for i := range m.Resources {
-		if m.Resources[i].Kind == KindMemory && m.Resources[i].Unit == "" {
+		if m.Resources[i].Kind.Memory() && m.Resources[i].Unit == "" {
 			m.Resources[i].Unit = MiB
 		}
 	}

@@ -69,8 +69,8 @@ type Resource struct {
 	Name corev1.ResourceName `json:"name"`
 	// Kind says what the amount means.
 	Kind ResourceKind `json:"kind"`
-	// Unit is the unit of a Memory resource: MiB (default) or GiB. Other
-	// kinds take no unit.
+	// Unit is the unit of a Memory or MemoryPerGPU resource: MiB (default)
+	// or GiB. Other kinds take no unit.
 	Unit MemoryUnit `json:"unit,omitempty"`
 }
 
@@ -90,7 +90,32 @@ const (
 	KindCount ResourceKind = "Count"
 	// KindMPS is a number of GPUs shared under NVIDIA MPS.
 	KindMPS ResourceKind = "MPS"
+
+	// The per-GPU kinds follow HAMi, whose amounts are for each of a
+	// container's GPUs (nvidia.com/gpu, the count, defaults to 1) and whose
+	// defaults fill what a container leaves out: no memory asks all of each
+	// GPU's memory, and then no compute asks the whole GPU.
+
+	// KindMemoryPerGPU is GPU memory, in Unit, on each of the container's
+	// GPUs (HAMi's nvidia.com/gpumem).
+	KindMemoryPerGPU ResourceKind = "MemoryPerGPU"
+	// KindMemoryPercent is a percent of the memory of each of the
+	// container's GPUs, 1 to 100, whatever its size (HAMi's
+	// nvidia.com/gpumem-percentage); ignored beside a MemoryPerGPU amount.
+	KindMemoryPercent ResourceKind = "MemoryPercent"
+	// KindComputePerGPU is a percent of each of the container's GPUs
+	// (HAMi's nvidia.com/gpucores); 100 or more takes each GPU whole.
+	KindComputePerGPU ResourceKind = "ComputePerGPU"
 )
+
+// PerGPU reports whether k is one of HAMi's per-GPU kinds.
+func (k ResourceKind) PerGPU() bool {
+	return k == KindMemoryPerGPU || k == KindMemoryPercent || k == KindComputePerGPU
+}
+
+// Memory reports whether k asks GPU memory: Memory or MemoryPerGPU, the
+// kinds that take a Unit.
+func (k ResourceKind) Memory() bool { return k == KindMemory || k == KindMemoryPerGPU }
 
 // MemoryUnit is the unit of a Memory resource.
 type MemoryUnit string

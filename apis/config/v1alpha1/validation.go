@@ -48,7 +48,7 @@ func validateResources(p *field.Path, rs []Resource) field.ErrorList {
 	if len(rs) == 0 {
 		return append(errs, field.Required(p, "at least one resource; leave the list out for the built-in one"))
 	}
-	kinds := []ResourceKind{KindMemory, KindCompute, KindCount, KindMPS}
+	kinds := []ResourceKind{KindMemory, KindCompute, KindCount, KindMPS, KindMemoryPerGPU, KindMemoryPercent, KindComputePerGPU}
 	seen := make(map[string]bool, len(rs))
 	for i, r := range rs {
 		rp := p.Index(i)
@@ -64,15 +64,15 @@ func validateResources(p *field.Path, rs []Resource) field.ErrorList {
 		seen[name] = true
 		switch {
 		case r.Kind == "":
-			errs = append(errs, field.Required(rp.Child("kind"), "one of Memory, Compute, Count, MPS"))
+			errs = append(errs, field.Required(rp.Child("kind"), "one of Memory, Compute, Count, MPS, MemoryPerGPU, MemoryPercent, ComputePerGPU"))
 		case !slices.Contains(kinds, r.Kind):
 			errs = append(errs, field.NotSupported(rp.Child("kind"), r.Kind, kinds))
 		}
 		switch {
-		case r.Kind == KindMemory && r.Unit != MiB && r.Unit != GiB:
+		case r.Kind.Memory() && r.Unit != MiB && r.Unit != GiB:
 			errs = append(errs, field.NotSupported(rp.Child("unit"), r.Unit, []MemoryUnit{MiB, GiB}))
-		case r.Kind != KindMemory && r.Unit != "":
-			errs = append(errs, field.Forbidden(rp.Child("unit"), "only Memory resources take a unit"))
+		case !r.Kind.Memory() && r.Unit != "":
+			errs = append(errs, field.Forbidden(rp.Child("unit"), "only Memory and MemoryPerGPU resources take a unit"))
 		}
 	}
 	return errs
@@ -121,7 +121,7 @@ func validateOverrides(p *field.Path, m *ResourceModel) field.ErrorList {
 	var errs field.ErrorList
 	memory := make(map[corev1.ResourceName]bool, len(m.Resources))
 	for _, r := range m.Resources {
-		memory[r.Name] = r.Kind == KindMemory
+		memory[r.Name] = r.Kind.Memory()
 	}
 	seen := map[string]bool{}
 	for i, o := range m.UnitOverrides {
