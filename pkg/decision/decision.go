@@ -10,6 +10,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/resource"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // Request translates pod with model: nil with no error for a pod that
@@ -82,4 +83,15 @@ func OutsideReason(err error) (reason string, resolvable bool) {
 		return ReasonDaemonDown, true
 	}
 	return ReasonNotGPUShareNode, false
+}
+
+// Placer returns the Placer that places pod: policy's, with the node and
+// GPU policies pod picks for itself (resource.PodPolicies, HAMi's
+// annotations), or an error that says why pod's pick cannot be.
+func Placer(policy *workload.Policy, pod *corev1.Pod) (*alloc.Placer, error) {
+	node, gpu, err := resource.PodPolicies(pod)
+	if err != nil {
+		return nil, err
+	}
+	return policy.PlacerFor(node, gpu)
 }

@@ -104,7 +104,11 @@ func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingAr
 	}
 	var p *alloc.Placement
 	if req != nil {
-		if p, err = s.Cache.PlaceAndAssume(pod.UID, s.Policy.Placer(), args.Node, req); err != nil {
+		placer, err := decision.Placer(s.Policy, pod)
+		if err != nil {
+			return err
+		}
+		if p, err = s.Cache.PlaceAndAssume(pod.UID, placer, args.Node, req); err != nil {
 			return err
 		}
 	}

@@ -182,13 +182,13 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-// place rates the pod on each named node with the core's Rater, which
+// place rates the pod on each named node with placer's Rater, which
 // rates nodes of one shape once.
-func (s *Server) place(names []string, req *alloc.PodRequest) (map[string]alloc.Rating, map[string]*alloc.Unfit, map[string]error) {
+func (s *Server) place(names []string, placer *alloc.Placer, req *alloc.PodRequest) (map[string]alloc.Rating, map[string]*alloc.Unfit, map[string]error) {
 	fit := make(map[string]alloc.Rating, len(names))
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
-	r := s.Policy.Placer().NewRater(req, s.Seed)
+	r := placer.NewRater(req, s.Seed)
 	s.Cache.ReadEach(names, func(name string, st *alloc.NodeState, err error) {
 		if err != nil {
 			outside[name] = err
@@ -211,6 +211,10 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	}
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: map[string]string{}, FailedAndUnresolvableNodes: map[string]string{}}
 	req, err := decision.Request(s.Model, c.pod)
+	var placer *alloc.Placer
+	if err == nil && req != nil {
+		placer, err = decision.Placer(s.Policy, c.pod)
+	}
 	if err != nil {
 		for _, n := range c.names {
 			res.FailedAndUnresolvableNodes[n] = err.Error()
@@ -222,7 +226,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		s.passed.put(c.pod.UID, c.names)
 		return c.finish(res, c.names), nil
 	}
-	fit, unfit, outside := s.place(c.names, req)
+	fit, unfit, outside := s.place(c.names, placer, req)
 	s.remember(c.pod.UID, fit)
 	for n, err := range outside {
 		if reason, resolvable := decision.OutsideReason(err); resolvable {
@@ -335,6 +339,10 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 	}
 	out := make(extenderv1.HostPriorityList, 0, len(c.names))
 	req, err := decision.Request(s.Model, c.pod)
+	var placer *alloc.Placer
+	if err == nil && req != nil {
+		placer, err = decision.Placer(s.Policy, c.pod)
+	}
 	if err != nil || req == nil {
 		for _, n := range c.names {
 			out = append(out, extenderv1.HostPriority{Host: n})
@@ -343,7 +351,7 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 	}
 	fit := s.recall(c.pod.UID, c.names)
 	if fit == nil {
-		fit, _, _ = s.place(c.names, req)
+		fit, _, _ = s.place(c.names, placer, req)
 	}
 	order := rank(fit)
 	score := make(map[string]int64, len(order))

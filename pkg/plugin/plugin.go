@@ -246,7 +246,11 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return pl.preFilterPlain(state, pod)
 	}
 	pl.learnOnce.Do(func() { pl.learnCluster(ctx) })
-	placer := pl.policy.Placer()
+	placer, err := decision.Placer(pl.policy, pod)
+	if err != nil {
+		pl.metrics.observe(resultInvalid, start)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
 	if claims {
 		// DynamicResources gives the claims the first devices that fit:
 		// rate each node, and assume, by that placement.

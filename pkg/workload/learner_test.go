@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -191,5 +192,45 @@ func TestPolicyFollowsSupply(t *testing.T) {
 	fixed.Follow(src)
 	if fixed.Placer().Supply() != nil || src.reads != 3 {
 		t.Error("binpack read or weighs a supply")
+	}
+}
+
+// A pod's own pick of policy places by it, and spread differs from the
+// cluster's binpack where it matters: two GPUs, one half full.
+func TestPlacerFor(t *testing.T) {
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl, err := p.PlacerFor("", ""); err != nil || pl != p.Placer() {
+		t.Fatalf("no pick: %v, want the policy's own Placer", err)
+	}
+	spread, err := p.PlacerFor("", "spread")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := p.PlacerFor("", "spread"); again != spread {
+		t.Error("PlacerFor built spread twice for one Placer")
+	}
+	binpack, err := p.PlacerFor("binpack", "binpack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &alloc.Node{Name: "n", CPUMilli: 8000, MemoryMiB: 8000, GPUs: []alloc.GPU{
+		{Index: 0, UUID: "a", Model: "T4", MemoryMiB: 16000, Healthy: true, NUMANode: -1},
+		{Index: 1, UUID: "b", Model: "T4", MemoryMiB: 16000, Healthy: true, NUMANode: -1}}}
+	pod := &alloc.PodRequest{Key: "ns/p", Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, MemoryMiB: 1000}}}}
+	for _, c := range []struct {
+		pl   *alloc.Placer
+		want int
+	}{{spread, 1}, {binpack, 0}} {
+		s := &alloc.NodeState{Node: node, GPUs: []alloc.Usage{{MemoryMiB: 8000}, {}}}
+		placed, unfit := c.pl.Place(s, pod)
+		if unfit != nil || placed.Containers[0].GPUs[0].GPU != c.want {
+			t.Errorf("placed %+v (%v), want GPU %d", placed, unfit, c.want)
+		}
+	}
+	if _, err := p.PlacerFor("", "topology-aware"); err == nil || !strings.Contains(err.Error(), `GPU policy "topology-aware" cannot be asked by a pod`) {
+		t.Errorf("topology-aware: %v", err)
 	}
 }

@@ -32,6 +32,11 @@ type Policy struct {
 	// of the supply placer weighs.
 	src SupplySource
 	gen atomic.Uint64
+
+	// overrides are the Placers of the policies pods pick for
+	// themselves (PlacerFor), built from overridden.
+	overrides  map[[2]string]*alloc.Placer
+	overridden *alloc.Placer
 }
 
 // NewPolicy checks cfg's policy names and returns a Policy. A
@@ -96,6 +101,31 @@ func (p *Policy) Placer() *alloc.Placer {
 		p.mu.Unlock()
 	}
 	return p.placer.Load()
+}
+
+// PlacerFor returns Placer with the node policy, the GPU policy or both
+// replaced as a pod asks ("" keeps the policy's; see alloc.Placer.Override),
+// or why it cannot be.
+func (p *Policy) PlacerFor(node, gpu string) (*alloc.Placer, error) {
+	base := p.Placer()
+	if node == "" && gpu == "" {
+		return base, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.overridden != base {
+		p.overrides, p.overridden = map[[2]string]*alloc.Placer{}, base
+	}
+	key := [2]string{node, gpu}
+	if pl := p.overrides[key]; pl != nil {
+		return pl, nil
+	}
+	pl, err := base.Override(node, gpu)
+	if err != nil {
+		return nil, err
+	}
+	p.overrides[key] = pl
+	return pl, nil
 }
 
 // SupplySource tells a Policy the cluster's GPUs per kind, sorted by
