@@ -154,10 +154,11 @@ own resources, as a JSON list. */}}
 
 {{/* The pod annotations that shape a GPU request (the resourceModel's
 modelsAnnotation, mpsComputeAnnotation and mpsMemoryAnnotation, with
-resource.Model's defaults), as a JSON list. */}}
+resource.Model's defaults, and HAMi's choice of GPU types and UUIDs), as
+a JSON list. */}}
 {{- define "gpushare.requestAnnotations" -}}
 {{- $m := .Values.gpushare.resourceModel | default dict -}}
-{{- toJson (list ($m.modelsAnnotation | default "gpushare.io/gpu-models") ($m.mpsComputeAnnotation | default "gpushare.io/mps-compute") ($m.mpsMemoryAnnotation | default "GPUlimits")) -}}
+{{- toJson (list ($m.modelsAnnotation | default "gpushare.io/gpu-models") ($m.mpsComputeAnnotation | default "gpushare.io/mps-compute") ($m.mpsMemoryAnnotation | default "GPUlimits") "nvidia.com/use-gputype" "nvidia.com/nouse-gputype" "nvidia.com/use-gpuuuid" "nvidia.com/nouse-gpuuuid") -}}
 {{- end -}}
 
 {{/* The API groups of the GPU resource names, as a YAML flow list. */}}
