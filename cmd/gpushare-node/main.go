@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -59,6 +60,9 @@ type options struct {
 	mpsLogDir    string
 	mpsShmDir    string
 	mpsControl   string
+	enforcement  string
+	hamiCoreLib  string
+	hamiCoreDir  string
 	noPlugin     bool
 	hookDevices  int
 	hookMemory   bool
@@ -86,6 +90,12 @@ func main() {
 	fs.StringVar(&o.mpsLogDir, "mps-log-dir", mps.DefaultLogDir, "MPS log directory")
 	fs.StringVar(&o.mpsShmDir, "mps-shm-dir", mps.DefaultShmDir, "the MPS daemon's /dev/shm, mounted at /dev/shm in MPS containers so that they need no hostIPC (needs CAP_SYS_ADMIN; put it on a tmpfs); empty keeps the node's /dev/shm, and containers then need hostIPC: true")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary")
+	fs.StringVar(&o.enforcement, "enforcement", string(gpusharev1.EnforcementNone), "what holds containers that share a GPU to their shares: "+
+		"none (booked only: they are trusted to keep to them), mps (each runs as an MPS client with its memory and thread limits; needs --mps) or "+
+		"hami-core (HAMi-core's library, installed on the node at --hami-core-library, is preloaded into each and given its limits). "+
+		"Containers that ask for MPS are MPS clients whatever it is; containers of whole GPUs need none. Published with the inventory")
+	fs.StringVar(&o.hamiCoreLib, "hami-core-library", "/usr/local/vgpu/libvgpu.so", "HAMi-core's library on the node (--enforcement=hami-core): mounted read-only into the containers it holds")
+	fs.StringVar(&o.hamiCoreDir, "hami-core-dir", "/run/gpushare/hami-core", "a directory on the node for HAMi-core (--enforcement=hami-core): the daemon writes the preload list there, and the containers it holds share its lock directory, vgpulock")
 	fs.IntVar(&o.hookDevices, "hook-devices", deviceplugin.DefaultHookDevices, "devices of "+gpusharev1.HookResource+
 		", the devices through which GPU containers get their GPUs where deploy/gpu-hook-policy.yaml is in force (the n-th GPU container of a pod holds n: one in most pods); 0 serves none")
 	fs.BoolVar(&o.hookMemory, "hook-memory", false, "serve no device per MiB of GPU memory: gpushare's scheduler counts the MiB, and GPU containers get their GPUs through "+
@@ -208,7 +218,11 @@ func run(ctx context.Context, o options) error {
 		Help:    "Time the device plugin spent in each kubelet call (Allocate, PreStartContainer).",
 		Buckets: []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5},
 	}, []string{"method"})
-	cfg := node.Config{Backend: backend, Publisher: pub, Mode: mode, MPS: o.mps, ReservedMiB: args.ReservedMiB,
+	hamiCore, err := enforcement(o)
+	if err != nil {
+		return err
+	}
+	cfg := node.Config{Backend: backend, Publisher: pub, Mode: mode, MPS: o.mps, Enforcement: gpusharev1.Enforcement(o.enforcement), ReservedMiB: args.ReservedMiB,
 		Resync: o.resync, UsageEvery: o.usageEvery}
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
@@ -250,6 +264,7 @@ func run(ctx context.Context, o options) error {
 		resources := deviceplugin.ResourcesFrom(args.ResourceModel)
 		var plugins *deviceplugin.Manager
 		c, err := claims.New(logger, claims.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
+			Enforcement: gpusharev1.Enforcement(o.enforcement), HAMiCore: hamiCore,
 			MPSResources:       deviceplugin.MPSResources(resources),
 			Served:             func() []string { return plugins.Served() },
 			Requests:           model.PodRequest,
@@ -278,6 +293,9 @@ func run(ctx context.Context, o options) error {
 		client.OnNode = warnStale(logger, plugins.Skipped())
 		cfg.Plugins = plugins
 		cfg.Sweeper = &cdi.Sweeper{Dir: o.cdiDir, Claims: c, Logger: logger}
+		if hamiCore != nil {
+			cfg.Sweeper.CacheDir = hamiCore.LockDir
+		}
 	}
 	if o.leaseFor > 0 {
 		leases, err := nodeclient.NewLeases(rc)
@@ -325,4 +343,40 @@ func warnStale(logger klog.Logger, skipped map[string]error) func(*corev1.Node) 
 				"remove", fmt.Sprintf(`kubectl patch node %s --subresource=status --type=json -p '[{"op":"remove","path":"%s"}]'`, n.Name, path))
 		}
 	}
+}
+
+// enforcement checks --enforcement and, for hami-core, that HAMi-core's
+// library is where --hami-core-library says, and writes the preload list
+// and the lock directory under --hami-core-dir: what the containers it
+// holds mount (cdi.HAMiCore).
+func enforcement(o options) (*cdi.HAMiCore, error) {
+	switch e := gpusharev1.Enforcement(o.enforcement); e {
+	case gpusharev1.EnforcementNone:
+		return nil, nil
+	case gpusharev1.EnforcementMPS:
+		if !o.mps {
+			return nil, errors.New("--enforcement=mps needs --mps: the node must run MPS to hold containers to their shares by it")
+		}
+		return nil, nil
+	case gpusharev1.EnforcementHAMiCore:
+	default:
+		return nil, fmt.Errorf("--enforcement=%q: want one of %v", e, gpusharev1.Enforcements())
+	}
+	if info, err := os.Stat(o.hamiCoreLib); err != nil || !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("--enforcement=hami-core: HAMi-core's library is not at --hami-core-library=%s (%v): install it on the node, "+
+			"or run with --enforcement=none to book shares without holding containers to them", o.hamiCoreLib, err)
+	}
+	h := &cdi.HAMiCore{Library: o.hamiCoreLib, Preload: filepath.Join(o.hamiCoreDir, "ld.so.preload"), LockDir: filepath.Join(o.hamiCoreDir, "vgpulock")}
+	// The lock directory is shared by containers of any user, as HAMi's.
+	if err := os.MkdirAll(h.LockDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(h.LockDir, 0o1777); err != nil {
+		return nil, err
+	}
+	tmp := h.Preload + ".tmp"
+	if err := os.WriteFile(tmp, []byte(cdi.PreloadContent), 0o644); err != nil {
+		return nil, err
+	}
+	return h, os.Rename(tmp, h.Preload)
 }

@@ -39,8 +39,12 @@ type Claims interface {
 
 // Sweeper removes the unused CDI specs of one directory.
 type Sweeper struct {
-	Dir    string
-	Claims Claims
+	Dir string
+	// CacheDir, if set, holds a file <claim>.cache for some claims
+	// (HAMi-core's usage caches, HAMiCore.LockDir): it goes with its
+	// claim's spec.
+	CacheDir string
+	Claims   Claims
 	Logger klog.Logger
 	// Clock is the real clock if nil.
 	Clock clock.PassiveClock
@@ -111,6 +115,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 			}
 			if os.Remove(path) == nil {
 				removed++
+				if s.CacheDir != "" {
+					_ = os.Remove(filepath.Join(s.CacheDir, claim+".cache"))
+				}
 			}
 		}
 	})

@@ -52,14 +52,25 @@ func TestSweepSpecs(t *testing.T) {
 	}
 	keep = append(keep, recent)
 
+	// HAMi-core's usage caches go with their claims' specs.
+	caches := t.TempDir()
+	unheldCache := filepath.Join(caches, ClaimOf("gpushare.io/gpu-mem", []string{"0-0"})+".cache")
+	heldCache := filepath.Join(caches, a+".cache")
+	for _, f := range []string{unheldCache, heldCache} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep = append(keep, heldCache)
+
 	logger, _ := ktesting.NewTestContext(t)
-	s := &Sweeper{Dir: dir, Logger: logger,
+	s := &Sweeper{Dir: dir, CacheDir: caches, Logger: logger,
 		Claims: claims{held: map[string]bool{a: true, b: true}, pending: map[string]bool{pending: true}}}
 	removed, err := s.Sweep(context.Background())
 	if err != nil || removed != 2 {
 		t.Errorf("sweep removed %d files (%v); want 2", removed, err)
 	}
-	for _, f := range []string{unheld, staged} {
+	for _, f := range []string{unheld, staged, unheldCache} {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("%s is still there (%v); want it removed", filepath.Base(f), err)
 		}

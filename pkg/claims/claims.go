@@ -79,6 +79,12 @@ type Config struct {
 	// MPS, if set, gives containers that ask for MPS the MPS client
 	// environment and mounts.
 	MPS *cdi.MPS
+	// Enforcement is what holds the containers that share a GPU to their
+	// shares (enforcedBy): with EnforcementMPS each is an MPS client (MPS
+	// must be set), with EnforcementHAMiCore HAMi-core holds it (HAMiCore
+	// must be set).
+	Enforcement gpusharev1.Enforcement
+	HAMiCore    *cdi.HAMiCore
 	// Clock is the real clock if nil.
 	Clock clock.WithDelayedExecution
 }
@@ -202,9 +208,11 @@ type resolved struct {
 	hooked bool
 	// env is given besides the allocation's own (aliyunEnv).
 	env []string
-	// mps is set for a container that asks for GPUs under MPS
-	// (asksMPS): only it gets the node's MPS client edits.
+	// mps is set for a container that runs as an MPS client
+	// (enforcedBy): only it gets the node's MPS client edits.
 	mps bool
+	// hamiCore is set for a container HAMi-core holds to its share.
+	hamiCore bool
 }
 
 // hookedOnly is the resolution of devices that defer to the hooks of
@@ -217,9 +225,10 @@ func hookedOnly(h podresources.Holder) *resolved {
 }
 
 // edits are what the claim's CDI device gives the container: the node's
-// MPS client edits (mps, nil without MPS) only if it asks for MPS, and
-// its GPUs' device nodes (by UUID).
-func (r *resolved) edits(mps *cdi.MPS, nodes map[string]string) specs.ContainerEdits {
+// MPS client edits (mps, nil without MPS) only if it runs as an MPS
+// client, HAMi-core's (hc) only if HAMi-core holds it, and its GPUs'
+// device nodes (by UUID).
+func (r *resolved) edits(claim string, mps *cdi.MPS, hc *cdi.HAMiCore, nodes map[string]string) specs.ContainerEdits {
 	if r.hooked {
 		return cdi.HookedEdits()
 	}
@@ -228,6 +237,10 @@ func (r *resolved) edits(mps *cdi.MPS, nodes map[string]string) specs.ContainerE
 	}
 	e := cdi.GPUEdits(r.alloc, mps, nodes)
 	e.Env = append(e.Env, r.env...)
+	if r.hamiCore && hc != nil {
+		h := hc.Edits(r.alloc, claim)
+		e.Env, e.Mounts = append(e.Env, h.Env...), append(e.Mounts, h.Mounts...)
+	}
 	return e
 }
 
@@ -309,7 +322,7 @@ func (c *Claims) Resolve(ctx context.Context, resource, claim string, ids []stri
 // Allocate named the claim, for another container, and errReplaced says
 // so.
 func (c *Claims) writeSpec(claim string, r *resolved, want *pending) error {
-	tmp, err := cdi.Stage(c.cfg.CDIDir, claim, r.edits(c.cfg.MPS, c.deviceNodes()))
+	tmp, err := cdi.Stage(c.cfg.CDIDir, claim, r.edits(claim, c.cfg.MPS, c.cfg.HAMiCore, c.deviceNodes()))
 	if err != nil {
 		return err
 	}

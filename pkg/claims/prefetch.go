@@ -285,5 +285,7 @@ func (c *Claims) ahead(ctx context.Context, h podresources.Holder, res string) (
 	if err := c.checkGPUs(h, a); err != nil {
 		return nil, err
 	}
-	return &resolved{Holder: h, alloc: a, env: c.aliyunEnvOf(pod, h.Container, a), mps: c.asksMPS(pod, h.Container)}, nil
+	r := &resolved{Holder: h, alloc: a, env: c.aliyunEnvOf(pod, h.Container, a)}
+	r.mps, r.hamiCore = c.enforcedBy(pod, h.Container, a)
+	return r, nil
 }

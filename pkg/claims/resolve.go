@@ -120,7 +120,9 @@ func (c *Claims) resolve(ctx context.Context, resource, claim string, ids []stri
 	if err := c.checkGPUs(h, a); err != nil {
 		return &resolved{Holder: h, alloc: a}, err
 	}
-	return &resolved{Holder: h, alloc: a, env: c.aliyunEnvOf(pod, h.Container, a), mps: c.asksMPS(pod, h.Container)}, nil
+	r := &resolved{Holder: h, alloc: a, env: c.aliyunEnvOf(pod, h.Container, a)}
+	r.mps, r.hamiCore = c.enforcedBy(pod, h.Container, a)
+	return r, nil
 }
 
 // allocation returns container's allocation from pod's record, which

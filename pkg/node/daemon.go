@@ -47,10 +47,11 @@ type Config struct {
 	// daemon's lease renewer, so that live use, which changes often,
 	// does not write the Node.
 	Usage UsagePublisher
-	// Mode and MPS are published with the inventory; ReservedMiB, if
-	// set, is the memory of a model kept from the pods.
+	// Mode, MPS and Enforcement are published with the inventory;
+	// ReservedMiB, if set, is the memory of a model kept from the pods.
 	Mode        gpusharev1.Mode
 	MPS         bool
+	Enforcement gpusharev1.Enforcement
 	ReservedMiB func(model string) int64
 	// Resync is how often the inventory is published without a health
 	// event; UsageEvery how often live use is (0: never).
@@ -169,7 +170,9 @@ func (d *Daemon) publish(ctx context.Context, devs []gpu.Device) bool {
 		if d.cfg.ReservedMiB != nil {
 			devs = inventory.Reserve(devs, d.cfg.ReservedMiB)
 		}
-		err = d.cfg.Publisher.Publish(ctx, inventory.From(devs, d.cfg.Mode, d.cfg.MPS))
+		inv := inventory.From(devs, d.cfg.Mode, d.cfg.MPS)
+		inv.Enforcement = d.cfg.Enforcement
+		err = d.cfg.Publisher.Publish(ctx, inv)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing the GPU inventory")

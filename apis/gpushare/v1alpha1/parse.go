@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -100,6 +101,9 @@ func ValidateInventory(inv *GPUInventory) field.ErrorList {
 	case "", ModeShared, ModeWholeCard:
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("mode"), inv.Mode, []Mode{ModeShared, ModeWholeCard}))
+	}
+	if e := inv.Enforcement; e != "" && !slices.Contains(Enforcements(), e) {
+		errs = append(errs, field.NotSupported(field.NewPath("enforcement"), e, Enforcements()))
 	}
 	p := field.NewPath("gpus")
 	if len(inv.GPUs) == 0 {

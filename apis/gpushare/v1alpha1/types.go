@@ -65,8 +65,34 @@ type GPUInventory struct {
 	metav1.TypeMeta `json:",inline"`
 	// Mode is Shared (default) or WholeCard.
 	Mode Mode `json:"mode,omitempty"`
+	// Enforcement is what holds a shared container to its share on this
+	// node's GPUs (gpushare-node --enforcement). Absent means none, as in
+	// inventories written before the field existed.
+	Enforcement Enforcement `json:"enforcement,omitempty"`
 	// GPUs lists every GPU of the node, indexes 0..n-1 in order.
 	GPUs []GPU `json:"gpus"`
+}
+
+// Enforcement is what holds the containers that share a node's GPUs to
+// their shares. Containers that ask for MPS (keti.com/mpsgpu) are MPS
+// clients whatever it is, and whole GPUs need none.
+type Enforcement string
+
+// Enforcements.
+const (
+	// EnforcementNone books shares and trusts containers to keep to them.
+	EnforcementNone Enforcement = "none"
+	// EnforcementMPS runs every shared container as an MPS client, its
+	// memory and threads limited by MPS (the node runs MPS: --mps).
+	EnforcementMPS Enforcement = "mps"
+	// EnforcementHAMiCore preloads HAMi-core's library into every shared
+	// container, which limits its memory and compute.
+	EnforcementHAMiCore Enforcement = "hami-core"
+)
+
+// Enforcements lists the valid Enforcement values.
+func Enforcements() []Enforcement {
+	return []Enforcement{EnforcementNone, EnforcementMPS, EnforcementHAMiCore}
 }
 
 // GPU is one GPU of a node.

@@ -1,0 +1,66 @@
+package cdi
+
+import (
+	"fmt"
+	"strconv"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+)
+
+// Where HAMi-core's files are in a container, as HAMi's device plugin
+// mounts them: the library, the preload list naming it, and the lock
+// directory its processes share.
+const (
+	HAMiCoreLibraryPath = "/usr/local/vgpu/libvgpu.so"
+	HAMiCorePreloadPath = "/etc/ld.so.preload"
+	HAMiCoreLockDir     = "/tmp/vgpulock"
+)
+
+// HAMiCore configures enforcement by HAMi-core (libvgpu.so), which the
+// dynamic loader preloads into every process of a container: it counts
+// the container's GPU memory and throttles its kernels, and refuses
+// allocations past CUDA_DEVICE_MEMORY_LIMIT_<i> (of the container's i-th
+// GPU) and compute past CUDA_DEVICE_SM_LIMIT percent.
+type HAMiCore struct {
+	// Library is libvgpu.so on the host, as the operator installed it
+	// (HAMi installs it in /usr/local/vgpu).
+	Library string
+	// Preload is a file on the host that lists HAMiCoreLibraryPath: it is
+	// mounted at /etc/ld.so.preload, so that the loader preloads the
+	// library whatever the image's environment (PreloadContent).
+	Preload string
+	// LockDir is a directory on the host that every such container shares
+	// at HAMiCoreLockDir: HAMi-core's lock, and each container's usage
+	// cache (CUDA_DEVICE_MEMORY_SHARED_CACHE, named after its claim).
+	LockDir string
+}
+
+// PreloadContent is what the Preload file holds.
+const PreloadContent = HAMiCoreLibraryPath + "\n"
+
+// Edits returns what a container with allocation c, named claim, gets
+// for HAMi-core to hold it to its share: the limits in HAMi-core's units
+// (memory in MiB as "<n>m", compute in percent; the smallest of the
+// container's GPUs, as CUDA_DEVICE_SM_LIMIT is one for all), and the
+// library, the preload list and the lock directory, mounted.
+func (h *HAMiCore) Edits(c *gpusharev1.ContainerAllocation, claim string) specs.ContainerEdits {
+	var env []string
+	compute := int64(100)
+	for i, g := range c.GPUs {
+		if g.MemoryMiB > 0 {
+			env = append(env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", i, g.MemoryMiB))
+		}
+		compute = min(compute, g.Compute)
+	}
+	if compute > 0 && compute < 100 {
+		env = append(env, "CUDA_DEVICE_SM_LIMIT="+strconv.FormatInt(compute, 10))
+	}
+	env = append(env, "CUDA_DEVICE_MEMORY_SHARED_CACHE="+HAMiCoreLockDir+"/"+claim+".cache")
+	return specs.ContainerEdits{Env: env, Mounts: []*specs.Mount{
+		{HostPath: h.Library, ContainerPath: HAMiCoreLibraryPath, Options: []string{"bind", "ro"}},
+		{HostPath: h.Preload, ContainerPath: HAMiCorePreloadPath, Options: []string{"bind", "ro"}},
+		{HostPath: h.LockDir, ContainerPath: HAMiCoreLockDir, Options: []string{"rbind", "rw"}},
+	}}
+}
