@@ -71,6 +71,17 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range (concat (list .Values.node) (.Values.node.pools | default list)) -}}
+{{- $e := .enforcement | default $.Values.node.enforcement -}}
+{{- $mps := ternary .mps $.Values.node.mps (hasKey . "mps") -}}
+{{- $at := ternary (printf "node.pools[%v]" .name) "node" (hasKey . "name") -}}
+{{- if not (has $e (list "none" "mps" "hami-core")) -}}
+{{- fail (printf "%s.enforcement: %q is not none, mps or hami-core" $at $e) -}}
+{{- end -}}
+{{- if and (eq $e "mps") (not $mps) -}}
+{{- fail (printf "%s.enforcement: mps needs mps: true (the nodes run MPS to hold containers by it)" $at) -}}
+{{- end -}}
+{{- end -}}
 {{- if and $names .Values.node.affinity -}}
 {{- fail "node.affinity: cannot be set with node.pools (gpushare-node's affinity keeps it off the pools' nodes)" -}}
 {{- end -}}
