@@ -35,13 +35,8 @@ func (c *Claims) asksMPS(pod *corev1.Pod, container string) bool {
 // compute below a whole GPU's) MPS or HAMi-core. A container of whole
 // GPUs needs neither.
 func (c *Claims) enforcedBy(pod *corev1.Pod, container string, a *gpusharev1.ContainerAllocation) (mps, hamiCore bool) {
-	if c.asksMPS(pod, container) {
-		return true, false
-	}
-	if !slices.ContainsFunc(a.GPUs, func(g gpusharev1.GPUShare) bool { return g.Compute < alloc.FullCompute }) {
-		return false, false
-	}
-	switch c.cfg.Enforcement {
+	shared := slices.ContainsFunc(a.GPUs, func(g gpusharev1.GPUShare) bool { return g.Compute < alloc.FullCompute })
+	switch c.cfg.Enforcement.Holds(c.asksMPS(pod, container), shared) {
 	case gpusharev1.EnforcementMPS:
 		return c.cfg.MPS != nil, false
 	case gpusharev1.EnforcementHAMiCore:

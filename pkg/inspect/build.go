@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -120,7 +121,7 @@ func Build(in Input) *Cluster {
 			out.Refused = append(out.Refused, Refused{Pod: key, Node: placement.Node, Error: err.Error()})
 			continue
 		}
-		hold(&out.Nodes[i], key, placement)
+		hold(&out.Nodes[i], key, placement, asksMPS(in.Requests, p))
 	}
 	for _, rc := range claimed {
 		placement, _ := c.Holding(rc.UID)
@@ -187,7 +188,10 @@ func usageOf(n *corev1.Node, onLease string) (*gpusharev1.GPUUsage, error) {
 // nodeView is the node's inventory and bookings as the cache holds them,
 // with its usage sample (onLease is the one its daemon's lease carries).
 func nodeView(c *gpucache.Cache, n *corev1.Node, onLease string, now time.Time) Node {
-	v := Node{Name: n.Name, Address: address(n)}
+	v := Node{Name: n.Name, Address: address(n), Enforcement: string(gpusharev1.EnforcementNone)}
+	if inv, err := gpusharev1.ParseInventory(n.Annotations[gpusharev1.InventoryAnnotation]); err == nil && inv.Enforcement != "" {
+		v.Enforcement = string(inv.Enforcement)
+	}
 	// With what conflicting records hold: an over-committed GPU shows
 	// more booked than it has, as the metrics do.
 	err := c.ReadBooked(n.Name, func(s *alloc.NodeState) {
@@ -235,18 +239,42 @@ func address(n *corev1.Node) string {
 	return ""
 }
 
-// hold lists each container of a booked placement on the GPUs it holds.
-func hold(n *Node, pod string, p *alloc.Placement) {
+// hold lists each container of a booked placement on the GPUs it holds,
+// with what holds it to its share there (mps names the containers that
+// ask for MPS).
+func hold(n *Node, pod string, p *alloc.Placement, mps map[string]bool) {
 	for _, c := range p.Containers {
+		shared := slices.ContainsFunc(c.GPUs, func(a alloc.Assignment) bool { return a.Compute < alloc.FullCompute })
+		enforced := string(gpusharev1.Enforcement(n.Enforcement).Holds(mps[c.Name], shared))
+		if !shared && !mps[c.Name] {
+			enforced = "whole"
+		}
 		for _, a := range c.GPUs {
 			if a.GPU < 0 || a.GPU >= len(n.GPUs) {
 				continue
 			}
 			g := &n.GPUs[a.GPU]
 			g.Holders = append(g.Holders, Holder{Pod: pod, Container: c.Name, Kind: kindName[c.Kind],
-				MemoryMiB: a.MemoryMiB, Compute: a.Compute})
+				MemoryMiB: a.MemoryMiB, Compute: a.Compute, Enforced: enforced})
 		}
 	}
+}
+
+// asksMPS returns the containers of pod that ask for GPUs under MPS, by
+// name, as requests reads it (nil if it is nil or cannot).
+func asksMPS(requests func(*corev1.Pod) (*alloc.PodRequest, error), pod *corev1.Pod) map[string]bool {
+	if requests == nil {
+		return nil
+	}
+	req, err := requests(pod)
+	if err != nil || req == nil {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, c := range req.Containers {
+		out[c.Name] = c.MPS
+	}
+	return out
 }
 
 // holdClaim lists claim rc as a holder of the GPUs its placement books:
@@ -266,7 +294,7 @@ func holdClaim(n *Node, rc *resourceapi.ResourceClaim, p *alloc.Placement) {
 		}
 		g := &n.GPUs[a.GPU]
 		g.Holders = append(g.Holders, Holder{Pod: holder, Container: "claim/" + rc.Name, Kind: "Claim",
-			MemoryMiB: a.MemoryMiB, Compute: a.Compute})
+			MemoryMiB: a.MemoryMiB, Compute: a.Compute, Enforced: claimEnforced(rc)})
 	}
 }
 
@@ -291,4 +319,16 @@ func finish(n *Node) {
 			g.Notes = append(g.Notes, "usage stale")
 		}
 	}
+}
+
+// claimEnforced says what holds claim rc to its share: MPS for a claim
+// of the MPS class, whose prepared containers are MPS clients; none
+// otherwise, as gpushare-dra prepares claims.
+func claimEnforced(rc *resourceapi.ResourceClaim) string {
+	for _, r := range rc.Spec.Devices.Requests {
+		if r.Exactly != nil && r.Exactly.DeviceClassName == claim.MPSClass {
+			return string(gpusharev1.EnforcementMPS)
+		}
+	}
+	return string(gpusharev1.EnforcementNone)
 }

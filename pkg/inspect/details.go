@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 )
 
@@ -18,9 +19,10 @@ func WriteDetails(out io.Writer, c *Cluster, u Unit, now time.Time) error {
 		if n.Error != "" {
 			continue
 		}
-		fmt.Fprintf(out, "NAME:       %s\nIPADDRESS:  %s\nMODE:       %s\nUSAGE:      %s\n\n", n.Name, orDash(n.Address), n.Mode, usageLine(n.Usage, now))
+		fmt.Fprintf(out, "NAME:         %s\nIPADDRESS:    %s\nMODE:         %s\nENFORCEMENT:  %s\nUSAGE:        %s\n\n",
+			n.Name, orDash(n.Address), n.Mode, enforcementLine(n.Enforcement), usageLine(n.Usage, now))
 		w := newTable(out)
-		w.row("GPU", "MODEL / POD (CONTAINER)", "HEALTH", fmt.Sprintf("MEMORY(%s)", u), "COMPUTE(%)", fmt.Sprintf("USED(%s)", u), "UTIL", "NOTES")
+		w.row("GPU", "MODEL / POD (CONTAINER)", "HEALTH", fmt.Sprintf("MEMORY(%s)", u), "COMPUTE(%)", "ENFORCED", fmt.Sprintf("USED(%s)", u), "UTIL", "NOTES")
 		for _, g := range n.GPUs {
 			used, util := "-", "-"
 			if g.Live != nil {
@@ -31,13 +33,13 @@ func WriteDetails(out io.Writer, c *Cluster, u Unit, now time.Time) error {
 				health = "Unhealthy"
 			}
 			w.row(fmt.Sprint(g.Index), g.Model, health, u.ratio(g.BookedMemoryMiB, g.MemoryMiB),
-				fmt.Sprintf("%d/%d", g.BookedCompute, g.Compute), used, util, strings.Join(g.Notes, "; "))
+				fmt.Sprintf("%d/%d", g.BookedCompute, g.Compute), "", used, util, strings.Join(g.Notes, "; "))
 			for _, h := range g.Holders {
 				name := h.Container
 				if h.Kind != "App" {
 					name += ", " + strings.ToLower(h.Kind)
 				}
-				w.row("", fmt.Sprintf("  %s (%s)", h.Pod, name), "", u.Format(h.MemoryMiB), fmt.Sprint(h.Compute), "", "", "")
+				w.row("", fmt.Sprintf("  %s (%s)", h.Pod, name), "", u.Format(h.MemoryMiB), fmt.Sprint(h.Compute), orDash(h.Enforced), "", "", "")
 			}
 		}
 		if err := w.flush(); err != nil {
@@ -46,6 +48,19 @@ func WriteDetails(out io.Writer, c *Cluster, u Unit, now time.Time) error {
 		fmt.Fprintf(out, "\nAllocated/Total GPU Memory In Node: %s %s (%d%%)\n\n", u.ratio(n.AllocatedMiB, n.TotalMiB), u, percent(n.AllocatedMiB, n.TotalMiB))
 	}
 	return writeFooter(out, c, u)
+}
+
+// enforcementLine says what holds the node's shared containers to their
+// shares.
+func enforcementLine(e string) string {
+	switch gpusharev1.Enforcement(e) {
+	case gpusharev1.EnforcementMPS:
+		return "mps: every shared container is an MPS client, held to its memory and threads"
+	case gpusharev1.EnforcementHAMiCore:
+		return "hami-core: HAMi-core holds every shared container to its memory and compute"
+	default:
+		return "none: shares are booked, not enforced (MPS clients excepted); each container is trusted to keep to its share"
+	}
 }
 
 // usageLine says when the node's usage was sampled and whether the

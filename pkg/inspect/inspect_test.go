@@ -144,6 +144,8 @@ func fixture(t *testing.T) (*Cluster, map[string]*corev1.Pod) {
 		"b-whole": inventory("b-whole", gpusharev1.ModeWholeCard, h100, h100),
 		"c-h200":  inventory("c-h200", gpusharev1.ModeShared, h200, h200, h200, h200),
 	}
+	// HAMi-core holds c-h200's shared containers.
+	invs["c-h200"].Enforcement = gpusharev1.EnforcementHAMiCore
 	nodes := []corev1.Node{
 		node(t, "a-mixed", "10.0.0.1", invs["a-mixed"], usage(t, now.Add(-30*time.Second), 30000, 1000, 0)),
 		node(t, "b-whole", "10.0.0.2", invs["b-whole"], usage(t, now.Add(-10*time.Minute), 70000, 0)),
@@ -346,8 +348,47 @@ func TestClaimHolders(t *testing.T) {
 	if g[1].BookedMemoryMiB != 3072 || g[0].BookedMemoryMiB != 0 || c.AllocatedMiB != 3072 {
 		t.Errorf("booked %d and %d MiB (cluster %d); want the claim's 3072 on GPU 1", g[0].BookedMemoryMiB, g[1].BookedMemoryMiB, c.AllocatedMiB)
 	}
-	want := []Holder{{Pod: "ml/infer", Container: "claim/infer-gpu", Kind: "Claim", MemoryMiB: 3072}}
+	want := []Holder{{Pod: "ml/infer", Container: "claim/infer-gpu", Kind: "Claim", MemoryMiB: 3072, Enforced: "none"}}
 	if !cmp.Equal(g[1].Holders, want) || len(g[0].Holders) != 0 {
 		t.Errorf("holders %+v and %+v; want none, then %+v", g[0].Holders, g[1].Holders, want)
+	}
+}
+
+// TestEnforcedHolders: each holder says what holds it to its share on
+// its node: an MPS client MPS whatever the node says, a shared container
+// the node's enforcement, a whole GPU nothing.
+func TestEnforcedHolders(t *testing.T) {
+	m := model(t)
+	gpu := gpusharev1.GPU{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true, MPS: true}
+	for _, e := range []gpusharev1.Enforcement{"", gpusharev1.EnforcementMPS, gpusharev1.EnforcementHAMiCore} {
+		inv := inventory("n", gpusharev1.ModeShared, gpu, gpu, gpu)
+		inv.Enforcement = e
+		mps := pod("default", "mps").obj()
+		mps.Spec.Containers = []corev1.Container{{Name: "main", Resources: limits("keti.com/mpsgpu", "1")}}
+		var list []corev1.Pod
+		for _, p := range []struct {
+			pod  *corev1.Pod
+			gpus []int
+		}{{mps, []int{0}}, {pod("default", "share").app("main", "1024", "").obj(), []int{1}}, {pod("default", "whole").count("main", "1").obj(), []int{2}}} {
+			p.pod.Spec.NodeName, p.pod.Status.Phase = "n", corev1.PodRunning
+			p.pod.Annotations = map[string]string{gpusharev1.AllocationAnnotation: recordFor(t, m, p.pod, inv, [][]int{p.gpus})}
+			list = append(list, *p.pod)
+		}
+		c := Build(Input{Nodes: []corev1.Node{node(t, "n", "10.0.0.1", inv, "")}, Pods: list, Now: now, Requests: m.PodRequest})
+		if len(c.Refused) > 0 {
+			t.Fatalf("refused %+v", c.Refused)
+		}
+		shared := string(gpusharev1.EnforcementNone)
+		if e != "" {
+			shared = string(e)
+		}
+		for i, want := range []string{"mps", shared, "whole"} {
+			if h := c.Nodes[0].GPUs[i].Holders; len(h) != 1 || h[0].Enforced != want {
+				t.Errorf("enforcement %q: GPU %d holders %+v, want one held by %s", e, i, h, want)
+			}
+		}
+		if c.Nodes[0].Enforcement != shared {
+			t.Errorf("node enforcement %q, want %q", c.Nodes[0].Enforcement, shared)
+		}
 	}
 }

@@ -24,6 +24,10 @@ type Node struct {
 	Name    string `json:"name"`
 	Address string `json:"address,omitempty"`
 	Mode    string `json:"mode,omitempty"`
+	// Enforcement is what holds the containers that share the node's
+	// GPUs to their shares, as its daemon publishes it (none if it
+	// publishes none).
+	Enforcement string `json:"enforcement,omitempty"`
 	// Error says why the node takes no part (no or an invalid inventory).
 	Error string `json:"error,omitempty"`
 	GPUs  []GPU  `json:"gpus,omitempty"`
@@ -74,6 +78,9 @@ type Holder struct {
 	Kind      string `json:"kind"`
 	MemoryMiB int64  `json:"memoryMiB"`
 	Compute   int64  `json:"compute"`
+	// Enforced says what holds the container to its share: mps,
+	// hami-core, or none (booked only); whole for whole GPUs.
+	Enforced string `json:"enforced,omitempty"`
 }
 
 // Refused is an allocation record gpushare books nothing for.

@@ -90,6 +90,20 @@ const (
 	EnforcementHAMiCore Enforcement = "hami-core"
 )
 
+// Holds returns what holds a container to its share on a node whose
+// enforcement is e: MPS for a container that asks for MPS (an MPS client
+// wherever it runs), e for one that shares its GPUs, and none for one of
+// whole GPUs, which nothing else runs on.
+func (e Enforcement) Holds(asksMPS, shared bool) Enforcement {
+	switch {
+	case asksMPS:
+		return EnforcementMPS
+	case !shared || e == "":
+		return EnforcementNone
+	}
+	return e
+}
+
 // Enforcements lists the valid Enforcement values.
 func Enforcements() []Enforcement {
 	return []Enforcement{EnforcementNone, EnforcementMPS, EnforcementHAMiCore}
