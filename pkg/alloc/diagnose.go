@@ -20,6 +20,9 @@ type Diagnosis struct {
 	NeedGPUs, MostGPUs int
 	// Models the pod allows, when some node had no GPU of them.
 	Models []string
+	// Excluded is what the pod's GPU filter asks, when it excluded every
+	// GPU of some node.
+	Excluded string
 	// The most MPS GPUs one container needs and the most any node has,
 	// when some node had too few GPUs under MPS.
 	NeedMPS, MostMPS int
@@ -45,6 +48,8 @@ func Diagnose(nodes int, unfits []*Unfit) Diagnosis {
 				d.MostGPUs = max(d.MostGPUs, r.Usable)
 			case ReasonModel:
 				d.Models = r.Models
+			case ReasonExcluded:
+				d.Excluded = strings.Join(r.Models, ", ")
 			case ReasonNotMPS:
 				d.NeedMPS = max(d.NeedMPS, r.Needed)
 				d.MostMPS = max(d.MostMPS, r.Usable)
@@ -99,6 +104,9 @@ func (d Diagnosis) Detail() string {
 	}
 	if len(d.Models) > 0 {
 		parts = append(parts, "pod allows GPU models "+strings.Join(d.Models, ", "))
+	}
+	if d.Excluded != "" {
+		parts = append(parts, "the pod's annotations exclude every GPU ("+d.Excluded+")")
 	}
 	if d.NeedMPS > 0 {
 		parts = append(parts, fmt.Sprintf("a container needs %d GPUs under MPS, the most any node has is %d", d.NeedMPS, d.MostMPS))

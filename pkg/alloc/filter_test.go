@@ -41,6 +41,9 @@ func TestFilterUnfit(t *testing.T) {
 	if unfit == nil || unfit.Reasons[0].Reason != ReasonExcluded || !strings.Contains(unfit.Error(), "exclude every GPU (nouse-gputype t4)") {
 		t.Fatalf("unfit = %v, want %s naming the filter", unfit, ReasonExcluded)
 	}
+	if d := Diagnose(1, []*Unfit{unfit}).String(); d != "0/1 nodes are available: 1 GPUExcluded; the pod's annotations exclude every GPU (nouse-gputype t4)." {
+		t.Errorf("pod event %q", d)
+	}
 	pod.Containers[0].Filter = &Filter{UUIDs: []string{"GPU-1"}}
 	p, unfit := mustPlacer("binpack").Place(b.state(), pod)
 	if unfit != nil || p.Containers[0].GPUs[0].GPU != 1 {
