@@ -132,11 +132,16 @@ func asks(r alloc.PodContainer) string {
 	switch {
 	case r.Exclusive:
 		fmt.Fprintf(&b, "%d whole GPU(s)", max(r.Count, 1))
+	case r.MemoryPercent > 0:
+		fmt.Fprintf(&b, "%d%% of the memory, %d%% compute on each of %d GPU(s)", r.MemoryPercent, r.Compute, max(r.Count, 1))
 	default:
-		fmt.Fprintf(&b, "%d MiB, %d%% compute on each of %d GPU(s)", r.MemoryMiB, r.PerGPU().Compute, max(r.Count, 1))
+		fmt.Fprintf(&b, "%d MiB, %d%% compute on each of %d GPU(s)", r.PerGPU().MemoryMiB, r.PerGPU().Compute, max(r.Count, 1))
 	}
 	if len(r.Models) > 0 {
 		fmt.Fprintf(&b, ", models %s", strings.Join(r.Models, ", "))
+	}
+	if r.Filter != nil {
+		fmt.Fprintf(&b, ", GPUs by %s", r.Filter)
 	}
 	return b.String()
 }
