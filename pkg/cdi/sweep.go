@@ -45,7 +45,7 @@ type Sweeper struct {
 	// claim's spec.
 	CacheDir string
 	Claims   Claims
-	Logger klog.Logger
+	Logger   klog.Logger
 	// Clock is the real clock if nil.
 	Clock clock.PassiveClock
 }
