@@ -26,7 +26,7 @@ func hamiModel(t *testing.T) *Model {
 	return m
 }
 
-// TestHAMiExamples: HAMi's example pods (examples/hami, their resources
+// TestHAMiExamples: HAMi's example pods (examples/hami/pods, their resources
 // and annotations HAMi's own) ask what HAMi gives them.
 func TestHAMiExamples(t *testing.T) {
 	m := hamiModel(t)
@@ -58,9 +58,9 @@ func TestHAMiExamples(t *testing.T) {
 		"use-sharing-card-1":        {c: share(1, 0, 40, 60)},
 		"use-sharing-card-2":        {c: share(1, 0, 60, 40)},
 	}
-	files, err := filepath.Glob("../../examples/hami/*.yaml")
+	files, err := filepath.Glob("../../examples/hami/pods/*.yaml")
 	if err != nil || len(files) != len(want) {
-		t.Fatalf("examples/hami: %d files (%v), want %d", len(files), err, len(want))
+		t.Fatalf("examples/hami/pods: %d files (%v), want %d", len(files), err, len(want))
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

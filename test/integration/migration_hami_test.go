@@ -159,7 +159,7 @@ func TestMigrationFromHAMi(t *testing.T) {
 	hamiExamples(t, admin)
 }
 
-// hamiExamples places HAMi's example pods (examples/hami), unchanged, on
+// hamiExamples places HAMi's example pods (examples/hami/pods), unchanged, on
 // two more nodes and checks each record: as many GPUs as the pod asks,
 // of the type it picks, each with the share it asks; the pod that names
 // GPUs no node has waits and says why.
@@ -170,9 +170,9 @@ func hamiExamples(t *testing.T, admin kubernetes.Interface) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hami"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join(root, "examples", "hami", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(root, "examples", "hami", "pods", "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("examples/hami: %v, %v", files, err)
+		t.Fatalf("examples/hami/pods: %v, %v", files, err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
