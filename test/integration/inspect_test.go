@@ -100,7 +100,7 @@ func TestInspectSeeds(t *testing.T) {
 		t.Errorf("table lacks the cluster total %d MiB:\n%s", wantTotal, table)
 	}
 	details := string(inspectCmd(t, c.Kubeconfig, "-d"))
-	for _, s := range []string{"default/multi-container (warm-cache, init)", "default/multi-container (tokenizer)", "MODE:       WholeCard"} {
+	for _, s := range []string{"default/multi-container (warm-cache, init)", "default/multi-container (tokenizer)", "MODE:         WholeCard", "ENFORCEMENT:  none: shares are booked, not enforced"} {
 		if !strings.Contains(details, s) {
 			t.Errorf("-d lacks %q:\n%s", s, details)
 		}
