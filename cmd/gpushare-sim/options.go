@@ -39,6 +39,10 @@ type options struct {
 	version     bool
 	source      string
 	halfLife    int64
+	defrag      bool
+	movable     float64
+	maxMoves    int
+	maxTargets  int
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -56,6 +60,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.synthNodes, "synthetic-nodes", defaultNodes, "nodes in the built-in synthetic cluster")
 	fs.StringVar(&o.source, "workload", sim.Oracle, "where fragmentation-aware policies get the pod shapes they weigh: oracle (the trace's own mix) or online (learned from the pods as they arrive, as the scheduler does)")
 	fs.Int64Var(&o.halfLife, "half-life", workload.DefaultHalfLife, "with --workload online: pods after which an observed pod weighs half")
+	fs.BoolVar(&o.defrag, "defrag", false, "when a pod fits no node, move the fewest movable pods that make room for it (docs/benchmarks.md, \"Defragmentation\")")
+	fs.Float64Var(&o.movable, "movable", 0.3, "with --defrag: the share of GPU pods that may move, drawn per pod from the seed")
+	fs.IntVar(&o.maxMoves, "max-moves", 3, "with --defrag: the most pods one plan moves")
+	fs.IntVar(&o.maxTargets, "max-targets", 64, "with --defrag: the most nodes tried as a waiting pod's node, those with the least movable GPU memory first; 0 for all")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -84,6 +92,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.synthNodes <= 0 {
 		return nil, errors.New("--synthetic-nodes must be positive")
+	}
+	if o.movable < 0 || o.movable > 1 {
+		return nil, fmt.Errorf("--movable %v: want a share from 0 to 1", o.movable)
+	}
+	if o.maxMoves < 1 || o.maxTargets < 0 {
+		return nil, errors.New("--max-moves must be at least 1 and --max-targets not negative")
 	}
 	for p := range strings.SplitSeq(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -175,7 +189,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var results []*sim.Result
 	for _, p := range o.policies {
 		start := time.Now()
-		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Workload: o.source,
+		var defrag *sim.Defrag
+		if o.defrag {
+			defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: o.maxTargets}}
+		}
+		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Workload: o.source, Defrag: defrag,
 			Learn: workload.Config{HalfLife: o.halfLife}, Progress: func(done, total int) {
 				fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
 			}})
@@ -191,7 +209,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if !o.json {
-		printTable(stdout, results)
+		printTable(stdout, results, o.defrag)
 	}
 	if o.plot != "" {
 		if err := sim.Plot(o.plot, results); err != nil {
@@ -202,12 +220,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func printTable(w io.Writer, results []*sim.Result) {
+func printTable(w io.Writer, results []*sim.Result, defrag bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "WORKLOAD\tPOLICY\tUNALLOC@100%\tUNALLOC@130%\tFRAG@90%\tDECISION p50\tp99\t")
+	head := "WORKLOAD\tPOLICY\tUNALLOC@100%\tUNALLOC@130%\tFRAG@90%\tDECISION p50\tp99\t"
+	if defrag {
+		head += "MOVED/20 PLACED\tPLANS\tPLAN p99\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%.2f%%\t%.0fµs\t%.0fµs\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%.2f%%\t%.0fµs\t%.0fµs\t",
 			r.Workload, r.Policy, r.Unalloc100, r.Unalloc130, r.Frag90, r.DecisionP50us, r.DecisionP99us)
+		if defrag {
+			fmt.Fprintf(tw, "%.2f\t%d\t%.1fms\t", 20*r.MovedPerPlaced100, r.Plans100, r.PlanP99ms)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 }

@@ -45,6 +45,11 @@ type Result struct {
 	DecisionP99us float64  `json:"decision_us_p99"`
 	// PerSeed holds the unallocated % at 100% arrived for each seed.
 	PerSeed []float64 `json:"unallocated_gpu_pct_at_100_per_seed"`
+	// With Options.Defrag: pods moved per pod placed, up to 100% arrived,
+	// the plans made then, and the p99 time to find a plan (or none).
+	MovedPerPlaced100 float64 `json:"pods_moved_per_placed_at_100,omitempty"`
+	Plans100          int     `json:"plans_at_100,omitempty"`
+	PlanP99ms         float64 `json:"plan_ms_p99,omitempty"`
 	Pods    int       `json:"pods_per_seed_mean"`
 	Curve   []Point   `json:"curve"`
 }
@@ -77,6 +82,18 @@ type Options struct {
 	Parallel int
 	// Progress, if not nil, is called after each seed.
 	Progress func(done, total int)
+	// Defrag, if set, moves movable pods to make room for a pod that
+	// fits nowhere (alloc.Placer.PlanDefrag).
+	Defrag *Defrag
+}
+
+// Defrag configures defragmentation in a replay.
+type Defrag struct {
+	// Movable is the share of GPU pods that may move, drawn per pod from
+	// the seed.
+	Movable float64
+	// Budget bounds each plan.
+	Budget alloc.DefragBudget
 }
 
 // Run replays w under the policy for each seed, in parallel, and averages.
@@ -117,7 +134,7 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 			c.Seed = seed
 			var p *workload.Policy
 			if p, errs[i] = workload.NewPolicy(c, o.Learn); errs[i] == nil {
-				runs[i], errs[i] = replay(ctx, w, nodes, p, oracle, seed)
+				runs[i], errs[i] = replay(ctx, w, nodes, p, oracle, seed, o.Defrag)
 			}
 			mu.Lock()
 			done++
@@ -142,6 +159,10 @@ type seedRun struct {
 	decisions                      []time.Duration
 	curve                          []Point
 	pods                           int
+	// moved and placed count pods up to 100% arrived; plans and
+	// planTimes the defragmentation plans tried.
+	moved, placed, plans int
+	planTimes            []time.Duration
 }
 
 // Order returns the arrival order for a seed: pods sorted by name,
@@ -173,10 +194,14 @@ func Order(w *Workload, seed uint64) []int {
 
 // replay places the pods of one seed's order; shapes measure
 // fragmentation. A learning policy observes each pod before placing it.
-func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workload.Policy, shapes []alloc.Shape, seed uint64) (seedRun, error) {
+func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workload.Policy, shapes []alloc.Shape, seed uint64, defrag *Defrag) (seedRun, error) {
 	states := make([]*alloc.NodeState, len(nodes))
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
+	}
+	var mover *mover
+	if defrag != nil {
+		mover = newMover(defrag, seed)
 	}
 	capacity := float64(w.Capacity())
 	var run seedRun
@@ -193,11 +218,29 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 		policy.Observe(strconv.Itoa(k), &req)
 		d := policy.Placer().Pick(states, &req, seed)
 		run.decisions = append(run.decisions, time.Since(t0))
+		if d.Placement == nil && mover != nil && req.GPUs() {
+			t0 := time.Now()
+			moved, err := mover.makeRoom(policy.Placer(), states, &req, seed, &d)
+			run.planTimes = append(run.planTimes, time.Since(t0))
+			if err != nil {
+				return run, fmt.Errorf("pod %s: %w", p.Name, err)
+			}
+			if moved > 0 && !seen100 {
+				run.moved += moved
+				run.plans++
+			}
+		}
 		if d.Placement != nil {
 			if err := states[d.Index].Apply(d.Placement); err != nil {
 				return run, fmt.Errorf("pod %s: %w", p.Name, err)
 			}
 			allocated += p.RequestedMilli()
+			if !seen100 {
+				run.placed++
+			}
+			if mover != nil {
+				mover.placed(k, req, d)
+			}
 		}
 		arrived += p.RequestedMilli()
 		run.pods++
@@ -258,6 +301,17 @@ func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result 
 	r.Unalloc100 /= n
 	r.Unalloc130 /= n
 	r.Frag90 /= n
+	var moved, placed int
+	var plans []time.Duration
+	for _, s := range runs {
+		moved, placed, r.Plans100 = moved+s.moved, placed+s.placed, r.Plans100+s.plans
+		plans = append(plans, s.planTimes...)
+	}
+	if placed > 0 {
+		r.MovedPerPlaced100 = float64(moved) / float64(placed)
+	}
+	slices.SortFunc(plans, cmp.Compare)
+	r.PlanP99ms = quantile(plans, 0.99) / 1000
 	r.Pods /= max(len(runs), 1)
 	slices.SortFunc(all, cmp.Compare)
 	r.DecisionP50us = quantile(all, 0.50)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/trace"
 )
 
@@ -87,5 +88,36 @@ func TestRunOnline(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), w, "fgd-fill", seeds, Options{Workload: "psychic"}); err == nil {
 		t.Error("unknown workload source: want an error")
+	}
+}
+
+// TestRunDefrag: moving pods to make room places at least as much as not
+// moving them on the same order, repeatably, within the moves' budget,
+// and over-commits nothing (makeRoom fails the run if it would).
+func TestRunDefrag(t *testing.T) {
+	nodes, pods := trace.Synthetic(7, 30)
+	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
+	seeds := []uint64{1, 2, 3}
+	plain, err := Run(context.Background(), w, "binpack", seeds, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Defrag{Movable: 1, Budget: alloc.DefragBudget{MaxMoves: 3}}
+	a, err := Run(context.Background(), w, "binpack", seeds, Options{Defrag: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(context.Background(), w, "binpack", seeds, Options{Defrag: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(a.PerSeed, b.PerSeed) || a.Plans100 != b.Plans100 || a.MovedPerPlaced100 != b.MovedPerPlaced100 {
+		t.Errorf("two runs differ: %v %d %v, then %v %d %v", a.PerSeed, a.Plans100, a.MovedPerPlaced100, b.PerSeed, b.Plans100, b.MovedPerPlaced100)
+	}
+	if a.Plans100 == 0 || a.MovedPerPlaced100 <= 0 {
+		t.Fatalf("no pod moved (%d plans): the synthetic trace should leave room to make", a.Plans100)
+	}
+	if a.Unalloc100 > plain.Unalloc100 {
+		t.Errorf("unallocated at 100%%: %.2f%% with moves, %.2f%% without", a.Unalloc100, plain.Unalloc100)
 	}
 }
