@@ -3,8 +3,8 @@ package sim
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/gpushare/gpushare/pkg/alloc"

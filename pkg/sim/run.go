@@ -50,8 +50,8 @@ type Result struct {
 	MovedPerPlaced100 float64 `json:"pods_moved_per_placed_at_100,omitempty"`
 	Plans100          int     `json:"plans_at_100,omitempty"`
 	PlanP99ms         float64 `json:"plan_ms_p99,omitempty"`
-	Pods    int       `json:"pods_per_seed_mean"`
-	Curve   []Point   `json:"curve"`
+	Pods              int     `json:"pods_per_seed_mean"`
+	Curve             []Point `json:"curve"`
 }
 
 // Policy names a node-level and a GPU-level policy: "NAME" for both or
