@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
@@ -52,7 +53,14 @@ func elasticPod(uid, node, assumed string, cs ...elasticContainer) *corev1.Pod {
 
 func elasticCache(t *testing.T) (*cache.Cache, *[]string) {
 	t.Helper()
-	model, err := resource.New(nil)
+	return foreignCache(t, nil)
+}
+
+// foreignCache is a cache reading records by the resource model cfg (nil:
+// the built-in one), and the refusals it reports.
+func foreignCache(t *testing.T, cfg *v1alpha1.ResourceModel) (*cache.Cache, *[]string) {
+	t.Helper()
+	model, err := resource.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

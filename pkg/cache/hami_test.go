@@ -14,7 +14,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/record"
-	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // hamiPod is a running pod bound to node as HAMi leaves it: containers
@@ -46,16 +45,7 @@ func hamiPod(uid, node, allocated string, init []string, cs ...[]string) *corev1
 
 func hamiCache(t *testing.T) (*cache.Cache, *[]string) {
 	t.Helper()
-	model, err := resource.New(&v1alpha1.ResourceModel{Resources: append(v1alpha1.DefaultResources(), v1alpha1.HAMiResources()...)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refused []string
-	r := &logRecorder{}
-	c := cache.New(r.logger(), cache.Options{Requests: model.PodRequest, Refused: func(p *corev1.Pod, err error) {
-		refused = append(refused, p.Name+": "+err.Error())
-	}})
-	return c, &refused
+	return foreignCache(t, &v1alpha1.ResourceModel{Resources: append(v1alpha1.DefaultResources(), v1alpha1.HAMiResources()...)})
 }
 
 // Pods HAMi placed book the GPUs its record names by UUID: MiB shares as
