@@ -1,0 +1,82 @@
+package defrag
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// OptIn is the label, on a pod or its namespace, by which its pods opt in
+// to being moved: "true".
+const OptIn = "gpushare.io/movable"
+
+// Recreators are the controller kinds that recreate a moved pod.
+var Recreators = []string{"ReplicaSet", "StatefulSet", "Job"}
+
+// MayMove returns nil if pod, in namespace ns (nil if unknown), may be
+// moved to make room for a pod of priority waiting, or why not.
+func MayMove(pod *corev1.Pod, ns *corev1.Namespace, waiting int32) error {
+	switch {
+	case pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning:
+		return fmt.Errorf("not running")
+	case pod.DeletionTimestamp != nil:
+		return fmt.Errorf("being deleted")
+	case pod.Labels[OptIn] != "true" && (ns == nil || ns.Labels[OptIn] != "true"):
+		return fmt.Errorf("not opted in (label %s=true on the pod or its namespace)", OptIn)
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || !slices.Contains(Recreators, owner.Kind) {
+		return fmt.Errorf("no controller recreates it (a %v owns it)", ownerKind(owner))
+	}
+	if p := priority(pod); p > waiting {
+		return fmt.Errorf("priority %d is above the waiting pod's %d", p, waiting)
+	}
+	return nil
+}
+
+func ownerKind(o *metav1.OwnerReference) string {
+	if o == nil {
+		return "no controller"
+	}
+	return o.Kind
+}
+
+func priority(pod *corev1.Pod) int32 {
+	if pod.Spec.Priority != nil {
+		return *pod.Spec.Priority
+	}
+	return 0
+}
+
+// Priority is a pod's priority, 0 where unset.
+func Priority(pod *corev1.Pod) int32 { return priority(pod) }
+
+// Budgets returns nil if moving pods (all in their own namespaces)
+// leaves every PodDisruptionBudget of pdbs within its disruptionsAllowed,
+// or which one it would break.
+func Budgets(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget) error {
+	for i := range pdbs {
+		b := &pdbs[i]
+		// An empty selector matches every pod of the namespace (policy/v1),
+		// an invalid one none.
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		n := 0
+		for _, p := range pods {
+			if p.Namespace == b.Namespace && sel.Matches(labels.Set(p.Labels)) {
+				n++
+			}
+		}
+		if n > int(b.Status.DisruptionsAllowed) {
+			return fmt.Errorf("PodDisruptionBudget %s/%s allows %d disruptions, the plan moves %d of its pods",
+				b.Namespace, b.Name, b.Status.DisruptionsAllowed, n)
+		}
+	}
+	return nil
+}
