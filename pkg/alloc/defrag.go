@@ -81,7 +81,7 @@ func (pl *Placer) PlanDefrag(states []*NodeState, pod *PodRequest, movable []Mov
 				ok = false
 				break
 			}
-			mib += bookedMiB(movable[i].Placement)
+			mib += movable[i].Placement.BookedMiB()
 		}
 		if !ok {
 			continue
@@ -123,7 +123,7 @@ func (pl *Placer) destinations(states []*NodeState, target int, pod *PodRequest,
 		}
 	}
 	slices.SortStableFunc(moving, func(a, b int) int {
-		return -cmp.Compare(bookedMiB(movable[a].Placement), bookedMiB(movable[b].Placement))
+		return -cmp.Compare(movable[a].Placement.BookedMiB(), movable[b].Placement.BookedMiB())
 	})
 	// view is states without target; work holds the copies moves change.
 	view := make([]*NodeState, 0, len(states)-1)
@@ -152,7 +152,7 @@ func (pl *Placer) destinations(states []*NodeState, target int, pod *PodRequest,
 			return nil
 		}
 		plan.Moves = append(plan.Moves, Move{Key: m.Key, From: target, To: index[d.Index], Placement: d.Placement})
-		plan.MovedMiB += bookedMiB(m.Placement)
+		plan.MovedMiB += m.Placement.BookedMiB()
 	}
 	p, unfit := pl.Place(there, pod)
 	if unfit != nil {
@@ -162,8 +162,8 @@ func (pl *Placer) destinations(states []*NodeState, target int, pod *PodRequest,
 	return plan
 }
 
-// bookedMiB is the GPU memory a placement books.
-func bookedMiB(p *Placement) int64 {
+// BookedMiB is the GPU memory p books.
+func (p *Placement) BookedMiB() int64 {
 	var mib int64
 	for _, b := range p.Booked {
 		mib += b.MemoryMiB

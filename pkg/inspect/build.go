@@ -55,46 +55,8 @@ type Input struct {
 // Build reads the snapshot through the scheduler's cache and returns the
 // view of every node that opts in to gpushare, by name.
 func Build(in Input) *Cluster {
-	refused := make(map[types.UID]error)
-	c := gpucache.New(logr.Discard(), gpucache.Options{
-		Requests:           in.Requests,
-		RequestAnnotations: func(*corev1.Pod) []string { return in.RequestAnnotations },
-		Refused:            func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
-	})
-	byName := make(map[string]*corev1.Node, len(in.Nodes))
-	listed := make(map[string]bool, len(in.Nodes))
-	for i := range in.Nodes {
-		n := &in.Nodes[i]
-		listed[n.Name] = true
-		if n.Labels[gpusharev1.NodeLabel] != "true" {
-			continue
-		}
-		byName[n.Name] = n
-		c.SetNode(n)
-	}
-	if in.SetLargestGPU != nil {
-		in.SetLargestGPU(c.LargestGPU())
-	}
-	var recorded []*corev1.Pod
-	for i := range in.Pods {
-		p := &in.Pods[i]
-		if !record.Recorded(p) || gpucache.Ended(p) || (in.Selected && !listed[p.Spec.NodeName]) {
-			continue
-		}
-		recorded = append(recorded, p)
-		c.SetPod(p)
-	}
-
-	var claimed []*resourceapi.ResourceClaim
-	for i := range in.Claims {
-		rc := &in.Claims[i]
-		if node, _, err := claim.Held(rc); err != nil || node == "" || (in.Selected && !listed[node]) {
-			continue
-		}
-		claimed = append(claimed, rc)
-		c.SetClaim(rc)
-	}
-
+	l := load(in)
+	c, refused, byName, recorded, claimed := l.cache, l.refused, l.nodes, l.recorded, l.claimed
 	usage := leaseUsage(in.Leases)
 	out := &Cluster{Nodes: make([]Node, 0, len(byName))}
 	index := make(map[string]int, len(byName))
@@ -183,6 +145,62 @@ func usageOf(n *corev1.Node, onLease string) (*gpusharev1.GPUUsage, error) {
 		return nil, errLease
 	}
 	return nil, errNode
+}
+
+// loaded is a snapshot read into the scheduler's cache.
+type loaded struct {
+	cache *gpucache.Cache
+	// refused are the records the cache does not book, by pod.
+	refused map[types.UID]error
+	// nodes are the nodes that opt in, by name.
+	nodes    map[string]*corev1.Node
+	recorded []*corev1.Pod
+	claimed  []*resourceapi.ResourceClaim
+}
+
+// load reads in's nodes, recorded pods and claims into a cache, as the
+// scheduler's would hold them.
+func load(in Input) *loaded {
+	refused := make(map[types.UID]error)
+	c := gpucache.New(logr.Discard(), gpucache.Options{
+		Requests:           in.Requests,
+		RequestAnnotations: func(*corev1.Pod) []string { return in.RequestAnnotations },
+		Refused:            func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
+	})
+	byName := make(map[string]*corev1.Node, len(in.Nodes))
+	listed := make(map[string]bool, len(in.Nodes))
+	for i := range in.Nodes {
+		n := &in.Nodes[i]
+		listed[n.Name] = true
+		if n.Labels[gpusharev1.NodeLabel] != "true" {
+			continue
+		}
+		byName[n.Name] = n
+		c.SetNode(n)
+	}
+	if in.SetLargestGPU != nil {
+		in.SetLargestGPU(c.LargestGPU())
+	}
+	var recorded []*corev1.Pod
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		if !record.Recorded(p) || gpucache.Ended(p) || (in.Selected && !listed[p.Spec.NodeName]) {
+			continue
+		}
+		recorded = append(recorded, p)
+		c.SetPod(p)
+	}
+
+	var claimed []*resourceapi.ResourceClaim
+	for i := range in.Claims {
+		rc := &in.Claims[i]
+		if node, _, err := claim.Held(rc); err != nil || node == "" || (in.Selected && !listed[node]) {
+			continue
+		}
+		claimed = append(claimed, rc)
+		c.SetClaim(rc)
+	}
+	return &loaded{cache: c, refused: refused, nodes: byName, recorded: recorded, claimed: claimed}
 }
 
 // nodeView is the node's inventory and bookings as the cache holds them,
