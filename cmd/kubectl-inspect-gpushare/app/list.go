@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -157,4 +158,24 @@ func clusterArgs(ctx context.Context, client kubernetes.Interface) (*configv1.GP
 		return nil, "no gpushare args ConfigMap (label app.kubernetes.io/part-of=gpushare, key " + argsKey + ") in the cluster", nil
 	}
 	return found, strings.Join(from, ", "), nil
+}
+
+// listDefrag reads what decides which pods may move: the namespaces
+// (their opt-in label) and the PodDisruptionBudgets. A user who may not
+// list namespaces sees only pods that opt in themselves; one who may not
+// list budgets is refused: a plan must not break them.
+func listDefrag(ctx context.Context, client kubernetes.Interface) ([]corev1.Namespace, []policyv1.PodDisruptionBudget, error) {
+	var namespaces []corev1.Namespace
+	l, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		namespaces = l.Items
+	case !apierrors.IsForbidden(err):
+		return nil, nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	pdbs, err := client.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing PodDisruptionBudgets, which a plan must keep: %w", err)
+	}
+	return namespaces, pdbs.Items, nil
 }

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/inspect"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/version"
@@ -36,8 +38,14 @@ type InspectOptions struct {
 	// records are checked against, as the scheduler checks them.
 	Config string
 
-	// pod is the pod NAME of `pod NAME`, empty for the cluster views.
+	// MaxMoves bounds each plan of `defrag`.
+	MaxMoves int
+
+	// pod is the pod NAME of `pod NAME`, empty for the cluster views;
+	// defrag is set for `defrag`.
 	pod       string
+	defrag    bool
+	args      *configv1.GPUShareArgs
 	namespace string
 	unit      inspect.Unit
 	client    kubernetes.Interface
@@ -46,24 +54,27 @@ type InspectOptions struct {
 // NewInspectOptions returns the defaults: the GiB table.
 func NewInspectOptions(streams genericiooptions.IOStreams) *InspectOptions {
 	return &InspectOptions{ConfigFlags: genericclioptions.NewConfigFlags(true), IOStreams: streams,
-		Clock: clock.RealClock{}, Unit: string(inspect.GiB)}
+		Clock: clock.RealClock{}, Unit: string(inspect.GiB), MaxMoves: 3}
 }
 
 // NewCmd returns the command `kubectl inspect gpushare`.
 func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewInspectOptions(streams)
 	cmd := &cobra.Command{
-		Use:         "kubectl-inspect-gpushare [pod NAME]",
+		Use:         "kubectl-inspect-gpushare [pod NAME | defrag]",
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
 		Short:       "Show how much of each GPU gpushare has booked, and by whom",
 		Long: `Show how much of each GPU gpushare has booked, read from the pods'
 gpushare.io/allocation records and the nodes' GPU inventories the way the
 scheduler reads them. With "pod NAME", show where the pod's containers
-landed or why it waits.`,
+landed or why it waits. With "defrag", show for each pod that waits for
+GPUs which running pods would move to make room for it (a dry run:
+nothing moves).`,
 		Example: `  kubectl inspect gpushare
   kubectl inspect gpushare -d --unit MiB
   kubectl inspect gpushare -l pool=h100 -o wide
-  kubectl inspect gpushare pod -n team-mib gpu-test-mem-0`,
+  kubectl inspect gpushare pod -n team-mib gpu-test-mem-0
+  kubectl inspect gpushare defrag --max-moves 2`,
 		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -90,6 +101,7 @@ landed or why it waits.`,
 	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "Show each GPU: its model, bookings, the containers holding it, health and sampled use.")
 	cmd.Flags().StringVar(&o.Config, "config", "", "The scheduler's GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1): check each record against its pod's spec by that resource model, as the scheduler does. Without it records are checked against their nodes only.")
 	cmd.Flags().StringVarP(&o.Selector, "selector", "l", "", "Label selector of the nodes to show (e.g. pool=h100).")
+	cmd.Flags().IntVar(&o.MaxMoves, "max-moves", o.MaxMoves, "With defrag: the most pods one plan moves.")
 	return cmd
 }
 
@@ -99,8 +111,10 @@ func (o *InspectOptions) Complete(getter genericclioptions.RESTClientGetter, arg
 	case len(args) == 0:
 	case len(args) == 2 && args[0] == "pod":
 		o.pod = args[1]
+	case len(args) == 1 && args[0] == "defrag":
+		o.defrag = true
 	default:
-		return fmt.Errorf("unexpected arguments %q: want none or \"pod NAME\"", args)
+		return fmt.Errorf("unexpected arguments %q: want none, \"pod NAME\" or \"defrag\"", args)
 	}
 	unit, err := inspect.ParseUnit(o.Unit)
 	if err != nil {
@@ -133,6 +147,12 @@ func (o *InspectOptions) Validate() error {
 	if o.Details && o.Output != "" {
 		return errors.New("-d and -o are exclusive: -o json and yaml hold the details")
 	}
+	if o.defrag && o.MaxMoves < 1 {
+		return fmt.Errorf("--max-moves %d: want at least 1", o.MaxMoves)
+	}
+	if o.defrag && (o.Details || o.Output == "wide" || o.Selector != "") {
+		return errors.New("defrag takes -o json or yaml only, and no -d or -l: it plans over the whole cluster")
+	}
 	return nil
 }
 
@@ -151,6 +171,9 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 		Selected: o.Selector != ""}
 	if checked {
 		in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
+	}
+	if o.defrag {
+		return o.runDefrag(ctx, in, snap, model)
 	}
 	c := inspect.Build(in)
 	if o.pod != "" {
@@ -182,6 +205,7 @@ func (o *InspectOptions) model(ctx context.Context) (*resource.Model, bool, erro
 		if err != nil {
 			return nil, false, fmt.Errorf("--config %s: %w", o.Config, err)
 		}
+		o.args = args
 		m, err := resource.New(args.ResourceModel)
 		return m, true, err
 	}
@@ -194,8 +218,47 @@ func (o *InspectOptions) model(ctx context.Context) (*resource.Model, bool, erro
 		m, err := resource.New(nil)
 		return m, false, err
 	}
+	o.args = args
 	m, err := resource.New(args.ResourceModel)
 	return m, true, err
+}
+
+// runDefrag plans, for each pod that waits for GPUs, the moves that would
+// make room for it, by the cluster's policy (learned from the bound pods,
+// as the scheduler learns it when it starts).
+func (o *InspectOptions) runDefrag(ctx context.Context, in inspect.Input, snap *snapshot, model *resource.Model) error {
+	args := o.args
+	if args == nil {
+		args = &configv1.GPUShareArgs{}
+		configv1.SetArgsDefaults(args)
+	}
+	policy, err := decision.Policy(args, model)
+	if err != nil {
+		return err
+	}
+	for i := range snap.pods {
+		p := &snap.pods[i]
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if req, err := model.PodRequest(p); err == nil {
+			policy.Observe(string(p.UID), req)
+		}
+	}
+	namespaces, pdbs, err := listDefrag(ctx, o.client)
+	if err != nil {
+		return err
+	}
+	in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
+	d, err := inspect.BuildDefrag(inspect.DefragInput{Input: in, Namespaces: namespaces, PDBs: pdbs, Placer: policy.Placer(),
+		Budget: alloc.DefragBudget{MaxMoves: o.MaxMoves, MaxTargets: 64}, Seed: args.Seed})
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" || o.Output == "yaml" {
+		return o.encode(d)
+	}
+	return inspect.WriteDefrag(o.Out, d, o.unit)
 }
 
 func (o *InspectOptions) runPod(ctx context.Context, c *inspect.Cluster, model *resource.Model, nodes []corev1.Node) error {

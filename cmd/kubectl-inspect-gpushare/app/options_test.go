@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes/fake"
@@ -70,5 +71,38 @@ func TestRun(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", tc.want, out)
 			}
 		})
+	}
+}
+
+// TestRunDefrag: `defrag` with a waiting whole-GPU pod and nothing that
+// may move says so; with the flags it refuses, it says why.
+func TestRunDefrag(t *testing.T) {
+	inv, err := gpusharev1.Marshal(&gpusharev1.GPUInventory{GPUs: []gpusharev1.GPU{
+		{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t4-0", Labels: map[string]string{gpusharev1.NodeLabel: "true"},
+		Annotations: map[string]string{gpusharev1.InventoryAnnotation: inv}}}
+	waiting := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "two"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"gpushare.io/gpu-count": k8sresource.MustParse("2")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	streams, _, out, _ := genericiooptions.NewTestIOStreams()
+	o := NewInspectOptions(streams)
+	o.defrag, o.unit, o.client = true, inspect.GiB, fake.NewClientset(node, waiting)
+	if err := o.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := "default/two  0         none: no pod may move: none is booked"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	o.Details = true
+	if err := o.Validate(); err == nil {
+		t.Error("defrag with -d: want an error")
+	}
+	o.Details, o.MaxMoves = false, 0
+	if err := o.Validate(); err == nil {
+		t.Error("defrag with --max-moves 0: want an error")
 	}
 }
