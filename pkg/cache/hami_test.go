@@ -64,6 +64,8 @@ func TestHAMiRecordsBook(t *testing.T) {
 	// c: GPU 3 whole, recorded by HAMi before v2.9 beside an init
 	// container that has no slot.
 	c.SetPod(hamiPod("c", "n1", u(3)+",NVIDIA,15360,100:;", []string{"setup"}, []string{"main", "gpu", "1"}))
+	// d: a GPU-less pod's record with an empty slot to spare books nothing.
+	c.SetPod(hamiPod("d", "n1", ";;", nil, []string{"main"}))
 	want := []alloc.Usage{{}, {MemoryMiB: 3000 + 7680, Compute: 40}, {MemoryMiB: 40960, Compute: 10}, {MemoryMiB: 15360, Compute: 100}}
 	if got := usage(t, c, "n1"); !cmp.Equal(got, want) {
 		t.Fatalf("booked %v, want %v (-want +got):\n%s", got, want, cmp.Diff(want, got))
@@ -87,7 +89,7 @@ func TestHAMiRecordsRefused(t *testing.T) {
 		"two GPUs for one":     {hamiPod("a", "n1", u+",NVIDIA,3000,0:"+uuidOf("n1", 1)+",NVIDIA,3000,0:;", nil, main), "asks 1 GPUs, the record gives it 2"},
 		"unknown GPU":          {hamiPod("a", "n1", "GPU-elsewhere,NVIDIA,3000,0:;", nil, main), "node n1 has no GPU GPU-elsewhere"},
 		"another node":         {hamiPod("a", "n2", u+",NVIDIA,3000,0:;", nil, main), "the pod is bound to"},
-		"slots for no one":     {hamiPod("a", "n1", u+",NVIDIA,3000,0:;;;", nil, main), "has 3 container slots, the pod has 1 containers"},
+		"slots for no one":     {hamiPod("a", "n1", u+",NVIDIA,3000,0:;"+uuidOf("n1", 1)+",NVIDIA,5,0:;", nil, main), "has 2 container slots, the pod has 1 containers"},
 		"not numbers":          {hamiPod("a", "n1", u+",NVIDIA,lots,0:;", nil, main), "must be non-negative integers"},
 		"a GPU for no request": {hamiPod("a", "n1", u+",NVIDIA,3000,0:;"+u+",NVIDIA,1,0:;", nil, main, []string{"side"}), "container side asks no GPU"},
 	} {

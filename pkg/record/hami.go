@@ -98,8 +98,13 @@ func hamiSlots(pod *corev1.Pod) (map[string][]hamiDevice, error) {
 	if parts[len(parts)-1] == "" {
 		parts = parts[:len(parts)-1]
 	}
+	n := len(pod.Spec.InitContainers) + len(pod.Spec.Containers)
+	// Empty slots past the containers' (HAMi's decoder keeps one).
+	for len(parts) > n && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
 	var names []string
-	switch n := len(pod.Spec.InitContainers) + len(pod.Spec.Containers); {
+	switch {
 	case len(parts) == n:
 		for i := range pod.Spec.InitContainers {
 			names = append(names, pod.Spec.InitContainers[i].Name)
