@@ -12,7 +12,7 @@ import (
 )
 
 // TestChartHAMiValues: examples/hami/values.yaml, which install.md's
-// "Moving from HAMi" installs with, gives every component the built-in
+// "Moving over from HAMi" installs with, gives every component the built-in
 // resources and HAMi's, leaves their groups to gpushare in
 // kube-scheduler's resource fit, and runs gpushare-node with HAMi-core
 // enforcement and its library mounted.
