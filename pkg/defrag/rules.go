@@ -17,23 +17,34 @@ const OptIn = "gpushare.io/movable"
 // Recreators are the controller kinds that recreate a moved pod.
 var Recreators = []string{"ReplicaSet", "StatefulSet", "Job"}
 
+// Refusal says why a pod may not move: Reason in a few words, the same
+// for every pod refused so (to count them), and Detail.
+type Refusal struct{ Reason, Detail string }
+
+func (r *Refusal) Error() string {
+	if r.Detail == "" {
+		return r.Reason
+	}
+	return r.Reason + " (" + r.Detail + ")"
+}
+
 // MayMove returns nil if pod, in namespace ns (nil if unknown), may be
-// moved to make room for a pod of priority waiting, or why not.
+// moved to make room for a pod of priority waiting, or a *Refusal.
 func MayMove(pod *corev1.Pod, ns *corev1.Namespace, waiting int32) error {
 	switch {
 	case pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning:
-		return fmt.Errorf("not running")
+		return &Refusal{Reason: "not running"}
 	case pod.DeletionTimestamp != nil:
-		return fmt.Errorf("being deleted")
+		return &Refusal{Reason: "being deleted"}
 	case pod.Labels[OptIn] != "true" && (ns == nil || ns.Labels[OptIn] != "true"):
-		return fmt.Errorf("not opted in (label %s=true on the pod or its namespace)", OptIn)
+		return &Refusal{"not opted in", fmt.Sprintf("label %s=true on the pod or its namespace", OptIn)}
 	}
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || !slices.Contains(Recreators, owner.Kind) {
-		return fmt.Errorf("no controller recreates it (a %v owns it)", ownerKind(owner))
+		return &Refusal{"no controller recreates it", fmt.Sprintf("a %v owns it", ownerKind(owner))}
 	}
 	if p := priority(pod); p > waiting {
-		return fmt.Errorf("priority %d is above the waiting pod's %d", p, waiting)
+		return &Refusal{"priority above the waiting pod's", fmt.Sprintf("%d > %d", p, waiting)}
 	}
 	return nil
 }
@@ -57,7 +68,7 @@ func Priority(pod *corev1.Pod) int32 { return priority(pod) }
 
 // Budgets returns nil if moving pods (all in their own namespaces)
 // leaves every PodDisruptionBudget of pdbs within its disruptionsAllowed,
-// or which one it would break.
+// or a *Refusal naming the one it would break.
 func Budgets(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget) error {
 	for i := range pdbs {
 		b := &pdbs[i]
@@ -74,8 +85,8 @@ func Budgets(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget) error {
 			}
 		}
 		if n > int(b.Status.DisruptionsAllowed) {
-			return fmt.Errorf("PodDisruptionBudget %s/%s allows %d disruptions, the plan moves %d of its pods",
-				b.Namespace, b.Name, b.Status.DisruptionsAllowed, n)
+			return &Refusal{"a disruption budget forbids it", fmt.Sprintf("PodDisruptionBudget %s/%s allows %d disruptions, the plan moves %d of its pods",
+				b.Namespace, b.Name, b.Status.DisruptionsAllowed, n)}
 		}
 	}
 	return nil

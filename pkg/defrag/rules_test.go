@@ -37,7 +37,7 @@ func TestMayMove(t *testing.T) {
 		{running("e", "ReplicaSet", 0, nil), nil, "not opted in"},
 		{running("f", "", 0, in), nil, "no controller recreates it (a no controller owns it)"},
 		{running("g", "DaemonSet", 0, in), nil, "no controller recreates it (a DaemonSet owns it)"},
-		{running("h", "ReplicaSet", 1000, in), nil, "priority 1000 is above the waiting pod's 100"},
+		{running("h", "ReplicaSet", 1000, in), nil, "priority above the waiting pod's (1000 > 100)"},
 		{deleting, nil, "being deleted"},
 		{pending, nil, "not running"},
 	} {

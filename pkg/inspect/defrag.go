@@ -138,7 +138,11 @@ func BuildDefrag(in DefragInput) (*Defrag, error) {
 				err = defrag.Budgets([]*corev1.Pod{r.pod}, in.PDBs)
 			}
 			if err != nil {
-				why[firstWords(err.Error())]++
+				reason := err.Error()
+				if r := (*defrag.Refusal)(nil); errors.As(err, &r) {
+					reason = r.Reason
+				}
+				why[reason]++
 				continue
 			}
 			key := r.pod.Namespace + "/" + r.pod.Name
@@ -184,15 +188,6 @@ func gpuIndexes(s *alloc.NodeState, p *alloc.Placement) []int {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// firstWords is a refusal's reason without its numbers' details: "not
-// opted in", "priority ... is above".
-func firstWords(reason string) string {
-	if i := strings.IndexAny(reason, "(0123456789"); i > 0 {
-		reason = reason[:i]
-	}
-	return strings.TrimSpace(reason)
 }
 
 // counts renders reasons and how many pods each kept from moving.
