@@ -371,7 +371,7 @@ func enforcement(o options) (*cdi.HAMiCore, error) {
 	if err := os.MkdirAll(h.LockDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(h.LockDir, 0o1777); err != nil {
+	if err := os.Chmod(h.LockDir, 0o777|os.ModeSticky); err != nil {
 		return nil, err
 	}
 	tmp := h.Preload + ".tmp"

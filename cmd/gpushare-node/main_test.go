@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -9,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/pkg/cdi"
 )
 
 // TestWarnStale: a resource the daemon does not serve that the node still
@@ -33,5 +37,41 @@ func TestWarnStale(t *testing.T) {
 	check(stale)
 	if len(logged) != 2 {
 		t.Errorf("logged %d times; want again once the resource came back", len(logged))
+	}
+}
+
+// TestEnforcement: --enforcement checks what it needs; hami-core writes
+// the preload list and a lock directory any container's user may write
+// in, without removing what others wrote (sticky).
+func TestEnforcement(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libvgpu.so")
+	for _, c := range []struct {
+		o    options
+		want string
+	}{
+		{options{enforcement: "none"}, ""},
+		{options{enforcement: "mps"}, "--enforcement=mps needs --mps"},
+		{options{enforcement: "mps", mps: true}, ""},
+		{options{enforcement: "strict"}, `--enforcement="strict": want one of`},
+		{options{enforcement: "hami-core", hamiCoreLib: lib, hamiCoreDir: dir}, "HAMi-core's library is not at --hami-core-library=" + lib},
+	} {
+		h, err := enforcement(c.o)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) || h != nil {
+			t.Errorf("%+v: %v, %v; want %q", c.o, h, err, c.want)
+		}
+	}
+	if err := os.WriteFile(lib, []byte("ELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := enforcement(options{enforcement: "hami-core", hamiCoreLib: lib, hamiCoreDir: filepath.Join(dir, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(h.Preload); err != nil || string(b) != cdi.PreloadContent {
+		t.Errorf("preload list %q (%v), want %q", b, err, cdi.PreloadContent)
+	}
+	if info, err := os.Stat(h.LockDir); err != nil || info.Mode().Perm() != 0o777 || info.Mode()&os.ModeSticky == 0 {
+		t.Errorf("lock directory %v (%v), want drwxrwxrwt", info.Mode(), err)
 	}
 }
