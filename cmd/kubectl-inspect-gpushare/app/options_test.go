@@ -42,14 +42,20 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestRun(t *testing.T) {
+// t4Node is a gpushare node of one 15360 MiB Tesla T4.
+func t4Node(t *testing.T) *corev1.Node {
+	t.Helper()
 	inv, err := gpusharev1.Marshal(&gpusharev1.GPUInventory{GPUs: []gpusharev1.GPU{
 		{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t4-0", Labels: map[string]string{gpusharev1.NodeLabel: "true"},
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t4-0", Labels: map[string]string{gpusharev1.NodeLabel: "true"},
 		Annotations: map[string]string{gpusharev1.InventoryAnnotation: inv}}}
+}
+
+func TestRun(t *testing.T) {
+	node := t4Node(t)
 	cases := map[string]struct {
 		output string
 		want   string
@@ -77,13 +83,7 @@ func TestRun(t *testing.T) {
 // TestRunDefrag: `defrag` with a waiting whole-GPU pod and nothing that
 // may move says so; with the flags it refuses, it says why.
 func TestRunDefrag(t *testing.T) {
-	inv, err := gpusharev1.Marshal(&gpusharev1.GPUInventory{GPUs: []gpusharev1.GPU{
-		{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "t4-0", Labels: map[string]string{gpusharev1.NodeLabel: "true"},
-		Annotations: map[string]string{gpusharev1.InventoryAnnotation: inv}}}
+	node := t4Node(t)
 	waiting := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "two"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{"gpushare.io/gpu-count": k8sresource.MustParse("2")}}}}},
