@@ -63,6 +63,9 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if args.DefragOn() {
+		return errors.New("--config: defrag.enabled needs gpushare-scheduler; the HTTP extender does not move pods")
+	}
 	model, err := resource.New(args.ResourceModel)
 	if err != nil {
 		return err

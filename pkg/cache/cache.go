@@ -68,6 +68,10 @@ type Cache struct {
 	// that pod: they book nothing while they wait to be deallocated,
 	// unless another pod is reserved for them.
 	released map[types.UID]types.UID
+	// holds holds the defragmentation plans' holds by key, and joining
+	// the hold each moved pod's booking joins when it ends (hold.go).
+	holds   map[string]*hold
+	joining map[types.UID]string
 }
 
 // podResources is a pod's CPU and memory request on a node.
@@ -181,5 +185,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		requested:  make(map[string]podResources),
 		claimsOf:   make(map[types.UID][]types.UID),
 		released:   make(map[types.UID]types.UID),
+		holds:      make(map[string]*hold),
+		joining:    make(map[types.UID]string),
 	}
 }

@@ -406,6 +406,9 @@ func (c *Cache) RemovePod(uid types.UID) {
 	c.uncountLocked(uid)
 	delete(c.refused, uid)
 	delete(c.unrecorded, uid)
+	if c.joinLocked(uid) {
+		return
+	}
 	if p := c.pods[uid]; p != nil {
 		c.unbook(uid, p)
 		delete(c.pods, uid)

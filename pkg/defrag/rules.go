@@ -1,8 +1,11 @@
 package defrag
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -66,6 +69,9 @@ func priority(pod *corev1.Pod) int32 {
 // Priority is a pod's priority, 0 where unset.
 func Priority(pod *corev1.Pod) int32 { return priority(pod) }
 
+// reasonBudget is the Reason of a Refusal by a disruption budget.
+const reasonBudget = "a disruption budget forbids it"
+
 // Budgets returns nil if moving pods (all in their own namespaces)
 // leaves every PodDisruptionBudget of pdbs within its disruptionsAllowed,
 // or a *Refusal naming the one it would break.
@@ -85,9 +91,62 @@ func Budgets(pods []*corev1.Pod, pdbs []policyv1.PodDisruptionBudget) error {
 			}
 		}
 		if n > int(b.Status.DisruptionsAllowed) {
-			return &Refusal{"a disruption budget forbids it", fmt.Sprintf("PodDisruptionBudget %s/%s allows %d disruptions, the plan moves %d of its pods",
+			return &Refusal{reasonBudget, fmt.Sprintf("PodDisruptionBudget %s/%s allows %d disruptions, the plan moves %d of its pods",
 				b.Namespace, b.Name, b.Status.DisruptionsAllowed, n)}
 		}
 	}
 	return nil
+}
+
+// Check returns nil if pod may move for a waiting pod of priority
+// waiting (MayMove) and moving it alone keeps its budgets (Budgets), or
+// the *Refusal.
+func Check(pod *corev1.Pod, ns *corev1.Namespace, waiting int32, pdbs []policyv1.PodDisruptionBudget) error {
+	if err := MayMove(pod, ns, waiting); err != nil {
+		return err
+	}
+	return Budgets([]*corev1.Pod{pod}, pdbs)
+}
+
+// Refusals counts why pods may not move, by reason, and keeps the first
+// disruption budget's detail, to say why no pod may move.
+type Refusals struct {
+	byReason map[string]int
+	budget   string
+}
+
+// Add counts err, a *Refusal (others count under their message).
+func (r *Refusals) Add(err error) {
+	if r.byReason == nil {
+		r.byReason = map[string]int{}
+	}
+	var ref *Refusal
+	if !errors.As(err, &ref) {
+		r.byReason[err.Error()]++
+		return
+	}
+	r.byReason[ref.Reason]++
+	if ref.Reason == reasonBudget && r.budget == "" {
+		r.budget = ref.Detail
+	}
+}
+
+// String renders the counts, in the reasons' order, and
+// the first budget's detail: " (1 a disruption budget forbids it, 1 not
+// opted in): PodDisruptionBudget web/web allows 0 disruptions, ...";
+// "" when none was counted.
+func (r *Refusals) String() string {
+	if len(r.byReason) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(r.byReason))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", r.byReason[k], k)
+	}
+	out := " (" + strings.Join(parts, ", ") + ")"
+	if r.budget != "" {
+		out += ": " + r.budget
+	}
+	return out
 }

@@ -71,3 +71,34 @@ func TestBudgets(t *testing.T) {
 		t.Errorf("budgets of another namespace, or selecting nothing: %v", err)
 	}
 }
+
+// TestCheckAndRefusals: Check refuses by MayMove first, then by the pod's
+// budgets alone; Refusals counts the reasons and names the first budget.
+func TestCheckAndRefusals(t *testing.T) {
+	in := map[string]string{OptIn: "true", "app": "web"}
+	pdbs := []policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"},
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}}
+	var why Refusals
+	if got := why.String(); got != "" {
+		t.Errorf("no refusal: %q", got)
+	}
+	for _, p := range []*corev1.Pod{
+		running("a", "ReplicaSet", 0, in),
+		running("b", "ReplicaSet", 0, in),
+		running("c", "", 0, in),
+		running("d", "ReplicaSet", 0, nil),
+		running("e", "ReplicaSet", 0, map[string]string{OptIn: "true"}),
+	} {
+		if err := Check(p, nil, 0, pdbs); err != nil {
+			why.Add(err)
+		} else if p.Name != "e" {
+			t.Errorf("pod %s may move", p.Name)
+		}
+	}
+	want := " (2 a disruption budget forbids it, 1 no controller recreates it, 1 not opted in): " +
+		"PodDisruptionBudget ns/web allows 0 disruptions, the plan moves 1 of its pods"
+	if got := why.String(); got != want {
+		t.Errorf("refusals:\n got %q\nwant %q", got, want)
+	}
+}

@@ -130,19 +130,11 @@ func BuildDefrag(in DefragInput) (*Defrag, error) {
 		}
 		var movable []alloc.Movable
 		byKey := map[string]*running{}
-		why := map[string]int{}
+		var why defrag.Refusals
 		for i := range booked {
 			r := &booked[i]
-			err := defrag.MayMove(r.pod, namespaces[r.pod.Namespace], v.Priority)
-			if err == nil {
-				err = defrag.Budgets([]*corev1.Pod{r.pod}, in.PDBs)
-			}
-			if err != nil {
-				reason := err.Error()
-				if r := (*defrag.Refusal)(nil); errors.As(err, &r) {
-					reason = r.Reason
-				}
-				why[reason]++
+			if err := defrag.Check(r.pod, namespaces[r.pod.Namespace], v.Priority, in.PDBs); err != nil {
+				why.Add(err)
 				continue
 			}
 			key := r.pod.Namespace + "/" + r.pod.Name
@@ -153,7 +145,7 @@ func BuildDefrag(in DefragInput) (*Defrag, error) {
 		plan := in.Placer.PlanDefrag(states, w.req, movable, in.Budget, in.Seed)
 		switch {
 		case len(movable) == 0:
-			v.Reason = "no pod may move" + counts(why)
+			v.Reason = "no pod may move" + refused(&why)
 		case plan == nil:
 			v.Reason = fmt.Sprintf("no plan of at most %d moves: the %d pods that may move free no node that would take it, or fit no other node", in.Budget.MaxMoves, len(movable))
 		default:
@@ -190,16 +182,12 @@ func gpuIndexes(s *alloc.NodeState, p *alloc.Placement) []int {
 	return out
 }
 
-// counts renders reasons and how many pods each kept from moving.
-func counts(why map[string]int) string {
-	if len(why) == 0 {
-		return ": none is booked"
+// refused says why no pod may move, and how a pod opts in.
+func refused(why *defrag.Refusals) string {
+	if s := why.String(); s != "" {
+		return s + "; a pod moves if it opts in with the label " + defrag.OptIn + "=true on it or its namespace"
 	}
-	var parts []string
-	for _, r := range slices.Sorted(maps.Keys(why)) {
-		parts = append(parts, fmt.Sprintf("%d %s", why[r], r))
-	}
-	return " (" + strings.Join(parts, "; ") + "); a pod moves if it opts in with the label " + defrag.OptIn + "=true on it or its namespace"
+	return ": none is booked"
 }
 
 // WriteDefrag writes each waiting pod's plan.

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
@@ -57,6 +60,9 @@ type GPUShare struct {
 	// learnOnce learns the workload from the cluster's pods on the
 	// first PreFilter: a restarted scheduler starts from what runs.
 	learnOnce sync.Once
+	// mover makes room by moving pods (GPUShareArgs.Defrag); nil when
+	// defragmentation is off.
+	mover *mover
 }
 
 var (
@@ -98,8 +104,16 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
 			pdbs:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 			claims: h.SharedInformerFactory().Resource().V1().ResourceClaims().Lister()}
+		if args.DefragOn() {
+			f := h.SharedInformerFactory()
+			pl.mover = &mover{args: *args.Defrag, client: h.ClientSet(), recorder: h.EventRecorder(), cache: s.cache, model: model,
+				pods: f.Core().V1().Pods().Lister(), namespaces: f.Core().V1().Namespaces().Lister(), pdbs: pl.pdbs,
+				metrics: s.metrics, seed: args.Seed, now: time.Now,
+				plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}}
+			go pl.mover.run(ctx, time.Second)
+		}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,
-			"learnsWorkload", policy.Learns(), "resources", model.Names())
+			"learnsWorkload", policy.Learns(), "resources", model.Names(), "defrag", args.DefragOn())
 		return pl, nil
 	}
 }
@@ -166,6 +180,9 @@ type cycle struct {
 	// DynamicResources allocates them and DefaultBinder binds the pod,
 	// with no record (claimRequest).
 	claims bool
+	// holds are the places a defragmentation plan holds for the pod, at
+	// most one per node: Filter sees them free, Reserve takes one.
+	holds []gpucache.Held
 
 	mu sync.Mutex
 	// ratings holds the rating of each node that passed Filter.
@@ -190,7 +207,7 @@ type cycle struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, claims: c.claims, ratings: maps.Clone(c.ratings),
+	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, claims: c.claims, holds: c.holds, ratings: maps.Clone(c.ratings),
 		unfits: slices.Clone(c.unfits), chosen: c.chosen, recorded: c.recorded}
 	if c.deltas != nil {
 		out.deltas = make(map[string]*nodeDelta, len(c.deltas))
@@ -258,7 +275,15 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	}
 	// Sized for the feasible nodes kube-scheduler looks for, so that it
 	// does not grow while 16 Filter goroutines wait for its lock.
-	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims,
+	var holds []gpucache.Held
+	if !claims {
+		var owner types.UID
+		if o := metav1.GetControllerOf(pod); o != nil {
+			owner = o.UID
+		}
+		holds = pl.cache.HeldFor(pod.UID, owner)
+	}
+	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims, holds: holds,
 		kubelet: pl.kubeletAsks(pod), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
 	return nil, nil
 }
@@ -283,9 +308,12 @@ func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.
 		rating alloc.Rating
 		unfit  *alloc.Unfit
 	)
-	if d := c.deltaOf(name); d != nil {
+	if d, h := c.deltaOf(name), c.heldOn(name); d != nil || h != nil {
+		if d == nil {
+			d = newNodeDelta()
+		}
 		var s *fwk.Status
-		rating, unfit, s = pl.filterChanged(ctx, c, name, d)
+		rating, unfit, s = pl.filterChanged(ctx, c, name, d, h)
 		if s != nil {
 			return s
 		}
@@ -324,7 +352,7 @@ func outsideStatus(err error) *fwk.Status {
 // PostFilter implements fwk.PostFilterPlugin: it preempts nothing, but
 // adds the numbers to the pod's FailedScheduling event, e.g. "largest free
 // share on any GPU is 3000 MiB, pod needs 3500 MiB".
-func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	c, err := readCycle(state)
 	if err != nil {
 		// PreFilter rejected or skipped the pod: nothing to add.
@@ -334,8 +362,19 @@ func (pl *GPUShare) PostFilter(_ context.Context, state fwk.CycleState, _ *corev
 	c.mu.Lock()
 	d := alloc.Diagnose(len(c.unfits), c.unfits)
 	c.mu.Unlock()
+	var notes []string
 	if detail := d.Detail(); detail != "" {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gpushare: "+detail)
+		notes = append(notes, detail)
+	}
+	if pl.mover != nil && !c.claims {
+		// kube-scheduler's DefaultPreemption, listed first, found no
+		// victims: moving pods may make room.
+		if note := pl.mover.consider(ctx, pod, c); note != "" {
+			notes = append(notes, note)
+		}
+	}
+	if len(notes) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gpushare: "+strings.Join(notes, "; "))
 	}
 	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
@@ -404,7 +443,19 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	p, err := pl.cache.PlaceAndAssume(pod.UID, c.placer, nodeName, c.req)
+	var (
+		p    *alloc.Placement
+		held string
+	)
+	if len(c.holds) > 0 {
+		keys := make([]string, len(c.holds))
+		for i, h := range c.holds {
+			keys[i] = h.Key
+		}
+		p, held, err = pl.cache.PlaceAndAssumeHeld(pod.UID, c.placer, nodeName, c.req, keys)
+	} else {
+		p, err = pl.cache.PlaceAndAssume(pod.UID, c.placer, nodeName, c.req)
+	}
 	if err != nil {
 		pl.metrics.observe(resultUnschedulable, c.start)
 		var unfit *alloc.Unfit
@@ -419,6 +470,9 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 	c.mu.Unlock()
 	if v := klog.FromContext(ctx).V(2); v.Enabled() {
 		v.Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "gpus", describe(p))
+	}
+	if held != "" {
+		klog.FromContext(ctx).V(2).Info("Took the place a defragmentation plan held", "pod", klog.KObj(pod), "node", nodeName, "hold", held)
 	}
 	return nil
 }
@@ -486,6 +540,16 @@ func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *cor
 // asked is what pod's request-shaping annotations say, for its record.
 func (pl *GPUShare) asked(pod *corev1.Pod) *gpusharev1.Asked {
 	return gpusharev1.AskedOf(pod.Annotations, pl.model.RequestAnnotations())
+}
+
+// heldOn returns the place held for the pod on node, nil if none.
+func (c *cycle) heldOn(node string) *alloc.Placement {
+	for i := range c.holds {
+		if c.holds[i].Node == node {
+			return c.holds[i].Placement
+		}
+	}
+	return nil
 }
 
 // reservation returns the placement Reserve booked on node.

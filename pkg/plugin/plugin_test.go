@@ -432,8 +432,8 @@ func TestPluginProfilesShareOneCache(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.registered != 4 {
-		t.Errorf("%d collectors registered, want 4 (the cache's, the two of the decisions and the learned workload's), once", c.registered)
+	if c.registered != 7 {
+		t.Errorf("%d collectors registered, want 7 (the cache's, the two of the decisions, the learned workload's and the three of defragmentation), once", c.registered)
 	}
 }
 

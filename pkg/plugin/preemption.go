@@ -163,7 +163,7 @@ type held struct {
 // removed pods' bookings released and the added pods' booked, and, while
 // pods are removed, passes the node only if the victim plan's pods are
 // among them.
-func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d *nodeDelta) (alloc.Rating, *alloc.Unfit, *fwk.Status) {
+func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d *nodeDelta, hold *alloc.Placement) (alloc.Rating, *alloc.Unfit, *fwk.Status) {
 	logger := klog.FromContext(ctx)
 	// The bookings, read before the node's state: HoldingOf takes the
 	// cache's lock, which Read holds while it calls back. A pod's booking
@@ -187,6 +187,12 @@ func (pl *GPUShare) filterChanged(ctx context.Context, c *cycle, name string, d 
 	var base *alloc.NodeState
 	if err := pl.cache.Read(name, func(s *alloc.NodeState) { base = s.Clone() }); err != nil {
 		return alloc.Rating{}, nil, outsideStatus(err)
+	}
+	if hold != nil {
+		// The place a defragmentation plan holds for the pod is its own.
+		if err := base.Release(hold); err != nil {
+			logger.V(4).Info("The place held for the pod is no longer booked", "node", name, "err", err)
+		}
 	}
 	// base: the node without any pod removed since the delta began,
 	// with the added ones.

@@ -110,6 +110,7 @@ var chartToggles = map[string][]string{
 	"whole-card":       {"node.wholeCard=true"},
 	"hook-policy":      {"hookPolicy.enabled=true"},
 	"dra":              {"dra.enabled=true"},
+	"defrag":           {"gpushare.defrag.enabled=true"},
 	"service-monitor":  {"serviceMonitor.enabled=true"},
 	"monitoring":       {"grafana.dashboard.enabled=true", "prometheusRule.enabled=true"},
 	"no-alloc-policy":  {"allocationPolicy.enabled=false"},
@@ -149,6 +150,8 @@ func TestChartLint(t *testing.T) {
 		"enforcement unknown":  {set: []string{"node.enforcement=strict"}, want: `node.enforcement: "strict" is not none, mps or hami-core`},
 		"mps enforcement without MPS": {set: []string{"node.pools[0].name=a", "node.pools[0].enforcement=mps"},
 			want: "node.pools[a].enforcement: mps needs mps: true"},
+		"defrag in the extender": {set: []string{"mode=extender", "gpushare.defrag.enabled=true"},
+			want: "gpushare.defrag.enabled: needs mode scheduler"},
 		"dra on 1.36": {set: []string{"mode=extender", "dra.enabled=true"}, args: []string{"--kube-version", "1.36"},
 			want: "dra.enabled needs Kubernetes 1.37"},
 		"hooks on 1.35": {set: []string{"mode=extender", "hookPolicy.enabled=true"}, args: []string{"--kube-version", "1.35"},
@@ -204,6 +207,12 @@ func TestChartRender(t *testing.T) {
 				switch o := obj.(type) {
 				case *rbacv1.ClusterRole:
 					checkRules(t, "ClusterRole "+o.Name, o.Rules)
+					if o.Name == "gpushare-scheduler" {
+						evicts := slices.ContainsFunc(o.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "pods/eviction") })
+						if want := slices.Contains(set, "gpushare.defrag.enabled=true"); evicts != want {
+							t.Errorf("ClusterRole gpushare-scheduler may evict pods: %v, want %v (only for defragmentation)", evicts, want)
+						}
+					}
 				case *rbacv1.Role:
 					checkRules(t, "Role "+o.Namespace+"/"+o.Name, o.Rules)
 				case *rbacv1.ClusterRoleBinding:
@@ -598,6 +607,12 @@ func TestChartVersions(t *testing.T) {
 			askHooks := slices.Contains(set, "hookPolicy.enabled=true")
 			if minor < 37 && slices.Contains(set, "dra.enabled=true") {
 				if want := "dra.enabled needs Kubernetes 1.37"; err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)
+				}
+				continue
+			}
+			if minor < 37 && slices.Contains(set, "gpushare.defrag.enabled=true") {
+				if want := "gpushare.defrag.enabled: needs mode scheduler"; err == nil || !strings.Contains(err.Error(), want) {
 					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)
 				}
 				continue

@@ -156,10 +156,21 @@ func checkNoOvercommit(t *testing.T, client kubernetes.Interface) (booked int, b
 // and how many pods hold GPUs.
 func recompute(t *testing.T, client kubernetes.Interface) (map[string]*alloc.NodeState, int) {
 	t.Helper()
+	states, booked, err := rebuildFromRecords(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return states, booked
+}
+
+// rebuildFromRecords is recompute returning what it finds wrong: a
+// record that over-commits a GPU, names an unknown node or does not
+// parse.
+func rebuildFromRecords(client kubernetes.Interface) (map[string]*alloc.NodeState, int, error) {
 	ctx := context.Background()
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
 	states := map[string]*alloc.NodeState{}
 	for i := range nodes.Items {
@@ -171,29 +182,36 @@ func recompute(t *testing.T, client kubernetes.Interface) (map[string]*alloc.Nod
 	}
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, err
 	}
 	booked := 0
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if _, ok := pod.Annotations[gpusharev1.AllocationAnnotation]; !ok || gpucache.Ended(pod) {
+		value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
+		if !ok || gpucache.Ended(pod) {
 			continue
 		}
-		a := record(t, pod)
+		a, err := gpusharev1.ParseAllocation(value)
+		if err != nil {
+			return nil, 0, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if a.Node != pod.Spec.NodeName {
+			return nil, 0, fmt.Errorf("pod %s/%s is bound to %q but recorded on %s", pod.Namespace, pod.Name, pod.Spec.NodeName, a.Node)
+		}
 		s := states[a.Node]
 		if s == nil {
-			t.Fatalf("pod %s/%s recorded on unknown node %s", pod.Namespace, pod.Name, a.Node)
+			return nil, 0, fmt.Errorf("pod %s/%s recorded on unknown node %s", pod.Namespace, pod.Name, a.Node)
 		}
 		p, err := gpurecord.PlacementFrom(a, s.Node)
 		if err != nil {
-			t.Fatalf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
+			return nil, 0, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		if err := s.Apply(p); err != nil {
-			t.Fatalf("GPU over-committed by pod %s/%s: %v", pod.Namespace, pod.Name, err)
+			return nil, 0, fmt.Errorf("GPU over-committed by pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		booked++
 	}
-	return states, booked
+	return states, booked, nil
 }
 
 // recordedPods returns the pods that carry an allocation record, ended or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,7 +62,47 @@ type GPUShareArgs struct {
 	// against that. Measure it on an idle GPU (docs/resource-model.md).
 	// Default none: the whole memory is usable.
 	ReservedMemory []ReservedMemory `json:"reservedMemory,omitempty"`
+	// Defrag lets gpushare-scheduler move running pods that opt in to
+	// make room for a GPU pod that fits no node only because free GPU
+	// memory is scattered. Default off. The HTTP extender does not move
+	// pods.
+	Defrag *DefragArgs `json:"defrag,omitempty"`
 }
+
+// DefragArgs configure defragmentation: when a pod that asks for GPUs fits
+// no node and preemption frees none, gpushare-scheduler plans the fewest
+// moves of running pods that make room for it (pods labelled
+// gpushare.io/movable=true, or in a namespace so labelled, that a
+// ReplicaSet, StatefulSet or Job recreates, of no higher priority, within
+// their PodDisruptionBudgets), holds the pod's place and each moved pod's
+// destination, and evicts the moved pods through the Eviction API.
+type DefragArgs struct {
+	// Enabled turns defragmentation on. Default false.
+	Enabled bool `json:"enabled,omitempty"`
+	// MaxMoves is the most pods one plan moves. Default 3, at most 20.
+	MaxMoves int `json:"maxMoves,omitempty"`
+	// MaxTargets is the most nodes tried as the waiting pod's node, those
+	// with the least movable GPU memory first. Default 64.
+	MaxTargets int `json:"maxTargets,omitempty"`
+	// PlansPerMinute bounds how many plans are started per minute, over
+	// all waiting pods. Default 6.
+	PlansPerMinute int `json:"plansPerMinute,omitempty"`
+	// Timeout is how long the held places wait for the waiting pod and
+	// the moved pods' replacements: what is still held then is released,
+	// with an event saying why. Default 2m.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Defaults of DefragArgs.
+const (
+	DefaultDefragMaxMoves       = 3
+	DefaultDefragMaxTargets     = 64
+	DefaultDefragPlansPerMinute = 6
+	DefaultDefragTimeout        = 2 * time.Minute
+)
+
+// DefragOn reports whether defragmentation is enabled.
+func (a *GPUShareArgs) DefragOn() bool { return a.Defrag != nil && a.Defrag.Enabled }
 
 // WorkloadArgs tune the learned workload of the fragmentation-aware
 // policies.
@@ -144,6 +185,20 @@ func SetArgsDefaults(a *GPUShareArgs) {
 		learn := true
 		a.Workload.Learn = &learn
 	}
+	if d := a.Defrag; d != nil {
+		if d.MaxMoves == 0 {
+			d.MaxMoves = DefaultDefragMaxMoves
+		}
+		if d.MaxTargets == 0 {
+			d.MaxTargets = DefaultDefragMaxTargets
+		}
+		if d.PlansPerMinute == 0 {
+			d.PlansPerMinute = DefaultDefragPlansPerMinute
+		}
+		if d.Timeout.Duration == 0 {
+			d.Timeout.Duration = DefaultDefragTimeout
+		}
+	}
 }
 
 // ValidateArgs reports every invalid field of defaulted args. Policy names
@@ -155,6 +210,7 @@ func ValidateArgs(a *GPUShareArgs) field.ErrorList {
 		errs = append(errs, e)
 	}
 	errs = append(errs, validateWorkload(field.NewPath("workload"), a.Workload)...)
+	errs = append(errs, validateDefrag(field.NewPath("defrag"), a.Defrag)...)
 	return append(errs, validateReserved(field.NewPath("reservedMemory"), a.ReservedMemory)...)
 }
 
@@ -187,6 +243,26 @@ func validateWorkload(p *field.Path, w *WorkloadArgs) field.ErrorList {
 				errs = append(errs, field.Invalid(qp.Child("models").Index(j), m, "must name a GPU model"))
 			}
 		}
+	}
+	return errs
+}
+
+func validateDefrag(p *field.Path, d *DefragArgs) field.ErrorList {
+	if d == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if d.MaxMoves < 1 || d.MaxMoves > 20 {
+		errs = append(errs, field.Invalid(p.Child("maxMoves"), d.MaxMoves, "must be 1 to 20 (pods per plan; 0 for the default, 3)"))
+	}
+	if d.MaxTargets < 1 {
+		errs = append(errs, field.Invalid(p.Child("maxTargets"), d.MaxTargets, "must be at least 1 (nodes tried per plan; 0 for the default, 64)"))
+	}
+	if d.PlansPerMinute < 1 {
+		errs = append(errs, field.Invalid(p.Child("plansPerMinute"), d.PlansPerMinute, "must be at least 1 (0 for the default, 6)"))
+	}
+	if t := d.Timeout.Duration; t < 10*time.Second || t > time.Hour {
+		errs = append(errs, field.Invalid(p.Child("timeout"), d.Timeout.Duration.String(), "must be 10s to 1h (0 for the default, 2m)"))
 	}
 	return errs
 }

@@ -43,6 +43,9 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if not (has .Values.mode (list "scheduler" "extender")) -}}
 {{- fail (printf "mode: %q is neither scheduler nor extender" .Values.mode) -}}
 {{- end -}}
+{{- if and (eq .Values.mode "extender") .Values.gpushare.defrag .Values.gpushare.defrag.enabled -}}
+{{- fail "gpushare.defrag.enabled: needs mode scheduler (the HTTP extender does not move pods)" -}}
+{{- end -}}
 {{- if and (eq .Values.mode "extender") (ne (int .Values.extender.replicas) 1) -}}
 {{- fail "extender.replicas: must be 1 (kube-scheduler's filter and bind calls for a pod must reach the same extender)" -}}
 {{- end -}}

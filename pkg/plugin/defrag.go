@@ -1,0 +1,365 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/decision"
+	"github.com/gpushare/gpushare/pkg/defrag"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// Defragmentation. When a GPU pod fits no node and DefaultPreemption
+// freed nothing, PostFilter asks the mover for a plan: the fewest moves
+// of running pods that may move (defrag.MayMove, their disruption
+// budgets) that make room for the pod on one node (alloc.PlanDefrag). The
+// mover then holds, in the cache, the pod's place on that node and each
+// moved pod's destination (gpucache.Hold), evicts the moved pods through
+// the Eviction API, and watches: the waiting pod and the replacements the
+// moved pods' controllers make take their holds when they are placed
+// (PreFilter, Filter and Reserve see a pod's own holds free); what is
+// still held after the timeout, or after an eviction is refused, is
+// released. Every step is an event on the pods involved.
+
+// Event reasons of defragmentation.
+const (
+	reasonDefragmenting = "Defragmenting"
+	reasonMoved         = "MovedByDefrag"
+	reasonDefragmented  = "Defragmented"
+	reasonDefragFailed  = "DefragFailed"
+)
+
+// retryAfter is how long a waiting pod goes without a new plan after one
+// was looked for in vain.
+const retryAfter = 30 * time.Second
+
+// mover makes and follows the defragmentation plans of one profile.
+type mover struct {
+	args       v1alpha1.DefragArgs
+	client     kubernetes.Interface
+	recorder   events.EventRecorder
+	cache      *gpucache.Cache
+	model      *resource.Model
+	pods       corelisters.PodLister
+	namespaces corelisters.NamespaceLister
+	pdbs       policylisters.PodDisruptionBudgetLister
+	metrics    *metrics
+	seed       uint64
+	now        func() time.Time
+
+	mu sync.Mutex
+	// plans holds the plans under way, by waiting pod.
+	plans map[types.UID]*movePlan
+	// tried holds when a plan was last looked for in vain, per pod.
+	tried map[types.UID]time.Time
+	// starts are when the plans of the last minute started.
+	starts []time.Time
+}
+
+// movePlan is a plan under way.
+type movePlan struct {
+	id       string
+	waiting  *corev1.Pod
+	node     string
+	gpus     []int
+	moves    []plannedMove
+	deadline time.Time
+}
+
+type plannedMove struct {
+	pod    *corev1.Pod
+	to     string
+	toGPUs []int
+}
+
+// consider is PostFilter's call for a GPU pod that fits no node: it
+// returns a note for the pod's FailedScheduling event, "" for none.
+func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string {
+	logger := klog.FromContext(ctx)
+	now := m.now()
+	m.mu.Lock()
+	if p := m.plans[pod.UID]; p != nil {
+		m.mu.Unlock()
+		return fmt.Sprintf("defragmentation: waiting for %d moved pod(s) to leave node %s", len(p.moves), p.node)
+	}
+	if t, ok := m.tried[pod.UID]; ok && now.Sub(t) < retryAfter {
+		m.mu.Unlock()
+		return ""
+	}
+	m.starts = slices.DeleteFunc(m.starts, func(t time.Time) bool { return now.Sub(t) >= time.Minute })
+	if len(m.starts) >= m.args.PlansPerMinute {
+		m.mu.Unlock()
+		return fmt.Sprintf("defragmentation: %d plans started in the last minute, the most allowed", len(m.starts))
+	}
+	m.tried[pod.UID] = now
+	m.mu.Unlock()
+
+	plan, states, movedPods, note := m.plan(pod, c)
+	if plan == nil {
+		m.metrics.defragPlans.WithLabelValues("none").Inc()
+		logger.V(3).Info("No defragmentation plan", "pod", klog.KObj(pod), "reason", note)
+		return "defragmentation: " + note
+	}
+	p := &movePlan{id: "defrag/" + string(pod.UID), waiting: pod, node: states[plan.Target].Node.Name,
+		gpus: gpuIndexes(plan.Placement), deadline: now.Add(m.args.Timeout.Duration)}
+	for i, mv := range plan.Moves {
+		p.moves = append(p.moves, plannedMove{pod: movedPods[i], to: states[mv.To].Node.Name, toGPUs: gpuIndexes(mv.Placement)})
+	}
+	if err := m.hold(p, plan, states[plan.Target], movedPods); err != nil {
+		m.cache.DropPlan(p.id)
+		m.metrics.defragPlans.WithLabelValues("changed").Inc()
+		logger.V(2).Info("Defragmentation plan dropped: the cluster changed", "pod", klog.KObj(pod), "err", err)
+		return "defragmentation: the plan no longer fits: " + err.Error()
+	}
+	m.mu.Lock()
+	m.plans[pod.UID] = p
+	m.starts = append(m.starts, now)
+	delete(m.tried, pod.UID)
+	m.mu.Unlock()
+	m.metrics.defragPlans.WithLabelValues("started").Inc()
+	what := p.describe()
+	logger.Info("Defragmenting", "pod", klog.KObj(pod), "node", p.node, "gpus", joinInts(p.gpus), "moves", what)
+	m.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonDefragmenting, "Defragment",
+		"Moving %d pod(s) to make room on node %s (GPU %s): %s", len(p.moves), p.node, joinInts(p.gpus), what)
+	go m.evict(klog.NewContext(context.WithoutCancel(ctx), logger), p)
+	return fmt.Sprintf("defragmentation: moving %s", what)
+}
+
+// plan looks for a plan for pod; with none, a note says why.
+func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.NodeState, []*corev1.Pod, string) {
+	states := m.cache.Snapshot()
+	index := make(map[string]int, len(states))
+	for i, s := range states {
+		index[s.Node.Name] = i
+	}
+	pods, err := m.pods.List(labels.Everything())
+	if err != nil {
+		return nil, nil, nil, "listing pods: " + err.Error()
+	}
+	var pdbs []policyv1.PodDisruptionBudget
+	if list, err := m.pdbs.List(labels.Everything()); err == nil {
+		for _, b := range list {
+			pdbs = append(pdbs, *b)
+		}
+	}
+	waiting := defrag.Priority(pod)
+	var movable []alloc.Movable
+	byKey := map[string]*corev1.Pod{}
+	var why defrag.Refusals
+	for _, p := range pods {
+		placement, assumed := m.cache.Holding(p.UID)
+		i, ok := 0, false
+		if placement != nil {
+			i, ok = index[placement.Node]
+		}
+		if !ok || assumed || p.UID == pod.UID {
+			continue
+		}
+		req, err := decision.Request(m.model, p)
+		if err != nil || req == nil {
+			continue
+		}
+		var ns *corev1.Namespace
+		if n, err := m.namespaces.Get(p.Namespace); err == nil {
+			ns = n
+		}
+		if err := defrag.Check(p, ns, waiting, pdbs); err != nil {
+			why.Add(err)
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		byKey[key] = p
+		movable = append(movable, alloc.Movable{Key: key, Node: i, Request: req, Placement: placement})
+	}
+	if len(movable) == 0 {
+		return nil, nil, nil, "no pod may move" + why.String()
+	}
+	plan := c.placer.PlanDefrag(states, c.req, movable, alloc.DefragBudget{MaxMoves: m.args.MaxMoves, MaxTargets: m.args.MaxTargets}, m.seed)
+	if plan == nil {
+		return nil, nil, nil, fmt.Sprintf("no plan of at most %d moves among the %d pods that may move", m.args.MaxMoves, len(movable))
+	}
+	moved := make([]*corev1.Pod, len(plan.Moves))
+	for i, mv := range plan.Moves {
+		moved[i] = byKey[mv.Key]
+	}
+	if err := defrag.Budgets(moved, pdbs); err != nil {
+		return nil, nil, nil, err.Error()
+	}
+	return plan, states, moved, ""
+}
+
+// hold holds the plan's places in the cache: on the target, what its
+// GPUs have free now, joined by what the moved pods hold there as they
+// end; each destination for the moved pod's controller.
+func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeState, moved []*corev1.Pod) error {
+	free := &alloc.Placement{Node: p.node}
+	for _, b := range plan.Placement.Booked {
+		f := target.Free(b.GPU)
+		u := alloc.Usage{MemoryMiB: max(0, min(b.MemoryMiB, f.MemoryMiB)), Compute: max(0, min(b.Compute, f.Compute))}
+		if u != (alloc.Usage{}) {
+			free.Booked = append(free.Booked, alloc.Assignment{GPU: b.GPU, UUID: b.UUID, Usage: u})
+		}
+	}
+	joins := make([]types.UID, len(moved))
+	for i, pod := range moved {
+		joins[i] = pod.UID
+	}
+	if err := m.cache.Hold(p.id, p.id+"/target", gpucache.HoldFor{Pod: p.waiting.UID}, free, joins); err != nil {
+		return err
+	}
+	for i, mv := range plan.Moves {
+		owner := metav1.GetControllerOf(moved[i])
+		if owner == nil {
+			return fmt.Errorf("pod %s has no controller", mv.Key)
+		}
+		if err := m.cache.Hold(p.id, fmt.Sprintf("%s/move-%d", p.id, i), gpucache.HoldFor{Owner: owner.UID}, mv.Placement, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// evict evicts the plan's pods one by one; a refusal gives the plan up.
+func (m *mover) evict(ctx context.Context, p *movePlan) {
+	logger := klog.FromContext(ctx)
+	for _, mv := range p.moves {
+		e := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: mv.pod.Name, Namespace: mv.pod.Namespace},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &mv.pod.UID}}}
+		err := m.client.PolicyV1().Evictions(mv.pod.Namespace).Evict(ctx, e)
+		if err != nil && !apierrors.IsNotFound(err) {
+			logger.Info("Eviction refused; giving the defragmentation plan up", "pod", klog.KObj(p.waiting), "moved", klog.KObj(mv.pod), "err", err)
+			m.giveUp(p, "failed", fmt.Sprintf("the eviction of %s was refused (%v)", klog.KObj(mv.pod), err))
+			return
+		}
+		m.metrics.defragMoved.Inc()
+		m.recorder.Eventf(mv.pod, p.waiting, corev1.EventTypeNormal, reasonMoved, "Evict",
+			"Evicted to make room for %s on node %s; its replacement has room held on node %s (GPU %s)",
+			klog.KObj(p.waiting), p.node, mv.to, joinInts(mv.toGPUs))
+	}
+}
+
+// giveUp releases what plan p still holds and says why on its pod.
+func (m *mover) giveUp(p *movePlan, result, why string) {
+	m.mu.Lock()
+	if m.plans[p.waiting.UID] != p {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.plans, p.waiting.UID)
+	m.tried[p.waiting.UID] = m.now()
+	m.mu.Unlock()
+	released := m.cache.DropPlan(p.id)
+	m.metrics.defragPlans.WithLabelValues(result).Inc()
+	m.recorder.Eventf(p.waiting, nil, corev1.EventTypeWarning, reasonDefragFailed, "Defragment",
+		"Gave up making room on node %s: %s; released %d held place(s)", p.node, why, len(released))
+}
+
+// run follows the plans under way until ctx ends.
+func (m *mover) run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.follow()
+		}
+	}
+}
+
+// follow ends each plan whose holds were all taken, and gives up those
+// past their deadline or whose pod is gone.
+func (m *mover) follow() {
+	m.mu.Lock()
+	plans := make([]*movePlan, 0, len(m.plans))
+	for _, p := range m.plans {
+		plans = append(plans, p)
+	}
+	for uid, t := range m.tried {
+		if m.now().Sub(t) >= retryAfter {
+			delete(m.tried, uid)
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range plans {
+		left := m.cache.PlanHolds(p.id)
+		if len(left) == 0 {
+			m.done(p)
+			continue
+		}
+		if cur, err := m.pods.Pods(p.waiting.Namespace).Get(p.waiting.Name); err != nil || cur.UID != p.waiting.UID {
+			m.giveUp(p, "gone", "the pod is gone")
+			continue
+		}
+		if m.now().After(p.deadline) {
+			m.giveUp(p, "timed_out", fmt.Sprintf("%s passed waiting for %s", m.args.Timeout.Duration, m.waitingFor(p, left)))
+		}
+	}
+}
+
+// waitingFor names what the holds left wait for.
+func (m *mover) waitingFor(p *movePlan, left []string) string {
+	var out []string
+	for _, k := range left {
+		if strings.HasSuffix(k, "/target") {
+			out = append(out, "the pod itself")
+			continue
+		}
+		var i int
+		if _, err := fmt.Sscanf(k[strings.LastIndex(k, "/")+1:], "move-%d", &i); err == nil && i < len(p.moves) {
+			out = append(out, fmt.Sprintf("the replacement of %s", klog.KObj(p.moves[i].pod)))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func (m *mover) done(p *movePlan) {
+	m.mu.Lock()
+	if m.plans[p.waiting.UID] != p {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.plans, p.waiting.UID)
+	m.mu.Unlock()
+	m.metrics.defragPlans.WithLabelValues("done").Inc()
+	m.metrics.defragFreed.Add(float64(len(p.gpus)))
+	m.recorder.Eventf(p.waiting, nil, corev1.EventTypeNormal, reasonDefragmented, "Defragment",
+		"Placed on node %s (GPU %s) after moving %d pod(s)", p.node, joinInts(p.gpus), len(p.moves))
+}
+
+// describe names the plan's moves.
+func (p *movePlan) describe() string {
+	parts := make([]string, len(p.moves))
+	for i, mv := range p.moves {
+		parts[i] = fmt.Sprintf("%s to node %s (GPU %s)", klog.KObj(mv.pod), mv.to, joinInts(mv.toGPUs))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func gpuIndexes(p *alloc.Placement) []int {
+	out := make([]int, 0, len(p.Booked))
+	for _, b := range p.Booked {
+		out = append(out, b.GPU)
+	}
+	return out
+}

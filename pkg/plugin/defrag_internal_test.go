@@ -1,0 +1,270 @@
+package plugin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/decision"
+	"github.com/gpushare/gpushare/pkg/defrag"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// moverFixture is a mover over nodes n1 and n2 (one 16 GiB GPU each): x
+// (8 GiB on n1, a ReplicaSet's, in a namespace that opts in) may move, y
+// (6 GiB on n2) may not, and w waits for a whole GPU.
+type moverFixture struct {
+	m      *mover
+	c      *cycle
+	w, x   *corev1.Pod
+	events chan string
+	clock  time.Time
+
+	mu      sync.Mutex
+	refuse  bool
+	evicted []string
+}
+
+func newMoverFixture(t *testing.T) *moverFixture {
+	t.Helper()
+	logger := klog.Background()
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := v1alpha1.LoadArgs([]byte("nodePolicy: binpack\ndefrag: {enabled: true}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := decision.Policy(args, model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gpucache.New(logger, gpucache.Options{})
+	for _, n := range []string{"n1", "n2"} {
+		inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared, GPUs: []gpusharev1.GPU{{Index: 0, UUID: "GPU-" + n + "-0",
+			Model: "Tesla T4", MemoryMiB: 16384, Healthy: true, NUMANode: -1}}}
+		value, err := gpusharev1.Marshal(inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{gpusharev1.NodeLabel: "true"},
+			Annotations: map[string]string{gpusharev1.InventoryAnnotation: value}}})
+	}
+	running := func(name, node string, mib int64) *corev1.Pod {
+		p := memPod(name, mib)
+		p.Spec.NodeName = node
+		p.Status.Phase = corev1.PodRunning
+		value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
+			Name: "main", Kind: gpusharev1.ContainerApp, GPUs: []gpusharev1.GPUShare{{Index: 0, UUID: "GPU-" + node + "-0", MemoryMiB: mib}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
+		c.SetPod(p)
+		return p
+	}
+	x := running("x", "n1", 8192)
+	x.Namespace = "web"
+	x.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "x-rs", UID: "rs-x", Controller: new(true)}}
+	y := running("y", "n2", 6144)
+	w := memPod("w", 0)
+	w.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-count": k8sresource.MustParse("1")}
+
+	f := &moverFixture{x: x, w: w, events: make(chan string, 20), clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	client := fake.NewClientset()
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.refuse {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		f.evicted = append(f.evicted, a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName())
+		return true, nil, nil
+	})
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, p := range []*corev1.Pod{x, y, w} {
+		if err := pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := namespaces.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{defrag.OptIn: "true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f.m = &mover{args: *args.Defrag, client: client, recorder: &chanRecorder{out: f.events}, cache: c, model: model,
+		pods: corelisters.NewPodLister(pods), namespaces: corelisters.NewNamespaceLister(namespaces),
+		pdbs:    policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
+		metrics: newMetrics(), now: func() time.Time { return f.clock },
+		plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}}
+	req, err := decision.Request(model, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c = &cycle{req: req, placer: policy.Placer()}
+	return f
+}
+
+func memPod(name string, mib int64) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+	if mib > 0 {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)}
+	}
+	return p
+}
+
+// chanRecorder sends each event's reason and note to out.
+type chanRecorder struct{ out chan string }
+
+func (r *chanRecorder) Eventf(regarding, _ runtime.Object, _, reason, _, note string, args ...any) {
+	name := ""
+	if o, ok := regarding.(metav1.Object); ok {
+		name = o.GetName()
+	}
+	r.out <- fmt.Sprintf("%s %s: %s", name, reason, fmt.Sprintf(note, args...))
+}
+
+var _ events.EventRecorder = (*chanRecorder)(nil)
+
+// next waits for the next event and checks it starts with want.
+func (f *moverFixture) next(t *testing.T, want string) {
+	t.Helper()
+	select {
+	case e := <-f.events:
+		if !strings.HasPrefix(e, want) {
+			t.Errorf("event %q, want %q...", e, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no event; want %q", want)
+	}
+}
+
+// TestMoverGivesUp: a plan whose eviction is refused releases what it
+// held at once; a plan whose replacement does not come releases it at
+// the deadline; each says why on the waiting pod, and the cluster is as
+// before the plan.
+func TestMoverGivesUp(t *testing.T) {
+	f := newMoverFixture(t)
+	ctx := t.Context()
+	f.refuse = true
+	before := f.m.cache.Snapshot()
+
+	if note := f.m.consider(ctx, f.w, f.c); note != "defragmentation: moving web/x to node n2 (GPU 0)" {
+		t.Fatalf("consider: %q", note)
+	}
+	f.next(t, "w Defragmenting: Moving 1 pod(s) to make room on node n1 (GPU 0): web/x to node n2 (GPU 0)")
+	f.next(t, "w DefragFailed: Gave up making room on node n1: the eviction of web/x was refused (Cannot evict pod")
+	if left := f.m.cache.PlanHolds("defrag/uid-w"); len(left) != 0 {
+		t.Errorf("holds after the refusal: %v", left)
+	}
+	if after := f.m.cache.Snapshot(); !sameUsage(before, after) {
+		t.Errorf("the cache after the refusal differs from before the plan")
+	}
+	// Tried in vain just now: no new plan until retryAfter passes.
+	if note := f.m.consider(ctx, f.w, f.c); note != "" {
+		t.Errorf("consider right after: %q, want nothing", note)
+	}
+
+	f.mu.Lock()
+	f.refuse = false
+	f.mu.Unlock()
+	f.clock = f.clock.Add(retryAfter)
+	if note := f.m.consider(ctx, f.w, f.c); !strings.HasPrefix(note, "defragmentation: moving web/x") {
+		t.Fatalf("consider after retryAfter: %q", note)
+	}
+	f.next(t, "w Defragmenting:")
+	f.next(t, "x MovedByDefrag: Evicted to make room for default/w on node n1; its replacement has room held on node n2 (GPU 0)")
+	if note := f.m.consider(ctx, f.w, f.c); note != "defragmentation: waiting for 1 moved pod(s) to leave node n1" {
+		t.Errorf("consider while the plan is under way: %q", note)
+	}
+	f.m.follow()
+	if got := f.m.cache.PlanHolds("defrag/uid-w"); !slices.Equal(got, []string{"defrag/uid-w/move-0", "defrag/uid-w/target"}) {
+		t.Fatalf("holds before the deadline: %v", got)
+	}
+	f.clock = f.clock.Add(f.m.args.Timeout.Duration + time.Second)
+	f.m.follow()
+	f.next(t, "w DefragFailed: Gave up making room on node n1: 2m0s passed waiting for the replacement of web/x, the pod itself; released 2 held place(s)")
+	if after := f.m.cache.Snapshot(); !sameUsage(before, after) {
+		t.Errorf("the cache after the timeout differs from before the plan")
+	}
+}
+
+// TestMoverDone: x ends, the waiting pod and x's replacement take their
+// holds, and the plan is done.
+func TestMoverDone(t *testing.T) {
+	f := newMoverFixture(t)
+	ctx := t.Context()
+	if note := f.m.consider(ctx, f.w, f.c); !strings.HasPrefix(note, "defragmentation: moving web/x") {
+		t.Fatalf("consider: %q", note)
+	}
+	f.next(t, "w Defragmenting:")
+	f.next(t, "x MovedByDefrag:")
+	f.m.cache.RemovePod(f.x.UID)
+	held := f.m.cache.HeldFor(f.w.UID, "")
+	if len(held) != 1 || held[0].Node != "n1" || held[0].Placement.BookedMiB() != 16384 {
+		t.Fatalf("w's hold after x ended: %+v", held)
+	}
+	if _, _, err := f.m.cache.PlaceAndAssumeHeld(f.w.UID, f.c.placer, "n1", f.c.req, []string{held[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	f.m.follow()
+	select {
+	case e := <-f.events:
+		t.Fatalf("event before the replacement came: %s", e)
+	default:
+	}
+	repl := memPod("x2", 8192)
+	req, err := decision.Request(f.m.model, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = f.m.cache.HeldFor(repl.UID, "rs-x")
+	if len(held) != 1 || held[0].Node != "n2" {
+		t.Fatalf("the replacement's hold: %+v", held)
+	}
+	if _, _, err := f.m.cache.PlaceAndAssumeHeld(repl.UID, f.c.placer, "n2", req, []string{held[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	f.m.follow()
+	f.next(t, "w Defragmented: Placed on node n1 (GPU 0) after moving 1 pod(s)")
+	if f.m.plans[f.w.UID] != nil {
+		t.Error("the plan is still under way")
+	}
+}
+
+func sameUsage(a, b []*alloc.NodeState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !slices.Equal(a[i].GPUs, b[i].GPUs) {
+			return false
+		}
+	}
+	return true
+}
