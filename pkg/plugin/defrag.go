@@ -162,6 +162,15 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 		}
 	}
 	waiting := defrag.Priority(pod)
+	// A pod a plan under way moves is not planned again.
+	moving := map[types.UID]bool{}
+	m.mu.Lock()
+	for _, p := range m.plans {
+		for _, mv := range p.moves {
+			moving[mv.pod.UID] = true
+		}
+	}
+	m.mu.Unlock()
 	var movable []alloc.Movable
 	byKey := map[string]*corev1.Pod{}
 	var why defrag.Refusals
@@ -171,7 +180,7 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 		if placement != nil {
 			i, ok = index[placement.Node]
 		}
-		if !ok || assumed || p.UID == pod.UID {
+		if !ok || assumed || p.UID == pod.UID || moving[p.UID] {
 			continue
 		}
 		req, err := decision.Request(m.model, p)

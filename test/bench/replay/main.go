@@ -127,6 +127,11 @@ type options struct {
 	// dra asks GPUs through ResourceClaims; stock schedules them with
 	// stock kube-scheduler.
 	dra, stock bool
+	// defrag turns gpushare-scheduler's defragmentation on, with movable
+	// the share of GPU pods that may move and maxMoves pods per plan.
+	defrag   bool
+	movable  float64
+	maxMoves int
 }
 
 // Result is one seed's figures.
@@ -157,6 +162,11 @@ type Result struct {
 	// by kube-scheduler's default scoring, as in the real cluster.
 	SimLocal   *float64 `json:"unallocated_gpu_pct_at_100_sim_local,omitempty"`
 	SimKubeCPU *float64 `json:"unallocated_gpu_pct_at_100_sim_kube_cpu_pods,omitempty"`
+	// --defrag: pods moved per 20 placed up to 100% arrived, real and
+	// simulated, and the real moves' replacements turned away.
+	MovedPer20Real *float64 `json:"pods_moved_per_20_placed_real,omitempty"`
+	MovedPer20Sim  *float64 `json:"pods_moved_per_20_placed_sim,omitempty"`
+	LostMilli      int64    `json:"replacements_turned_away_gpu_milli,omitempty"`
 }
 
 func main() {
@@ -182,10 +192,16 @@ func main() {
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the scheduler)")
 	flag.BoolVar(&o.dra, "dra", false, "ask each pod's GPUs through a ResourceClaim of gpushare's DRA devices")
 	flag.BoolVar(&o.stock, "stock", false, "with --dra: schedule with stock kube-scheduler (its DRA allocator) instead of gpushare-scheduler")
+	flag.BoolVar(&o.defrag, "defrag", false, "turn gpushare-scheduler's defragmentation on: a share (--movable) of GPU pods may move, this command recreating each as its ReplicaSet would; the simulator moves as many")
+	flag.Float64Var(&o.movable, "movable", 0.3, "with --defrag: the share of GPU pods that may move, drawn per pod from the seed")
+	flag.IntVar(&o.maxMoves, "max-moves", 3, "with --defrag: the most pods one plan moves")
 	flag.Parse()
 	var err error
 	if o.seeds, err = parseSeeds(seeds); err != nil {
 		fail(err)
+	}
+	if o.defrag && (o.dra || o.simFirst) {
+		fail(fmt.Errorf("--defrag moves extended-resource pods through the real scheduler: not with --dra or --sim-only"))
 	}
 	if o.stock && !o.dra {
 		fail(fmt.Errorf("--stock needs --dra: stock kube-scheduler cannot place gpushare.io/gpu-core"))
@@ -276,11 +292,9 @@ func run(ctx context.Context, o options) error {
 	for _, seed := range o.seeds {
 		r := Result{Mode: o.mode(), Policy: policy, Seed: seed}
 		if !o.noSim {
-			s, err := simulate(ctx, w, policy, seed, o.oracle)
-			if err != nil {
+			if err := simulate(ctx, w, policy, seed, o, &r); err != nil {
 				return err
 			}
-			r.Sim = s
 		}
 		if o.simFirst {
 			cn, err := w.CoreNodes()
@@ -308,14 +322,23 @@ func run(ctx context.Context, o options) error {
 }
 
 // simulate is the simulator's unallocated GPU at 100% for the seed.
-func simulate(ctx context.Context, w *sim.Workload, policy string, seed uint64, oracle bool) (float64, error) {
+func simulate(ctx context.Context, w *sim.Workload, policy string, seed uint64, o options, r *Result) error {
 	t0 := time.Now()
-	res, err := sim.Run(ctx, w, policy, []uint64{seed}, simOptions(oracle))
+	so := simOptions(o.oracle)
+	if o.defrag {
+		so.Defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: configv1.DefaultDefragMaxTargets}}
+	}
+	res, err := sim.Run(ctx, w, policy, []uint64{seed}, so)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	progress("seed %d: simulator %.3f%% unallocated at 100%% (%.1fs)", seed, res.PerSeed[0], time.Since(t0).Seconds())
-	return res.PerSeed[0], nil
+	r.Sim = res.PerSeed[0]
+	if o.defrag {
+		per20 := 20 * res.MovedPerPlaced100
+		r.MovedPer20Sim = &per20
+	}
+	return nil
 }
 
 var (
@@ -347,6 +370,9 @@ func schedulerConfig(o options) ([]byte, string, error) {
 	default:
 		b = nodePolicyLine.ReplaceAll(b, nil)
 		b = argsKindLine.ReplaceAll(b, []byte("${1}kind: GPUShareArgs\n${1}nodePolicy: "+o.policy+"\n"))
+	}
+	if o.defrag {
+		b = argsKindLine.ReplaceAll(b, []byte(fmt.Sprintf("${1}kind: GPUShareArgs\n${1}defrag: {enabled: true, maxMoves: %d, plansPerMinute: 1000, timeout: 60s}\n", o.maxMoves)))
 	}
 	if o.mostAllocated {
 		const fit = "  - name: NodeResourcesFit\n    args:\n"
@@ -536,6 +562,14 @@ func (d *decisions) expect(name string, gpu bool) chan outcome {
 	return ch
 }
 
+// forget stops waiting for pod name.
+func (d *decisions) forget(name string) {
+	d.mu.Lock()
+	delete(d.waiting, name)
+	delete(d.gpu, name)
+	d.mu.Unlock()
+}
+
 func (d *decisions) seen(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -593,7 +627,13 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		return err
 	}
 	progress("seed %d: starting the control plane", seed)
-	c, err := controlplane.Start(ctx, controlplane.Options{Tools: tools, QPS: 5000, Burst: 10000})
+	co := controlplane.Options{Tools: tools, QPS: 5000, Burst: 10000}
+	if o.defrag {
+		// The movable pods' ReplicaSets are played by this command: the
+		// garbage collector would delete pods whose owner does not exist.
+		co.ControllerManagerArgs = []string{"--controllers=*,-garbage-collector-controller"}
+	}
+	c, err := controlplane.Start(ctx, co)
 	if err != nil {
 		return err
 	}
@@ -616,9 +656,21 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		}
 	}
 	d := &decisions{waiting: map[string]chan outcome{}, gpu: map[string]bool{}}
+	var dm *mover
+	if o.defrag {
+		dm = newMover(client, d, seed, o.movable)
+	}
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
 	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: d.seen, UpdateFunc: func(_, obj any) { d.seen(obj) },
+		DeleteFunc: func(obj any) {
+			if dm != nil {
+				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				dm.gone(obj)
+			}
+		},
 	})
 	quit := make(chan struct{})
 	defer close(quit)
@@ -628,6 +680,9 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 	rbac, err := os.ReadFile("deploy/scheduler-rbac.yaml")
 	if err != nil {
 		return err
+	}
+	if o.defrag {
+		rbac = append(rbac, evictionRBAC...)
 	}
 	kubeconfig, err := c.RoleKubeconfig(ctx, rbac, "kube-system", "gpushare-scheduler", 24*time.Hour)
 	if err != nil {
@@ -644,6 +699,7 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 
 	capacity := float64(w.Capacity())
 	var arrived, allocated int64
+	placed := 0
 	seen100 := false
 	t0 := time.Now()
 	for k, i := range sim.Order(w, seed) {
@@ -655,7 +711,11 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		}
 		p := &w.Pods[i]
 		name := podName(k, p)
-		want := sh.pick(name, p)
+		want := ""
+		if dm == nil {
+			// With moves the shadow core's state would go stale.
+			want = sh.pick(name, p)
+		}
 		// GPUShare binds an extended-resource pod with its record; a
 		// claims pod is bound without one.
 		ch := d.expect(name, p.GPUs > 0 && !o.dra)
@@ -665,6 +725,9 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 			if _, err := client.ResourceV1().ResourceClaims(namespace).Create(ctx, kubeClaim(name, p), metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating claim %s: %w", name, err)
 			}
+		}
+		if dm != nil && p.GPUs > 0 {
+			dm.mark(pod, p.RequestedMilli())
 		}
 		if _, err := client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s: %w", name, err)
@@ -677,8 +740,16 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if got.node == "" && dm != nil && planned(got.reason) {
+			if got, err = awaitMoves(ctx, client, d, name); err != nil {
+				return err
+			}
+		}
 		if got.node == "" {
 			r.Unsched++
+			if dm != nil {
+				dm.deleting(name)
+			}
 			err := client.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return err
@@ -690,6 +761,7 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 				}
 			}
 		} else {
+			placed++
 			allocated += p.RequestedMilli()
 			if o.dra && p.GPUs > 0 {
 				if got.claim, err = client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -697,13 +769,22 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 				}
 			}
 		}
-		if err := sh.follow(k, name, p, want, got, o.verbose); err != nil {
-			return err
+		if dm == nil {
+			if err := sh.follow(k, name, p, want, got, o.verbose); err != nil {
+				return err
+			}
 		}
 		arrived += p.RequestedMilli()
 		r.Pods++
 		if !seen100 && float64(arrived) >= capacity {
 			seen100 = true
+			if dm != nil {
+				moved, lost := dm.settle(ctx)
+				allocated -= lost
+				per20 := 20 * float64(moved) / float64(placed)
+				r.MovedPer20Real, r.LostMilli = &per20, lost
+				progress("seed %d: %d pods moved, %d placed", seed, moved, placed)
+			}
 			r.Real = 100 * (capacity - float64(allocated)) / capacity
 			progress("seed %d: 100%% arrived after %d pods: %.3f%% unallocated (%d placed elsewhere than the core would)", seed, r.Pods, r.Real, sh.differ)
 		}
