@@ -49,8 +49,14 @@ const (
 )
 
 // retryAfter is how long a waiting pod goes without a new plan after one
-// was looked for in vain.
-const retryAfter = 30 * time.Second
+// was looked for in vain; shapeRetryAfter how long any pod of the same
+// request does. Looking costs a pass over every pod and a plan per
+// candidate node: a scheduler turning away a stream of pods of one shape
+// must not look for each.
+const (
+	retryAfter      = 30 * time.Second
+	shapeRetryAfter = 10 * time.Second
+)
 
 // mover makes and follows the defragmentation plans of one profile.
 type mover struct {
@@ -69,8 +75,10 @@ type mover struct {
 	mu sync.Mutex
 	// plans holds the plans under way, by waiting pod.
 	plans map[types.UID]*movePlan
-	// tried holds when a plan was last looked for in vain, per pod.
-	tried map[types.UID]time.Time
+	// tried holds when a plan was last looked for in vain, per pod, and
+	// triedShape per request (shapeOf).
+	tried      map[types.UID]time.Time
+	triedShape map[string]time.Time
 	// starts are when the plans of the last minute started.
 	starts []time.Time
 }
@@ -101,7 +109,12 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 		m.mu.Unlock()
 		return fmt.Sprintf("defragmentation: waiting for %d moved pod(s) to leave node %s", len(p.moves), p.node)
 	}
+	shape := shapeOf(c.req)
 	if t, ok := m.tried[pod.UID]; ok && now.Sub(t) < retryAfter {
+		m.mu.Unlock()
+		return ""
+	}
+	if t, ok := m.triedShape[shape]; ok && now.Sub(t) < shapeRetryAfter {
 		m.mu.Unlock()
 		return ""
 	}
@@ -115,6 +128,9 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 
 	plan, states, movedPods, note := m.plan(pod, c)
 	if plan == nil {
+		m.mu.Lock()
+		m.triedShape[shape] = now
+		m.mu.Unlock()
 		m.metrics.defragPlans.WithLabelValues("none").Inc()
 		logger.V(3).Info("No defragmentation plan", "pod", klog.KObj(pod), "reason", note)
 		return "defragmentation: " + note
@@ -309,6 +325,11 @@ func (m *mover) follow() {
 			delete(m.tried, uid)
 		}
 	}
+	for k, t := range m.triedShape {
+		if m.now().Sub(t) >= shapeRetryAfter {
+			delete(m.triedShape, k)
+		}
+	}
 	m.mu.Unlock()
 	for _, p := range plans {
 		left := m.cache.PlanHolds(p.id)
@@ -354,6 +375,19 @@ func (m *mover) done(p *movePlan) {
 	m.metrics.defragFreed.Add(float64(len(p.gpus)))
 	m.recorder.Eventf(p.waiting, nil, corev1.EventTypeNormal, reasonDefragmented, "Defragment",
 		"Placed on node %s (GPU %s) after moving %d pod(s)", p.node, joinInts(p.gpus), len(p.moves))
+}
+
+// shapeOf is what a request asks, less the pod's name.
+func shapeOf(r *alloc.PodRequest) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%d", r.CPUMilli, r.MemoryMiB)
+	for _, c := range r.Containers {
+		fmt.Fprintf(&b, "|%s %d %d %d %d %d %v %v %q", c.Name, c.Kind, c.MemoryMiB, c.MemoryPercent, c.Compute, c.Count, c.Exclusive, c.MPS, c.Models)
+		if c.Filter != nil {
+			fmt.Fprintf(&b, " %+v", *c.Filter)
+		}
+	}
+	return b.String()
 }
 
 // describe names the plan's moves.

@@ -120,7 +120,7 @@ func newMoverFixture(t *testing.T) *moverFixture {
 		pods: corelisters.NewPodLister(pods), namespaces: corelisters.NewNamespaceLister(namespaces),
 		pdbs:    policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
 		metrics: newMetrics(), now: func() time.Time { return f.clock },
-		plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}}
+		plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{}}
 	req, err := decision.Request(model, w)
 	if err != nil {
 		t.Fatal(err)

@@ -109,7 +109,7 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 			pl.mover = &mover{args: *args.Defrag, client: h.ClientSet(), recorder: h.EventRecorder(), cache: s.cache, model: model,
 				pods: f.Core().V1().Pods().Lister(), namespaces: f.Core().V1().Namespaces().Lister(), pdbs: pl.pdbs,
 				metrics: s.metrics, seed: args.Seed, now: time.Now,
-				plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}}
+				plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{}}
 			go pl.mover.run(ctx, time.Second)
 		}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,

@@ -115,7 +115,7 @@ func (m *mover) gone(obj any) {
 	milli := m.milli[p.Name]
 	delete(m.milli, p.Name)
 	m.next++
-	name := fmt.Sprintf("%s.m%d", strings.SplitN(p.Name, ".m", 2)[0], m.next)
+	name := fmt.Sprintf("%s-mv%d", strings.SplitN(p.Name, "-mv", 2)[0], m.next)
 	m.moved++
 	m.pending++
 	m.mu.Unlock()

@@ -9,6 +9,8 @@
 //     resource the nodes advertise (what kube-scheduler alone can do).
 //   - extender: kube-scheduler with gpushare-extender and
 //     deploy/extender-scheduler-config.yaml; pods ask gpushare.io/gpu-mem.
+//   - dra, dra-stock: pods ask the same memory through ResourceClaims, with
+//     gpushare-scheduler or stock kube-scheduler's DRA allocator (dra.go).
 //
 // Every scheduler gets the same client rate limit (--qps, --burst). Nodes
 // have no kubelet or kwok: the node lifecycle controller is off so that
@@ -89,7 +91,7 @@ func main() {
 	)
 	flag.StringVar(&nodes, "nodes", "1000,5000", "node counts, comma-separated")
 	flag.IntVar(&o.pods, "pods", 10000, "pods per run")
-	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender")
+	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; dra, dra-stock (GPU memory through ResourceClaims)")
 	flag.IntVar(&o.qps, "qps", 5000, "client QPS and burst of every scheduler and of the extender")
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
@@ -108,8 +110,8 @@ func main() {
 	}
 	o.modes = strings.Split(modes, ",")
 	for _, m := range o.modes {
-		if !slices.Contains([]string{"gpushare", "stock", "extender"}, m) {
-			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, extender)", m))
+		if !slices.Contains([]string{"gpushare", "stock", "extender", "dra", "dra-stock"}, m) {
+			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, extender, dra, dra-stock)", m))
 		}
 	}
 	if err := os.Chdir(root); err != nil {
@@ -181,7 +183,7 @@ func printTable(results []Result) {
 	for _, r := range results {
 		ratio := ""
 		for _, s := range results {
-			if s.Mode == "stock" && s.Nodes == r.Nodes && s.PodsPerSecond > 0 {
+			if s.Mode == baseline(r.Mode) && s.Nodes == r.Nodes && s.PodsPerSecond > 0 {
 				ratio = fmt.Sprintf("%.2f", r.PodsPerSecond/s.PodsPerSecond)
 			}
 		}
@@ -221,6 +223,18 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	if isDRA(mode) {
+		progress("publishing %d nodes' GPUs as DRA devices", nodes)
+		if err := createDeviceClass(ctx, client); err != nil {
+			return Result{}, err
+		}
+		err := controlplane.Parallel(ctx, nodes, func(i int) error {
+			return createSlice(ctx, client, controlplane.NodeSpec{Name: fmt.Sprintf("node-%05d", i), Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: gpuMiB, Count: 8})
+		})
+		if err != nil {
+			return Result{}, err
+		}
+	}
 	progress("creating %d pods", o.pods)
 	resourceName := corev1.ResourceName("gpushare.io/gpu-mem")
 	if mode == "stock" {
@@ -233,6 +247,9 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		mib[i] = sizes[rng.IntN(len(sizes))]
 	}
 	err = controlplane.Parallel(ctx, o.pods, func(i int) error {
+		if isDRA(mode) {
+			return createClaimPod(ctx, client, i, mib[i])
+		}
 		_, err := client.CoreV1().Pods("default").Create(ctx, benchPod(i, resourceName, mib[i]), metav1.CreateOptions{})
 		return err
 	})
@@ -270,7 +287,12 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	return r, nil
 }
 
+// benchPod is pod i asking mib of resource name; none if name is "".
 func benchPod(i int, name corev1.ResourceName, mib int64) *corev1.Pod {
+	var limits corev1.ResourceList
+	if name != "" {
+		limits = corev1.ResourceList{name: *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: "default"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox",
@@ -279,7 +301,7 @@ func benchPod(i int, name corev1.ResourceName, mib int64) *corev1.Pod {
 					corev1.ResourceCPU:    k8sresource.MustParse("100m"),
 					corev1.ResourceMemory: k8sresource.MustParse("128Mi"),
 				},
-				Limits: corev1.ResourceList{name: *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)},
+				Limits: limits,
 			}}}},
 	}
 }
@@ -303,7 +325,7 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		return limit(b), nil
 	}
 	switch mode {
-	case "gpushare":
+	case "gpushare", "dra":
 		config, err := read("deploy/scheduler-config.yaml")
 		if err != nil {
 			return nil, nil, err
@@ -317,7 +339,7 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 			return nil, nil, err
 		}
 		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
-	case "stock":
+	case "stock", "dra-stock":
 		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), controlplane.StockSchedulerConfig(o.qps), "--v=1")
 		if err != nil {
 			return nil, nil, err
