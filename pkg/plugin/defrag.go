@@ -58,6 +58,9 @@ const (
 	shapeRetryAfter = 10 * time.Second
 )
 
+// noPlan starts the note of a search that found no plan.
+const noPlan = "no plan"
+
 // mover makes and follows the defragmentation plans of one profile.
 type mover struct {
 	args       v1alpha1.DefragArgs
@@ -128,9 +131,13 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 
 	plan, states, movedPods, note := m.plan(pod, c)
 	if plan == nil {
-		m.mu.Lock()
-		m.triedShape[shape] = now
-		m.mu.Unlock()
+		if strings.HasPrefix(note, noPlan) {
+			// The costly search found nothing: not again for this
+			// shape for a while.
+			m.mu.Lock()
+			m.triedShape[shape] = now
+			m.mu.Unlock()
+		}
 		m.metrics.defragPlans.WithLabelValues("none").Inc()
 		logger.V(3).Info("No defragmentation plan", "pod", klog.KObj(pod), "reason", note)
 		return "defragmentation: " + note
@@ -220,7 +227,7 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 	}
 	plan := c.placer.PlanDefrag(states, c.req, movable, alloc.DefragBudget{MaxMoves: m.args.MaxMoves, MaxTargets: m.args.MaxTargets}, m.seed)
 	if plan == nil {
-		return nil, nil, nil, fmt.Sprintf("no plan of at most %d moves among the %d pods that may move", m.args.MaxMoves, len(movable))
+		return nil, nil, nil, fmt.Sprintf("%s of at most %d moves among the %d pods that may move", noPlan, m.args.MaxMoves, len(movable))
 	}
 	moved := make([]*corev1.Pod, len(plan.Moves))
 	for i, mv := range plan.Moves {

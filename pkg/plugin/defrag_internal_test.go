@@ -268,3 +268,44 @@ func sameUsage(a, b []*alloc.NodeState) bool {
 	}
 	return true
 }
+
+// TestMoverLooksOncePerShape: when the search finds no plan, another pod
+// of the same request does not search again for shapeRetryAfter; a pod
+// refused before any search (no pod may move) does not hold others back.
+func TestMoverLooksOncePerShape(t *testing.T) {
+	f := newMoverFixture(t)
+	ctx := t.Context()
+	// n2 full but for 4 GiB: x has nowhere to go.
+	z := memPod("z", 6144)
+	z.Spec.NodeName, z.Status.Phase = "n2", corev1.PodRunning
+	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: "n2", Containers: []gpusharev1.ContainerAllocation{{
+		Name: "main", Kind: gpusharev1.ContainerApp, GPUs: []gpusharev1.GPUShare{{Index: 0, UUID: "GPU-n2-0", MemoryMiB: 6144}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	z.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
+	f.m.cache.SetPod(z)
+	if note := f.m.consider(ctx, f.w, f.c); note != "defragmentation: no plan of at most 3 moves among the 1 pods that may move" {
+		t.Fatalf("consider: %q", note)
+	}
+	w2 := f.w.DeepCopy()
+	w2.Name, w2.UID = "w2", "uid-w2"
+	if note := f.m.consider(ctx, w2, f.c); note != "" {
+		t.Errorf("another pod of the shape right after: %q, want no search", note)
+	}
+	f.clock = f.clock.Add(shapeRetryAfter)
+	if note := f.m.consider(ctx, w2, f.c); !strings.HasPrefix(note, "defragmentation: no plan") {
+		t.Errorf("after shapeRetryAfter: %q, want a search", note)
+	}
+
+	// No pod may move: the next pod of the shape still looks.
+	g := newMoverFixture(t)
+	delete(g.x.Labels, defrag.OptIn)
+	g.m.namespaces = corelisters.NewNamespaceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	if note := g.m.consider(ctx, g.w, g.c); !strings.HasPrefix(note, "defragmentation: no pod may move (") {
+		t.Fatalf("consider without opt-in: %q", note)
+	}
+	if note := g.m.consider(ctx, w2, g.c); !strings.HasPrefix(note, "defragmentation: no pod may move (") {
+		t.Errorf("the next pod of the shape: %q, want it to look", note)
+	}
+}
