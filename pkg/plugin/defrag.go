@@ -58,6 +58,10 @@ const (
 	shapeRetryAfter = 10 * time.Second
 )
 
+// searchesPerPlan bounds the searches per minute, over all pods, to this
+// many per plan plansPerMinute allows.
+const searchesPerPlan = 10
+
 // noPlan starts the note of a search that found no plan.
 const noPlan = "no plan"
 
@@ -82,8 +86,9 @@ type mover struct {
 	// triedShape per request (shapeOf).
 	tried      map[types.UID]time.Time
 	triedShape map[string]time.Time
-	// starts are when the plans of the last minute started.
-	starts []time.Time
+	// starts are when the plans of the last minute started, searches
+	// when the last minute's searches began.
+	starts, searches []time.Time
 }
 
 // movePlan is a plan under way.
@@ -121,11 +126,18 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 		m.mu.Unlock()
 		return ""
 	}
-	m.starts = slices.DeleteFunc(m.starts, func(t time.Time) bool { return now.Sub(t) >= time.Minute })
+	old := func(t time.Time) bool { return now.Sub(t) >= time.Minute }
+	m.starts = slices.DeleteFunc(m.starts, old)
+	m.searches = slices.DeleteFunc(m.searches, old)
 	if len(m.starts) >= m.args.PlansPerMinute {
 		m.mu.Unlock()
 		return fmt.Sprintf("defragmentation: %d plans started in the last minute, the most allowed", len(m.starts))
 	}
+	if len(m.searches) >= searchesPerPlan*m.args.PlansPerMinute {
+		m.mu.Unlock()
+		return ""
+	}
+	m.searches = append(m.searches, now)
 	m.tried[pod.UID] = now
 	m.mu.Unlock()
 

@@ -85,7 +85,8 @@ type DefragArgs struct {
 	// with the least movable GPU memory first. Default 64.
 	MaxTargets int `json:"maxTargets,omitempty"`
 	// PlansPerMinute bounds how many plans are started per minute, over
-	// all waiting pods. Default 6.
+	// all waiting pods, and the searches for one to ten times as many.
+	// Default 6.
 	PlansPerMinute int `json:"plansPerMinute,omitempty"`
 	// Timeout is how long the held places wait for the waiting pod and
 	// the moved pods' replacements: what is still held then is released,
