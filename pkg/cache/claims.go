@@ -133,15 +133,7 @@ func (c *Cache) HoldingOf(uid types.UID) *alloc.Placement {
 		if e.placement.Node != out.Node {
 			return
 		}
-		for _, b := range e.placement.Booked {
-			i := slices.IndexFunc(out.Booked, func(a alloc.Assignment) bool { return a.GPU == b.GPU })
-			if i < 0 {
-				out.Booked = append(out.Booked, b)
-				continue
-			}
-			out.Booked[i].MemoryMiB += b.MemoryMiB
-			out.Booked[i].Compute += b.Compute
-		}
+		addBooked(out, e.placement.Booked)
 	}
 	add(c.pods[uid])
 	for _, cu := range c.claimsOf[uid] {
@@ -151,4 +143,17 @@ func (c *Cache) HoldingOf(uid types.UID) *alloc.Placement {
 		slices.SortFunc(out.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
 	}
 	return out
+}
+
+// addBooked adds booked to out's bookings, summed per GPU.
+func addBooked(out *alloc.Placement, booked []alloc.Assignment) {
+	for _, b := range booked {
+		i := slices.IndexFunc(out.Booked, func(a alloc.Assignment) bool { return a.GPU == b.GPU })
+		if i < 0 {
+			out.Booked = append(out.Booked, b)
+			continue
+		}
+		out.Booked[i].MemoryMiB += b.MemoryMiB
+		out.Booked[i].Compute += b.Compute
+	}
 }

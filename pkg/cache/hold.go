@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -144,15 +143,7 @@ func (c *Cache) heldLocked(h *hold) *alloc.Placement {
 		}
 		out.CPUMilli += p.placement.CPUMilli
 		out.MemoryMiB += p.placement.MemoryMiB
-		for _, b := range p.placement.Booked {
-			i := slices.IndexFunc(out.Booked, func(a alloc.Assignment) bool { return a.GPU == b.GPU })
-			if i < 0 {
-				out.Booked = append(out.Booked, b)
-				continue
-			}
-			out.Booked[i].MemoryMiB += b.MemoryMiB
-			out.Booked[i].Compute += b.Compute
-		}
+		addBooked(out, p.placement.Booked)
 	}
 	slices.SortFunc(out.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
 	return out
@@ -255,7 +246,3 @@ func (c *Cache) DropPlan(plan string) []string {
 	}
 	return out
 }
-
-// IsHold reports whether a cache key (podEntry.key, as Holders shows it)
-// is a hold's.
-func IsHold(key string) bool { return strings.HasPrefix(key, "hold ") }

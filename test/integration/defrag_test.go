@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -21,12 +22,13 @@ import (
 	"github.com/gpushare/gpushare/pkg/defrag"
 )
 
-// TestInspectDefrag: an operator asks what would move for a whole-GPU pod
-// that waits while two half-used GPUs sit on two nodes. The Deployment's
-// pod, in a namespace that opts in, would move to the other node; the pod
-// without a controller would not; and nothing moves.
-func TestInspectDefrag(t *testing.T) {
-	c, admin, _ := startPlugin(t, nil)
+// scatteredShares makes the cluster of the defragmentation tests: gpu-a
+// and gpu-b, one 16 GiB T4 each; on gpu-a the running pod of Deployment
+// web/web (8 GiB, in namespace web, which opts in to moves), on gpu-b pod
+// default/db (4 GiB, no controller, held there by its affinity). It
+// returns web's pod and db's UID.
+func scatteredShares(t *testing.T, admin kubernetes.Interface) (corev1.Pod, types.UID) {
+	t.Helper()
 	ctx := context.Background()
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 16384, Count: 1})
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web",
@@ -43,6 +45,7 @@ func TestInspectDefrag(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := boundPods(t, admin, "web", "app=web", 1)[0]
+	waitRunning(t, admin, "web", web.Name)
 	// gpu-b joins; a pod of no controller holds a quarter of its GPU.
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-b", Model: "Tesla T4", MemoryMiB: 16384, Count: 1})
 	db := gpuPod("db", 4096, 0)
@@ -52,7 +55,17 @@ func TestInspectDefrag(t *testing.T) {
 	if _, err := admin.CoreV1().Pods("default").Create(ctx, db, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	boundPod(t, admin, "default", "db")
+	return web, boundPod(t, admin, "default", "db").UID
+}
+
+// TestInspectDefrag: an operator asks what would move for a whole-GPU pod
+// that waits while two half-used GPUs sit on two nodes. The Deployment's
+// pod, in a namespace that opts in, would move to the other node; the pod
+// without a controller would not; and nothing moves.
+func TestInspectDefrag(t *testing.T) {
+	c, admin, _ := startPlugin(t, nil)
+	ctx := context.Background()
+	web, _ := scatteredShares(t, admin)
 	big := gpuPod("big", 0, 0)
 	big.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-count": k8sresource.MustParse("1")}
 	if _, err := admin.CoreV1().Pods("default").Create(ctx, big, metav1.CreateOptions{}); err != nil {
@@ -168,36 +181,13 @@ func TestDefragMoves(t *testing.T) {
 	c, admin, _ := startPlugin(t, defragConfig(t))
 	grantEviction(t, admin)
 	ctx := context.Background()
-	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 16384, Count: 1})
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web",
-		Labels: map[string]string{defrag.OptIn: "true"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tmpl := gpuPod("web", 8192, 0)
-	tmpl.Labels = map[string]string{"app": "web"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "web"}, Spec: appsv1.DeploymentSpec{
-		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}}}
-	dep.Spec.Template.Namespace = ""
-	if _, err := admin.AppsV1().Deployments("web").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	web := boundPods(t, admin, "web", "app=web", 1)[0]
-	waitRunning(t, admin, "web", web.Name)
-	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-b", Model: "Tesla T4", MemoryMiB: 16384, Count: 1})
-	db := gpuPod("db", 4096, 0)
-	db.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
-			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"gpu-b"}}}}}}}}
-	if _, err := admin.CoreV1().Pods("default").Create(ctx, db, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dbUID := boundPod(t, admin, "default", "db").UID
+	web, dbUID := scatteredShares(t, admin)
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
 	checked := watchRecords(t, c)
 
 	// A budget that allows no disruption of web's pods.
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "web"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: dep.Spec.Selector}}
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: selector}}
 	if _, err := admin.PolicyV1().PodDisruptionBudgets("web").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
