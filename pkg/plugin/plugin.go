@@ -351,7 +351,8 @@ func outsideStatus(err error) *fwk.Status {
 
 // PostFilter implements fwk.PostFilterPlugin: it preempts nothing, but
 // adds the numbers to the pod's FailedScheduling event, e.g. "largest free
-// share on any GPU is 3000 MiB, pod needs 3500 MiB".
+// share on any GPU is 3000 MiB, pod needs 3500 MiB"; with defragmentation
+// on, it asks the mover to make room (defrag.go) and says what it does.
 func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	c, err := readCycle(state)
 	if err != nil {
