@@ -12,7 +12,7 @@ var (
 	capacityDesc = prometheus.NewDesc("gpushare_gpu_memory_capacity_bytes",
 		"Memory of each GPU of the gpushare nodes.", []string{"node", "gpu", "model"}, nil)
 	bookedDesc = prometheus.NewDesc("gpushare_gpu_memory_booked_bytes",
-		"GPU memory booked by pods (allocation records and assumed placements), over the capacity where records over-commit a GPU.", []string{"node", "gpu"}, nil)
+		"GPU memory booked by pods (allocation records and assumed placements) and held by defragmentation plans, over the capacity where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	computeDesc = prometheus.NewDesc("gpushare_gpu_compute_booked_ratio",
 		"Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	refusedDesc = prometheus.NewDesc("gpushare_allocation_records_refused",
