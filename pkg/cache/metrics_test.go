@@ -34,7 +34,7 @@ func expectedMetrics(refused int, gpus []metricGPU) string {
 		"# TYPE gpushare_allocation_records_refused gauge\n" + fmt.Sprintf("gpushare_allocation_records_refused %d\n", refused) +
 		"# HELP " + capacityMetric + " Memory of each GPU of the gpushare nodes.\n" +
 		"# TYPE " + capacityMetric + " gauge\n" + capacity.String() +
-		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements), over the capacity where records over-commit a GPU.\n" +
+		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements) and held by defragmentation plans, over the capacity where records over-commit a GPU.\n" +
 		"# TYPE " + bookedMetric + " gauge\n" + booked.String() +
 		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.\n" +
 		"# TYPE " + computeMetric + " gauge\n" + compute.String() +
