@@ -20,9 +20,12 @@ import (
 // that no pod lands in the room they leave meanwhile.
 
 // HoldFor names who may take a hold: one pod (the waiting pod), or any
-// pod whose controller is Owner (a moved pod's replacement).
+// pod of Namespace whose controller is Owner (a moved pod's replacement;
+// a controller reference names no namespace, so a pod elsewhere that
+// names the same UID takes nothing).
 type HoldFor struct {
 	Pod, Owner types.UID
+	Namespace  string
 }
 
 // Held is a hold a pod may take: its key, its node and what it holds
@@ -101,9 +104,9 @@ func (c *Cache) joinLocked(uid types.UID) bool {
 	return true
 }
 
-// HeldFor returns the holds pod (or a pod of controller owner, "" for
-// none) may take, at most one per node, by node.
-func (c *Cache) HeldFor(pod, owner types.UID) []Held {
+// HeldFor returns the holds pod, of namespace ns and controller owner
+// ("" for none), may take, at most one per node.
+func (c *Cache) HeldFor(pod, owner types.UID, ns string) []Held {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if len(c.holds) == 0 {
@@ -112,7 +115,7 @@ func (c *Cache) HeldFor(pod, owner types.UID) []Held {
 	var out []Held
 	for _, key := range c.sortedHoldsLocked() {
 		h := c.holds[key]
-		if !h.isFor(pod, owner) || slices.ContainsFunc(out, func(o Held) bool { return o.Node == h.node }) {
+		if !h.isFor(pod, owner, ns) || slices.ContainsFunc(out, func(o Held) bool { return o.Node == h.node }) {
 			continue
 		}
 		out = append(out, Held{Key: key, Node: h.node, Placement: c.heldLocked(h)})
@@ -120,8 +123,8 @@ func (c *Cache) HeldFor(pod, owner types.UID) []Held {
 	return out
 }
 
-func (h *hold) isFor(pod, owner types.UID) bool {
-	return (h.who.Pod != "" && h.who.Pod == pod) || (h.who.Owner != "" && h.who.Owner == owner)
+func (h *hold) isFor(pod, owner types.UID, ns string) bool {
+	return (h.who.Pod != "" && h.who.Pod == pod) || (h.who.Owner != "" && h.who.Owner == owner && h.who.Namespace == ns)
 }
 
 func (c *Cache) sortedHoldsLocked() []string {

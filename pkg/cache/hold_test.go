@@ -28,7 +28,7 @@ func TestHoldTakesTheRoomMovedPodsLeave(t *testing.T) {
 	if err := c.Hold("p", "p/target", cache.HoldFor{Pod: "w"}, placement("n1", 0, 8192, 0), []types.UID{"x"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Hold("p", "p/move-0", cache.HoldFor{Owner: "rs"}, placement("n2", 0, 8192, 0), nil); err != nil {
+	if err := c.Hold("p", "p/move-0", cache.HoldFor{Owner: "rs", Namespace: "default"}, placement("n2", 0, 8192, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Hold("p", "p/target", cache.HoldFor{Pod: "w"}, &alloc.Placement{Node: "n1"}, nil); !errors.Is(err, cache.ErrHoldExists) {
@@ -46,10 +46,10 @@ func TestHoldTakesTheRoomMovedPodsLeave(t *testing.T) {
 			t.Errorf("pod z placed on %s, in held room", n)
 		}
 	}
-	if got := c.HeldFor("other", "other-rs"); got != nil {
+	if got := c.HeldFor("other", "other-rs", "default"); got != nil {
 		t.Errorf("holds for another pod: %v", got)
 	}
-	if got := c.HeldFor("w", ""); len(got) != 1 || got[0].Key != "p/target" || got[0].Placement.BookedMiB() != 8192 {
+	if got := c.HeldFor("w", "", "default"); len(got) != 1 || got[0].Key != "p/target" || got[0].Placement.BookedMiB() != 8192 {
 		t.Errorf("holds for w: %+v, want p/target of 8192 MiB", got)
 	}
 
@@ -61,7 +61,7 @@ func TestHoldTakesTheRoomMovedPodsLeave(t *testing.T) {
 	if _, err := c.PlaceAndAssume("z", placer, "n1", sharedRequest("default/z", "c0", 4096)); err == nil {
 		t.Error("pod z placed in the room x left")
 	}
-	held := c.HeldFor("w", "")
+	held := c.HeldFor("w", "", "default")
 	if len(held) != 1 || held[0].Placement.BookedMiB() != 16384 {
 		t.Fatalf("holds for w after x ended: %+v, want 16384 MiB", held)
 	}
@@ -76,7 +76,10 @@ func TestHoldTakesTheRoomMovedPodsLeave(t *testing.T) {
 		t.Errorf("plan holds after w: %v", got)
 	}
 	// The replacement (another pod of rs) takes its destination.
-	held = c.HeldFor("x2", "rs")
+	if got := c.HeldFor("x2", "rs", "elsewhere"); got != nil {
+		t.Errorf("a pod of another namespace naming rs may take %+v", got)
+	}
+	held = c.HeldFor("x2", "rs", "default")
 	if len(held) != 1 || held[0].Node != "n2" {
 		t.Fatalf("holds for the replacement: %+v", held)
 	}
@@ -102,7 +105,7 @@ func TestDropPlan(t *testing.T) {
 	if err := c.Hold("p", "p/target", cache.HoldFor{Pod: "w"}, placement("n1", 0, 8192, 0), []types.UID{"x"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Hold("p", "p/move-0", cache.HoldFor{Owner: "rs"}, placement("n2", 0, 8192, 0), nil); err != nil {
+	if err := c.Hold("p", "p/move-0", cache.HoldFor{Owner: "rs", Namespace: "default"}, placement("n2", 0, 8192, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	// A new inventory of n1 keeps the hold.
@@ -125,7 +128,7 @@ func TestDropPlan(t *testing.T) {
 	}
 
 	// Placed on another node than its hold's, the pod gives it up.
-	if err := c.Hold("q", "q/move-0", cache.HoldFor{Owner: "rs"}, placement("n2", 0, 8192, 0), nil); err != nil {
+	if err := c.Hold("q", "q/move-0", cache.HoldFor{Owner: "rs", Namespace: "default"}, placement("n2", 0, 8192, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, key, err := c.PlaceAndAssumeHeld("x2", mustPlacer(t), "n1", sharedRequest("default/x2", "c0", 8192), []string{"q/move-0"}); err != nil || key != "q/move-0" {

@@ -275,7 +275,7 @@ func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeStat
 		if owner == nil {
 			return fmt.Errorf("pod %s has no controller", mv.Key)
 		}
-		if err := m.cache.Hold(p.id, fmt.Sprintf("%s/move-%d", p.id, i), gpucache.HoldFor{Owner: owner.UID}, mv.Placement, nil); err != nil {
+		if err := m.cache.Hold(p.id, fmt.Sprintf("%s/move-%d", p.id, i), gpucache.HoldFor{Owner: owner.UID, Namespace: moved[i].Namespace}, mv.Placement, nil); err != nil {
 			return err
 		}
 	}

@@ -225,7 +225,7 @@ func TestMoverDone(t *testing.T) {
 	f.next(t, "w Defragmenting:")
 	f.next(t, "x MovedByDefrag:")
 	f.m.cache.RemovePod(f.x.UID)
-	held := f.m.cache.HeldFor(f.w.UID, "")
+	held := f.m.cache.HeldFor(f.w.UID, "", "default")
 	if len(held) != 1 || held[0].Node != "n1" || held[0].Placement.BookedMiB() != 16384 {
 		t.Fatalf("w's hold after x ended: %+v", held)
 	}
@@ -243,7 +243,11 @@ func TestMoverDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held = f.m.cache.HeldFor(repl.UID, "rs-x")
+	if other := f.m.cache.HeldFor(repl.UID, "rs-x", "default"); other != nil {
+		t.Errorf("a pod of another namespace naming x's controller may take %+v", other)
+	}
+	repl.Namespace = "web"
+	held = f.m.cache.HeldFor(repl.UID, "rs-x", "web")
 	if len(held) != 1 || held[0].Node != "n2" {
 		t.Fatalf("the replacement's hold: %+v", held)
 	}

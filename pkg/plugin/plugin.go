@@ -281,7 +281,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		if o := metav1.GetControllerOf(pod); o != nil {
 			owner = o.UID
 		}
-		holds = pl.cache.HeldFor(pod.UID, owner)
+		holds = pl.cache.HeldFor(pod.UID, owner, pod.Namespace)
 	}
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims, holds: holds,
 		kubelet: pl.kubeletAsks(pod), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
