@@ -267,7 +267,7 @@ func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeStat
 	for i, pod := range moved {
 		joins[i] = pod.UID
 	}
-	if err := m.cache.Hold(p.id, p.id+"/target", gpucache.HoldFor{Pod: p.waiting.UID}, free, joins); err != nil {
+	if err := m.cache.Hold(p.id, p.targetKey(), gpucache.HoldFor{Pod: p.waiting.UID}, free, joins); err != nil {
 		return err
 	}
 	for i, mv := range plan.Moves {
@@ -275,7 +275,7 @@ func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeStat
 		if owner == nil {
 			return fmt.Errorf("pod %s has no controller", mv.Key)
 		}
-		if err := m.cache.Hold(p.id, fmt.Sprintf("%s/move-%d", p.id, i), gpucache.HoldFor{Owner: owner.UID, Namespace: moved[i].Namespace}, mv.Placement, nil); err != nil {
+		if err := m.cache.Hold(p.id, p.moveKey(i), gpucache.HoldFor{Owner: owner.UID, Namespace: moved[i].Namespace}, mv.Placement, nil); err != nil {
 			return err
 		}
 	}
@@ -366,18 +366,21 @@ func (m *mover) follow() {
 	}
 }
 
+// targetKey and moveKey are the keys of the plan's holds: the waiting
+// pod's, and the i-th moved pod's replacement's.
+func (p *movePlan) targetKey() string    { return p.id + "/target" }
+func (p *movePlan) moveKey(i int) string { return fmt.Sprintf("%s/move-%d", p.id, i) }
+
 // waitingFor names what the holds left wait for.
 func (m *mover) waitingFor(p *movePlan, left []string) string {
 	var out []string
-	for _, k := range left {
-		if strings.HasSuffix(k, "/target") {
-			out = append(out, "the pod itself")
-			continue
+	for i, mv := range p.moves {
+		if slices.Contains(left, p.moveKey(i)) {
+			out = append(out, fmt.Sprintf("the replacement of %s", klog.KObj(mv.pod)))
 		}
-		var i int
-		if _, err := fmt.Sscanf(k[strings.LastIndex(k, "/")+1:], "move-%d", &i); err == nil && i < len(p.moves) {
-			out = append(out, fmt.Sprintf("the replacement of %s", klog.KObj(p.moves[i].pod)))
-		}
+	}
+	if slices.Contains(left, p.targetKey()) {
+		out = append(out, "the pod itself")
 	}
 	return strings.Join(out, ", ")
 }
