@@ -151,20 +151,27 @@ func (c *Cache) rebuild(e *nodeEntry) {
 // inventory no longer lists a GPU that a record holds.
 const VanishedModel = "vanished"
 
-// withVanished returns a copy of inv with one unhealthy GPU appended for
-// each UUID that a record of pods names and inv does not list, sized to
-// hold every record's share of it.
+// withVanished returns inv with one unhealthy GPU appended for each UUID
+// that a record of pods names and inv does not list, sized to hold every
+// record's share of it: a copy if there are any, else inv itself (a Node
+// never changes in place, so the two may share it).
 func withVanished(inv *alloc.Node, pods []*podEntry) *alloc.Node {
-	n := copyNode(inv)
-	index := uuidIndex(inv)
+	n := inv
+	var index map[string]int
 	for _, p := range pods {
 		if p.alloc == nil || p.foreign {
 			continue
+		}
+		if index == nil {
+			index = uuidIndex(inv)
 		}
 		for _, ca := range p.alloc.Containers {
 			for _, g := range ca.GPUs {
 				i, ok := index[g.UUID]
 				if !ok {
+					if n == inv {
+						n = copyNode(inv)
+					}
 					i = len(n.GPUs)
 					index[g.UUID] = i
 					n.GPUs = append(n.GPUs, alloc.GPU{Index: i, UUID: g.UUID, Model: VanishedModel, NUMANode: -1})

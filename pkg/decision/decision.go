@@ -38,12 +38,44 @@ type Rated struct {
 // Rank orders nodes best first: by the node policy's score, ties broken
 // by the core's hash of (seed, pod, node), the higher first.
 func Rank(nodes []Rated) {
-	slices.SortFunc(nodes, func(a, b Rated) int {
-		if c := b.Score.Compare(a.Score); c != 0 {
-			return c
+	slices.SortFunc(nodes, func(a, b Rated) int { return better(a.Rating, b.Rating) })
+}
+
+// Best returns the node Rank would put first; the zero Rated if there
+// are none.
+func Best(rated map[string]alloc.Rating) Rated {
+	var best Rated
+	first := true
+	for n, r := range rated {
+		if first || better(r, best.Rating) < 0 || better(r, best.Rating) == 0 && n < best.Node {
+			best, first = Rated{Node: n, Rating: r}, false
 		}
-		return cmp.Compare(b.Tie, a.Tie)
-	})
+	}
+	return best
+}
+
+// better orders a before b (-1) if a is the better rating.
+func better(a, b alloc.Rating) int {
+	if c := b.Score.Compare(a.Score); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.Tie, a.Tie)
+}
+
+// RankScores returns the RankScore of each rating's rank in Rank's order,
+// in the order given. It sorts indexes, not the ratings: the plugin ranks
+// hundreds of nodes for every pod.
+func RankScores(ratings []alloc.Rating, top int64) []int64 {
+	order := make([]int32, len(ratings))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return better(ratings[a], ratings[b]) })
+	out := make([]int64, len(ratings))
+	for rank, i := range order {
+		out[i] = RankScore(rank, len(ratings), top)
+	}
+	return out
 }
 
 // RankScore is the score of rank (0 the best) of n ranked nodes, on a

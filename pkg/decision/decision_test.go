@@ -2,6 +2,7 @@ package decision_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -56,6 +57,40 @@ func TestRank(t *testing.T) {
 	}
 	if want := []string{"b", "c", "d", "a"}; !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// TestRankScores: the scores follow Rank's order, each in its rating's
+// place, on random ratings with ties in score; Best is Rank's first.
+func TestRankScores(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 60 {
+		ratings := make([]alloc.Rating, n)
+		rated := make([]decision.Rated, n)
+		for i := range ratings {
+			ratings[i] = alloc.Rating{Score: alloc.Score{Primary: rng.Int64N(4), Secondary: rng.Int64N(3)}, Tie: rng.Uint64()}
+			rated[i] = decision.Rated{Node: fmt.Sprint(i), Rating: ratings[i]}
+		}
+		decision.Rank(rated)
+		want := make([]int64, n)
+		for rank, r := range rated {
+			var i int
+			_, _ = fmt.Sscan(r.Node, &i)
+			want[i] = decision.RankScore(rank, n, 100)
+		}
+		if got := decision.RankScores(ratings, 100); !slices.Equal(got, want) {
+			t.Fatalf("%d ratings: %v, want %v", n, got, want)
+		}
+		byNode := map[string]alloc.Rating{}
+		for _, r := range rated {
+			byNode[r.Node] = r.Rating
+		}
+		if best := decision.Best(byNode); n > 0 && best != rated[0] {
+			t.Fatalf("%d ratings: Best %v, want Rank's first %v", n, best, rated[0])
+		}
+	}
+	if best := decision.Best(nil); best != (decision.Rated{}) {
+		t.Errorf("Best of none: %v, want the zero Rated", best)
 	}
 }
 

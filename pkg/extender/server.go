@@ -264,10 +264,15 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		// Only the best go on to scoring: kube-scheduler's own filters
 		// have passed every node named here, so any of them may be
 		// chosen, and the policy's choice is among the best.
-		best := rank(fit)[:limit]
-		keep = make(map[string]alloc.Rating, len(best))
-		for _, r := range best {
-			keep[r.Node] = r.Rating
+		keep = make(map[string]alloc.Rating, limit)
+		if limit == 1 {
+			// The best alone: no need to rank the rest.
+			best := decision.Best(fit)
+			keep[best.Node] = best.Rating
+		} else {
+			for _, r := range rank(fit)[:limit] {
+				keep[r.Node] = r.Rating
+			}
 		}
 	}
 	passed := make([]string, 0, len(keep))

@@ -2,8 +2,8 @@ package plugin
 
 import (
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	podresource "k8s.io/component-helpers/resource"
@@ -12,9 +12,16 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
 
+// ask is how much of one resource a pod asks.
+type ask struct {
+	name corev1.ResourceName
+	n    int64
+}
+
 // kubeletAsks returns the pod's effective requests (Kubernetes' rule for
-// init containers and sidecars) of the resources gpushare manages, by
-// name; nil if it asks none.
+// init containers and sidecars) of the resources gpushare manages, sorted
+// by name; nil if it asks none. Filter checks them on every node, so they
+// are worked out once per cycle.
 //
 // kube-scheduler's NodeResourcesFit leaves these resources to gpushare
 // (ignoredResourceGroups), but a node's kubelet still counts those a
@@ -22,22 +29,20 @@ import (
 // pod that needs more than are free (UnexpectedAdmissionError): a pod
 // that its ReplicaSet then recreates at once, over and over. So Filter
 // holds each node to what its kubelet advertises (kubeletShort).
-func kubeletAsks(pod *corev1.Pod, managed []corev1.ResourceName) map[corev1.ResourceName]int64 {
-	var asks map[corev1.ResourceName]int64
+func kubeletAsks(pod *corev1.Pod, managed []corev1.ResourceName) []ask {
+	var asks []ask
 	for name, q := range podresource.PodRequests(pod, podresource.PodResourcesOptions{}) {
 		if v := q.Value(); v > 0 && slices.Contains(managed, name) {
-			if asks == nil {
-				asks = map[corev1.ResourceName]int64{}
-			}
-			asks[name] = v
+			asks = append(asks, ask{name: name, n: v})
 		}
 	}
+	slices.SortFunc(asks, func(a, b ask) int { return strings.Compare(string(a.name), string(b.name)) })
 	return asks
 }
 
 // kubeletAsks is kubeletAsks over the resource model's names and the
 // hook resource, which gpushare-node also serves as devices.
-func (pl *GPUShare) kubeletAsks(pod *corev1.Pod) map[corev1.ResourceName]int64 {
+func (pl *GPUShare) kubeletAsks(pod *corev1.Pod) []ask {
 	return kubeletAsks(pod, append(pl.model.Names(), gpusharev1.HookResource))
 }
 
@@ -46,21 +51,24 @@ func (pl *GPUShare) kubeletAsks(pod *corev1.Pod) map[corev1.ResourceName]int64 {
 // with fewer units free than the pod needs; "" if none. Resources the
 // node does not advertise (served through gpushare's hooks, or a node
 // without a kubelet) are gpushare's alone to count.
-func kubeletShort(asks map[corev1.ResourceName]int64, node fwk.NodeInfo) string {
+func kubeletShort(asks []ask, node fwk.NodeInfo) string {
 	if len(asks) == 0 {
 		return ""
 	}
 	allocatable := node.GetAllocatable().GetScalarResources()
+	if len(allocatable) == 0 {
+		return ""
+	}
 	requested := node.GetRequested().GetScalarResources()
-	for _, name := range slices.Sorted(maps.Keys(asks)) {
-		total, ok := allocatable[name]
+	for _, a := range asks {
+		total, ok := allocatable[a.name]
 		if !ok {
 			continue
 		}
-		if free := total - requested[name]; asks[name] > free {
+		if free := total - requested[a.name]; a.n > free {
 			return fmt.Sprintf("node's kubelet has %d of %d %s free, pod needs %d: it would refuse the pod "+
 				"(is gpushare-node on that node counting %s in other units than the scheduler? give it the scheduler's resource model)",
-				max(free, 0), total, name, asks[name], name)
+				max(free, 0), total, a.name, a.n, a.name)
 		}
 	}
 	return ""

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -175,7 +174,7 @@ type cycle struct {
 	// start is when PreFilter began, for the decision latency.
 	start time.Time
 	// kubelet is what a node's kubelet counts of the pod (kubeletAsks).
-	kubelet map[corev1.ResourceName]int64
+	kubelet []ask
 	// claims is set when the GPUs are asked through ResourceClaims:
 	// DynamicResources allocates them and DefaultBinder binds the pod,
 	// with no record (claimRequest).
@@ -184,10 +183,11 @@ type cycle struct {
 	// most one per node: Filter sees them free, Reserve takes one.
 	holds []gpucache.Held
 
-	mu sync.Mutex
 	// ratings holds the rating of each node that passed Filter.
-	ratings map[string]alloc.Rating
-	unfits  []*alloc.Unfit
+	ratings *ratings
+
+	mu     sync.Mutex
+	unfits []*alloc.Unfit
 	// chosen is the placement Reserve booked; recorded is set once Bind
 	// has bound the pod with its record.
 	chosen   *alloc.Placement
@@ -207,7 +207,7 @@ type cycle struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, claims: c.claims, holds: c.holds, ratings: maps.Clone(c.ratings),
+	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, claims: c.claims, holds: c.holds, ratings: c.ratings.clone(),
 		unfits: slices.Clone(c.unfits), chosen: c.chosen, recorded: c.recorded}
 	if c.deltas != nil {
 		out.deltas = make(map[string]*nodeDelta, len(c.deltas))
@@ -273,8 +273,6 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		// rate each node, and assume, by that placement.
 		placer = placer.FirstFit()
 	}
-	// Sized for the feasible nodes kube-scheduler looks for, so that it
-	// does not grow while 16 Filter goroutines wait for its lock.
 	var holds []gpucache.Held
 	if !claims {
 		var owner types.UID
@@ -284,7 +282,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		holds = pl.cache.HeldFor(pod.UID, owner, pod.Namespace)
 	}
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims, holds: holds,
-		kubelet: pl.kubeletAsks(pod), ratings: make(map[string]alloc.Rating, min(len(nodes), maxRated))})
+		kubelet: pl.kubeletAsks(pod), ratings: newRatings(feasibleNodes(len(nodes)))})
 	return nil, nil
 }
 
@@ -320,25 +318,32 @@ func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.
 	} else if err := pl.cache.Read(name, func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) }); err != nil {
 		return outsideStatus(err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if unfit != nil {
+		c.mu.Lock()
 		c.unfits = append(c.unfits, unfit)
+		c.mu.Unlock()
 		if !unfit.Resolvable() {
 			// Preemption would try the node in vain.
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, decision.Reason(unfit))
 		}
 		return fwk.NewStatus(fwk.Unschedulable, decision.Reason(unfit))
 	}
-	c.ratings[name] = rating
+	c.ratings.put(name, rating)
 	return nil
 }
 
-// maxRated bounds the initial size of a cycle's ratings. With the default
-// percentageOfNodesToScore, kube-scheduler stops filtering once it has
-// found 420 feasible nodes of 1000, 500 of 5000, and 5% of larger
-// clusters; past 1024 the map grows.
-const maxRated = 1024
+// feasibleNodes is how many nodes kube-scheduler looks for among n
+// with the default percentageOfNodesToScore (50% less 1% per 125 nodes,
+// at least 5% and 100 nodes), and a few more, for the Filter calls in
+// flight when it stops: a cycle's ratings have that many slots.
+func feasibleNodes(n int) int {
+	const minFeasible, inFlight = 100, 32
+	if n <= minFeasible {
+		return n
+	}
+	percent := max(50-n/125, 5)
+	return max(n*percent/100, minFeasible) + inFlight
+}
 
 // outsideStatus is Filter's status for a node the cache refused with err.
 func outsideStatus(err error) *fwk.Status {
@@ -404,31 +409,25 @@ func (pl *GPUShare) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // ones step down to 0, so that with the plugin's weight the policy decides
 // among nodes that other plugins rate alike.
 func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	order := make([]decision.Rated, len(scores))
+	ratings := make([]alloc.Rating, len(scores))
 	c, err := readCycle(state)
 	switch pc := readPlain(state); {
 	case err == nil:
-		c.mu.Lock()
+		rated := c.ratings.byNode()
 		for i := range scores {
-			order[i] = decision.Rated{Node: scores[i].Name, Rating: c.ratings[scores[i].Name]}
+			ratings[i] = rated[scores[i].Name]
 		}
-		c.mu.Unlock()
 	case pc != nil:
 		pc.mu.Lock()
 		for i := range scores {
-			order[i] = decision.Rated{Node: scores[i].Name, Rating: pc.rating(scores[i].Name)}
+			ratings[i] = pc.rating(scores[i].Name)
 		}
 		pc.mu.Unlock()
 	default:
 		return fwk.AsStatus(err)
 	}
-	decision.Rank(order)
-	rank := make(map[string]int, len(order))
-	for i, r := range order {
-		rank[r.Node] = i
-	}
-	for i := range scores {
-		scores[i].Score = decision.RankScore(rank[scores[i].Name], len(order), fwk.MaxScore)
+	for i, score := range decision.RankScores(ratings, fwk.MaxScore) {
+		scores[i].Score = score
 	}
 	return nil
 }
@@ -592,9 +591,9 @@ func (pl *GPUShare) allocatableGrew(_ klog.Logger, pod *corev1.Pod, oldObj, newO
 	if !okOld || !okNew {
 		return fwk.Queue, nil
 	}
-	for name := range pl.kubeletAsks(pod) {
-		was, had := o.Status.Allocatable[name]
-		if now, has := n.Status.Allocatable[name]; had && (!has || now.Cmp(was) > 0) {
+	for _, a := range pl.kubeletAsks(pod) {
+		was, had := o.Status.Allocatable[a.name]
+		if now, has := n.Status.Allocatable[a.name]; had && (!has || now.Cmp(was) > 0) {
 			return fwk.Queue, nil
 		}
 	}

@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 
 // gpuNode returns a gpushare Node in shared mode with one GPU per mib,
 // its inventory in the annotation gpushare-node writes.
-func gpuNode(t *testing.T, name string, mib ...int64) *corev1.Node {
+func gpuNode(t testing.TB, name string, mib ...int64) *corev1.Node {
 	t.Helper()
 	inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
 	for i, m := range mib {
@@ -80,7 +80,7 @@ func gpuPod(name, scheduler string, mib int64) *corev1.Pod {
 // of the profiles built over them, the bindings made and the collectors
 // registered.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	client   *fake.Clientset
 	factory  informers.SharedInformerFactory
@@ -95,14 +95,14 @@ type cluster struct {
 
 // newCluster returns a cluster holding n1 (one 16 GiB GPU), n2 (8 GiB)
 // and n3 (24 GiB), with one Shared for every profile.
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	return newClusterOf(t, []*corev1.Node{gpuNode(t, "n1", 16384), gpuNode(t, "n2", 8192), gpuNode(t, "n3", 24576)})
 }
 
 // newClusterOf returns a cluster holding nodes and pods, with one Shared
 // for every profile.
-func newClusterOf(t *testing.T, nodes []*corev1.Node, pods ...*corev1.Pod) *cluster {
+func newClusterOf(t testing.TB, nodes []*corev1.Node, pods ...*corev1.Pod) *cluster {
 	t.Helper()
 	objs := make([]runtime.Object, 0, len(nodes)+len(pods))
 	for _, n := range nodes {

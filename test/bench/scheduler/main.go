@@ -96,7 +96,7 @@ func main() {
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
 	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
-	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler to this directory")
+	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler to this directory, and its heap profile once every pod is bound")
 	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved, and report medians")
 	extenderFlags := flag.String("extender-flags", "", "more flags for gpushare-extender, space-separated (e.g. --max-filtered-nodes=1)")
 	flag.Parse()
@@ -266,7 +266,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	if o.profile != "" {
 		for i, url := range urls {
 			name := []string{mode, "extender-server"}[i]
-			go profile(c, url, filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", name, nodes)))
+			go profile(c, url+"/debug/pprof/profile?seconds=20", filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", name, nodes)), i == 1)
 		}
 	}
 	progress("%s is running; waiting for %d pods to be bound", mode, o.pods)
@@ -282,6 +282,13 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		}
 		r.RSSMiB += rss
 		r.PeakRSSMiB += peak
+	}
+	// After RSS: the heap profile collects garbage first.
+	if o.profile != "" {
+		for i, url := range urls {
+			name := []string{mode, "extender-server"}[i]
+			profile(c, url+"/debug/pprof/heap?gc=1", filepath.Join(o.profile, fmt.Sprintf("%s-%d-heap.pprof", name, nodes)), i == 1)
+		}
 	}
 	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB", mode, nodes, r.PodsPerSecond, r.RSSMiB)
 	return r, nil
@@ -407,17 +414,27 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 	}
 }
 
-// profile saves a CPU profile of the scheduler at url.
-func profile(c *controlplane.Cluster, url, path string) {
-	req, err := http.NewRequest(http.MethodGet, url+"/debug/pprof/profile?seconds=20", nil)
+// profile saves the profile a scheduler serves at url (its pprof
+// handler's) to path. The extender asks for a client certificate: it gets
+// kube-scheduler's.
+func profile(c *controlplane.Cluster, url, path string, extender bool) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		progress("profile: %v", err)
 		return
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
-	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback test scheduler
-	}}
+	config := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback test scheduler
+	if extender {
+		dir := filepath.Join(c.Dir, "gpushare-extender")
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "scheduler.crt"), filepath.Join(dir, "scheduler.key"))
+		if err != nil {
+			progress("profile: %v", err)
+			return
+		}
+		config.Certificates = []tls.Certificate{cert}
+	}
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: config}}
 	resp, err := client.Do(req)
 	if err != nil {
 		progress("profile: %v", err)
