@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,7 +40,11 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	e := &nodeEntry{inventory: node, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
 	c.dropNode(n.Name)
-	c.nodes[n.Name] = e
+	// The key is a copy: the Node object's name lies somewhere in the
+	// informer's store, while the copies, made one after another, lie
+	// together. Filter looks up hundreds of nodes per pod by name, and
+	// reading each key's bytes from afar cost more than rating the node.
+	c.nodes[strings.Clone(n.Name)] = e
 	c.countGPUs(node, 1)
 	for uid, p := range c.pods {
 		if p.node == n.Name {

@@ -29,6 +29,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -82,6 +83,10 @@ type Result struct {
 	Seconds         float64 `json:"seconds"`
 	RSSMiB          float64 `json:"rss_mib"`
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	// CPUPerPod is each process's CPU time per pod bound, in ms, from
+	// the scheduler's start to the last bind: the scheduler (and the
+	// extender) and the control plane that serves them.
+	CPUPerPod map[string]float64 `json:"cpu_ms_per_pod"`
 }
 
 func main() {
@@ -259,6 +264,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 
 	binds := newBindWatch(client, o.pods)
 	defer binds.stop()
+	before := cpuTimes(c.Processes())
 	procs, urls, err := startScheduler(ctx, c, o, mode)
 	if err != nil {
 		return Result{}, err
@@ -273,8 +279,11 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	if err := binds.wait(o.timeout); err != nil {
 		return Result{}, err
 	}
-	r := Result{Mode: mode, Nodes: nodes, Pods: o.pods}
+	r := Result{Mode: mode, Nodes: nodes, Pods: o.pods, CPUPerPod: map[string]float64{}}
 	r.Seconds, r.PodsPerSecond, r.MedianPerSecond = binds.rates()
+	for name, t := range cpuTimes(c.Processes()) {
+		r.CPUPerPod[name] = float64((t-before[name])/time.Millisecond) / float64(o.pods)
+	}
 	for _, p := range procs {
 		rss, peak, err := memory(p.Cmd.Process.Pid)
 		if err != nil {
@@ -290,7 +299,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 			profile(c, url+"/debug/pprof/heap?gc=1", filepath.Join(o.profile, fmt.Sprintf("%s-%d-heap.pprof", name, nodes)), i == 1)
 		}
 	}
-	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB", mode, nodes, r.PodsPerSecond, r.RSSMiB)
+	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB, CPU ms per pod %s", mode, nodes, r.PodsPerSecond, r.RSSMiB, cpuLine(r.CPUPerPod))
 	return r, nil
 }
 
@@ -536,6 +545,42 @@ func (w *bindWatch) rates() (seconds, perSecond, median float64) {
 	}
 	slices.Sort(buckets)
 	return span, float64(len(ts)) / span, buckets[len(buckets)/2]
+}
+
+// cpuLine formats CPU ms per pod by process, in name order.
+func cpuLine(cpu map[string]float64) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(cpu)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, cpu[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cpuTimes returns each running process's CPU time (user and system)
+// by name; the clock ticks of /proc are 1/100 s.
+func cpuTimes(procs []*controlplane.Process) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range procs {
+		if p.Cmd.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		// The command name, in parentheses, may hold spaces: fields
+		// count from after it (utime and stime are fields 14 and 15).
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		utime, err1 := strconv.ParseInt(f[11], 10, 64)
+		stime, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 == nil && err2 == nil {
+			out[p.Name] += time.Duration(utime+stime) * 10 * time.Millisecond
+		}
+	}
+	return out
 }
 
 // memory returns a process's resident and peak resident memory in MiB.
