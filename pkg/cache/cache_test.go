@@ -723,7 +723,7 @@ func TestOvercommitShown(t *testing.T) {
 	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 15360, 0)})
 	c.SetPod(recordedPod(t, "a", a))
 	c.SetPod(recordedPod(t, "b", a))
-	want := []metricGPU{{"n1", testModel, 0, 15360, alloc.Usage{MemoryMiB: 30720}}}
+	want := []metricGPU{{"n1", testModel, 0, 15360, alloc.Usage{MemoryMiB: 30720}, 0}}
 	if err := testutil.CollectAndCompare(cache.NewCollector(c), strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics hide the over-commit:\n%v", err)
 	}

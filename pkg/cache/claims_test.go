@@ -1,9 +1,11 @@
 package cache_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +13,7 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/dra/claim"
 )
 
@@ -57,6 +60,15 @@ func TestClaimsBookTheirGPUs(t *testing.T) {
 	c.SetClaim(draClaim("whole", "n1", 0, []string{"gpu-1"}))
 	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 7072}, {MemoryMiB: 16384, Compute: alloc.FullCompute}}; !cmp.Equal(got, want) {
 		t.Errorf("with a whole device: %v; want %v", got, want)
+	}
+	// The metrics tell the claims' part of each GPU's booking.
+	want := `# HELP gpushare_gpu_memory_claimed_bytes GPU memory booked by ResourceClaims of gpushare's DRA devices, part of gpushare_gpu_memory_booked_bytes.
+# TYPE gpushare_gpu_memory_claimed_bytes gauge
+gpushare_gpu_memory_claimed_bytes{gpu="0",node="n1"} 3.221225472e+09
+gpushare_gpu_memory_claimed_bytes{gpu="1",node="n1"} 1.7179869184e+10
+`
+	if err := testutil.CollectAndCompare(cache.NewCollector(c), strings.NewReader(want), "gpushare_gpu_memory_claimed_bytes"); err != nil {
+		t.Errorf("claimed metrics:\n%v", err)
 	}
 
 	// Deallocated (status cleared), then deleted.

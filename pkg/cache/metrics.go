@@ -13,6 +13,8 @@ var (
 		"Memory of each GPU of the gpushare nodes.", []string{"node", "gpu", "model"}, nil)
 	bookedDesc = prometheus.NewDesc("gpushare_gpu_memory_booked_bytes",
 		"GPU memory booked by pods (allocation records and assumed placements) and held by defragmentation plans, over the capacity where records over-commit a GPU.", []string{"node", "gpu"}, nil)
+	claimedDesc = prometheus.NewDesc("gpushare_gpu_memory_claimed_bytes",
+		"GPU memory booked by ResourceClaims of gpushare's DRA devices, part of gpushare_gpu_memory_booked_bytes.", []string{"node", "gpu"}, nil)
 	computeDesc = prometheus.NewDesc("gpushare_gpu_compute_booked_ratio",
 		"Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	refusedDesc = prometheus.NewDesc("gpushare_allocation_records_refused",
@@ -31,6 +33,7 @@ func NewCollector(c *Cache) *Collector { return &Collector{c: c} }
 func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- capacityDesc
 	ch <- bookedDesc
+	ch <- claimedDesc
 	ch <- computeDesc
 	ch <- refusedDesc
 	ch <- editedDesc
@@ -38,7 +41,7 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
-	states, refused, edited := x.c.booked()
+	states, claimed, refused, edited := x.c.booked()
 	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused))
 	ch <- prometheus.MustNewConstMetric(editedDesc, prometheus.GaugeValue, float64(edited))
 	for _, s := range states {
@@ -47,6 +50,11 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 			u := s.GPUs[i]
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(g.MemoryMiB)*(1<<20), s.Node.Name, idx, g.Model)
 			ch <- prometheus.MustNewConstMetric(bookedDesc, prometheus.GaugeValue, float64(u.MemoryMiB)*(1<<20), s.Node.Name, idx)
+			var claimedMiB int64
+			if per := claimed[s.Node.Name]; i < len(per) {
+				claimedMiB = per[i]
+			}
+			ch <- prometheus.MustNewConstMetric(claimedDesc, prometheus.GaugeValue, float64(claimedMiB)*(1<<20), s.Node.Name, idx)
 			ch <- prometheus.MustNewConstMetric(computeDesc, prometheus.GaugeValue, float64(u.Compute)/float64(alloc.FullCompute), s.Node.Name, idx)
 		}
 	}

@@ -18,16 +18,18 @@ const (
 	capacityMetric = "gpushare_gpu_memory_capacity_bytes"
 	bookedMetric   = "gpushare_gpu_memory_booked_bytes"
 	computeMetric  = "gpushare_gpu_compute_booked_ratio"
+	claimedMetric  = "gpushare_gpu_memory_claimed_bytes"
 )
 
 // expectedMetrics renders, in the text format, what the collector should
 // export for GPUs: per node and GPU, its model, memory and booking.
 func expectedMetrics(refused int, gpus []metricGPU) string {
-	var capacity, booked, compute strings.Builder
+	var capacity, booked, claimed, compute strings.Builder
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	for _, g := range gpus {
 		fmt.Fprintf(&capacity, "%s{gpu=%q,model=%q,node=%q} %s\n", capacityMetric, strconv.Itoa(g.gpu), g.model, g.node, f(float64(g.mib)*1024*1024))
 		fmt.Fprintf(&booked, "%s{gpu=%q,node=%q} %s\n", bookedMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.MemoryMiB)*1024*1024))
+		fmt.Fprintf(&claimed, "%s{gpu=%q,node=%q} %s\n", claimedMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.claimedMiB)*1024*1024))
 		fmt.Fprintf(&compute, "%s{gpu=%q,node=%q} %s\n", computeMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.Compute)/100))
 	}
 	return "# HELP gpushare_allocation_records_refused Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.\n" +
@@ -36,6 +38,8 @@ func expectedMetrics(refused int, gpus []metricGPU) string {
 		"# TYPE " + capacityMetric + " gauge\n" + capacity.String() +
 		"# HELP " + bookedMetric + " GPU memory booked by pods (allocation records and assumed placements) and held by defragmentation plans, over the capacity where records over-commit a GPU.\n" +
 		"# TYPE " + bookedMetric + " gauge\n" + booked.String() +
+		"# HELP " + claimedMetric + " GPU memory booked by ResourceClaims of gpushare's DRA devices, part of gpushare_gpu_memory_booked_bytes.\n" +
+		"# TYPE " + claimedMetric + " gauge\n" + claimed.String() +
 		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.\n" +
 		"# TYPE " + computeMetric + " gauge\n" + compute.String() +
 		editedMetrics(0)
@@ -52,6 +56,8 @@ type metricGPU struct {
 	gpu         int
 	mib         int64
 	used        alloc.Usage
+	// claimedMiB is the part of used that ResourceClaims hold.
+	claimedMiB int64
 }
 
 func TestCollector(t *testing.T) {
@@ -75,16 +81,16 @@ func TestCollector(t *testing.T) {
 
 	n1 := appUsage(2, a)
 	want := []metricGPU{
-		{"n1", testModel, 0, 40960, n1[0]},
-		{"n1", testModel, 1, 16384, n1[1]},
-		{"n2", "NVIDIA L4", 0, 23034, alloc.Usage{MemoryMiB: 4321, Compute: 45}},
+		{"n1", testModel, 0, 40960, n1[0], 0},
+		{"n1", testModel, 1, 16384, n1[1], 0},
+		{"n2", "NVIDIA L4", 0, 23034, alloc.Usage{MemoryMiB: 4321, Compute: 45}, 0},
 	}
 	collector := cache.NewCollector(c)
 	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics:\n%v", err)
 	}
-	if n := testutil.CollectAndCount(collector); n != 2+3*len(want) {
-		t.Errorf("collected %d metrics, want %d (three per GPU of the gpushare nodes, the refused records and the edited pods)", n, 2+3*len(want))
+	if n := testutil.CollectAndCount(collector); n != 2+4*len(want) {
+		t.Errorf("collected %d metrics, want %d (four per GPU of the gpushare nodes, the refused records and the edited pods)", n, 2+4*len(want))
 	}
 
 	// The exported bookings follow the cache.
@@ -109,7 +115,7 @@ func TestCollectorMatchesSnapshot(t *testing.T) {
 	var want []metricGPU
 	for _, s := range c.Snapshot() {
 		for i, g := range s.Node.GPUs {
-			want = append(want, metricGPU{s.Node.Name, g.Model, i, g.MemoryMiB, s.GPUs[i]})
+			want = append(want, metricGPU{s.Node.Name, g.Model, i, g.MemoryMiB, s.GPUs[i], 0})
 		}
 	}
 	if len(want) != 3 || want[1].used != (alloc.Usage{MemoryMiB: 123, Compute: 7}) || want[2].used != (alloc.Usage{MemoryMiB: 8192, Compute: 100}) {

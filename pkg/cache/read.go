@@ -84,15 +84,30 @@ func (c *Cache) Snapshot() []*alloc.NodeState {
 // usage includes what conflicting bookings hold, how many records the
 // cache refuses, and how many booked pods' requests were edited after
 // binding: what the metrics show.
-func (c *Cache) booked() (states []*alloc.NodeState, refused, edited int) {
+func (c *Cache) booked() (states []*alloc.NodeState, claimed map[string][]int64, refused, edited int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	claimed = map[string][]int64{}
 	for _, p := range c.pods {
 		if len(p.edited) > 0 {
 			edited++
 		}
+		e := c.nodes[p.node]
+		if p.claim == nil || p.invalid || p.placement == nil || e == nil {
+			continue
+		}
+		per := claimed[p.node]
+		if per == nil {
+			per = make([]int64, len(e.state.Node.GPUs))
+			claimed[p.node] = per
+		}
+		for _, b := range p.placement.Booked {
+			if b.GPU >= 0 && b.GPU < len(per) {
+				per[b.GPU] += b.MemoryMiB
+			}
+		}
 	}
-	return c.snapshotLocked(true), len(c.refused), edited
+	return c.snapshotLocked(true), claimed, len(c.refused), edited
 }
 
 func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {
