@@ -63,17 +63,29 @@ func better(a, b alloc.Rating) int {
 }
 
 // RankScores returns the RankScore of each rating's rank in Rank's order,
-// in the order given. It sorts indexes, not the ratings: the plugin ranks
-// hundreds of nodes for every pod.
+// in the order given. It sorts the ratings with their indexes, inline:
+// the plugin ranks hundreds of nodes for every pod.
 func RankScores(ratings []alloc.Rating, top int64) []int64 {
-	order := make([]int32, len(ratings))
-	for i := range order {
-		order[i] = int32(i)
+	type ranked struct {
+		alloc.Rating
+		i int
 	}
-	slices.SortFunc(order, func(a, b int32) int { return better(ratings[a], ratings[b]) })
+	order := make([]ranked, len(ratings))
+	for i, r := range ratings {
+		order[i] = ranked{r, i}
+	}
+	slices.SortFunc(order, func(a, b ranked) int {
+		switch {
+		case a.Score.Primary != b.Score.Primary:
+			return cmp.Compare(b.Score.Primary, a.Score.Primary)
+		case a.Score.Secondary != b.Score.Secondary:
+			return cmp.Compare(b.Score.Secondary, a.Score.Secondary)
+		}
+		return cmp.Compare(b.Tie, a.Tie)
+	})
 	out := make([]int64, len(ratings))
-	for rank, i := range order {
-		out[i] = RankScore(rank, len(ratings), top)
+	for rank, r := range order {
+		out[r.i] = RankScore(rank, len(ratings), top)
 	}
 	return out
 }

@@ -133,3 +133,16 @@ func TestRequest(t *testing.T) {
 		t.Errorf("GPU pod: %+v, %v; want GPUs, 2000m CPU and 1024 MiB", req, err)
 	}
 }
+
+// BenchmarkRankScores ranks the 500 nodes kube-scheduler scores per pod
+// at 5000 nodes.
+func BenchmarkRankScores(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ratings := make([]alloc.Rating, 500)
+	for i := range ratings {
+		ratings[i] = alloc.Rating{Score: alloc.Score{Primary: rng.Int64N(1e6), Secondary: rng.Int64N(3)}, Tie: rng.Uint64()}
+	}
+	for b.Loop() {
+		decision.RankScores(ratings, 100)
+	}
+}

@@ -417,6 +417,7 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 		for i := range scores {
 			ratings[i] = rated[scores[i].Name]
 		}
+		byNodePool.Put(rated)
 	case pc != nil:
 		pc.mu.Lock()
 		for i := range scores {

@@ -51,12 +51,19 @@ func (r *ratings) put(node string, rating alloc.Rating) {
 	r.more[node] = rating
 }
 
-// byNode returns every rating by node, the latest of a node rated twice.
+// byNodePool holds the maps byNode fills, each used for one
+// NormalizeScore: a fresh map of hundreds of nodes for every pod was a
+// tenth of what gpushare-scheduler allocated.
+var byNodePool = sync.Pool{New: func() any { return map[string]alloc.Rating{} }}
+
+// byNode returns every rating by node, the latest of a node rated twice,
+// in a map from byNodePool: put it back when done.
 func (r *ratings) byNode() map[string]alloc.Rating {
 	n := int(min(r.n.Load(), int64(len(r.slots))))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]alloc.Rating, n+len(r.more))
+	out := byNodePool.Get().(map[string]alloc.Rating)
+	clear(out)
 	for i := range r.slots[:n] {
 		if s := &r.slots[i]; s.written.Load() {
 			out[s.node] = s.rating
