@@ -202,12 +202,12 @@ type cycle struct {
 
 // Clone implements fwk.StateData: kube-scheduler clones the state for
 // preemption's dry runs and for nominated pods, and what AddPod, RemovePod
-// and Filter write on a copy stays there. The request and the rater are
-// read-only and shared.
+// and Filter write on a copy stays there. The request, the rater and the
+// kubelet's asks are read-only and shared.
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, claims: c.claims, holds: c.holds, ratings: c.ratings.clone(),
+	out := &cycle{req: c.req, placer: c.placer, rater: c.rater, start: c.start, kubelet: c.kubelet, claims: c.claims, holds: c.holds, ratings: c.ratings.clone(),
 		unfits: slices.Clone(c.unfits), chosen: c.chosen, recorded: c.recorded}
 	if c.deltas != nil {
 		out.deltas = make(map[string]*nodeDelta, len(c.deltas))

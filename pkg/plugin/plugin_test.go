@@ -534,11 +534,16 @@ func TestPluginKubeletCapacity(t *testing.T) {
 	fw := c.profile("default-scheduler")
 	c.start()
 
-	_, statuses := c.filter(fw, gpuPod("mib", "default-scheduler", 8192))
+	state, statuses := c.filter(fw, gpuPod("mib", "default-scheduler", 8192))
 	s := statuses["n1"]
 	if s == nil || s.Code() != fwk.Unschedulable ||
 		!strings.Contains(s.Message(), "node's kubelet has 6 of 16 gpushare.io/gpu-mem free, pod needs 8192") {
 		t.Errorf("n1: %v; want Unschedulable with the kubelet's count", s)
+	}
+	// A copy of the state (preemption's dry runs, nominated pods) checks
+	// the kubelet's count too.
+	if s := fw.RunFilterPlugins(c.ctx, state.Clone(), gpuPod("mib", "default-scheduler", 8192), c.nodeInfo("n1")); s.IsSuccess() {
+		t.Errorf("n1 through a copy of the cycle state: %v; want Unschedulable with the kubelet's count", s)
 	}
 	if statuses["n3"] != nil {
 		t.Errorf("n3, which advertises no gpushare.io/gpu-mem: %v; want it to fit", statuses["n3"])
