@@ -193,7 +193,7 @@ func TestRealNodeDRA(t *testing.T) {
 	if err != nil {
 		t.Errorf("the slice does not take big's 30000 MiB off its GPU's memory for claims: %v", err)
 	}
-	failedSchedulingMessage(t, rc.client, "default", "over", "claim")
+	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "over", "FailedScheduling", "claim")
 	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "over", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 		t.Errorf("a claim past what its GPU's pods leave: pod on %q (%v); want it Pending", p.Spec.NodeName, err)
 	}

@@ -28,6 +28,11 @@ import (
 // imageTag is the tag of the images the real-node tests build.
 const imageTag = "e2e"
 
+// realNodeEventWait is how long a real-node test waits for the scheduler's
+// event on a pod: the in-cluster gpushare-scheduler, on a busy 2-core
+// machine, may lose its lease or fail its probes and restart first.
+const realNodeEventWait = 3 * time.Minute
+
 // probeImage is the real node's pod sandbox and, through the mirror, every
 // image a seed example names.
 const probeImage = "ghcr.io/gpushare/gpushare-probe:" + imageTag
@@ -660,7 +665,7 @@ func TestRealNodeLifecycle(t *testing.T) {
 	// Every GPU is full: a pod asking a whole one waits, and gets keep's
 	// once keep is deleted.
 	start("waiting", 32768, "sleep", "infinity")
-	eventNoteWithin(t, 3*time.Minute, rc.client, "default", "waiting", "FailedScheduling", "InsufficientGPUMemory")
+	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "waiting", "FailedScheduling", "InsufficientGPUMemory")
 	keepGPU := record(t, keep).Containers[0].GPUs[0].UUID
 	if err := rc.client.CoreV1().Pods("default").Delete(ctx, "keep", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
