@@ -92,8 +92,11 @@ func (c *Cache) booked() (states []*alloc.NodeState, claimed map[string][]int64,
 		if len(p.edited) > 0 {
 			edited++
 		}
+		if p.claim == nil || p.invalid || p.placement == nil {
+			continue
+		}
 		e := c.nodes[p.node]
-		if p.claim == nil || p.invalid || p.placement == nil || e == nil {
+		if e == nil {
 			continue
 		}
 		per := claimed[p.node]

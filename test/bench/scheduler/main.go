@@ -269,10 +269,14 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	if err != nil {
 		return Result{}, err
 	}
+	// urls are the scheduler's, then the extender's.
+	profilePath := func(i int, suffix string) string {
+		name := []string{mode, "extender-server"}[i]
+		return filepath.Join(o.profile, fmt.Sprintf("%s-%d%s.pprof", name, nodes, suffix))
+	}
 	if o.profile != "" {
 		for i, url := range urls {
-			name := []string{mode, "extender-server"}[i]
-			go profile(c, url+"/debug/pprof/profile?seconds=20", filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", name, nodes)), i == 1)
+			go profile(c, url+"/debug/pprof/profile?seconds=20", profilePath(i, ""), i == 1)
 		}
 	}
 	progress("%s is running; waiting for %d pods to be bound", mode, o.pods)
@@ -295,8 +299,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	// After RSS: the heap profile collects garbage first.
 	if o.profile != "" {
 		for i, url := range urls {
-			name := []string{mode, "extender-server"}[i]
-			profile(c, url+"/debug/pprof/heap?gc=1", filepath.Join(o.profile, fmt.Sprintf("%s-%d-heap.pprof", name, nodes)), i == 1)
+			profile(c, url+"/debug/pprof/heap?gc=1", profilePath(i, "-heap"), i == 1)
 		}
 	}
 	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB, CPU ms per pod %s", mode, nodes, r.PodsPerSecond, r.RSSMiB, cpuLine(r.CPUPerPod))
