@@ -346,7 +346,8 @@ func warnStale(logger klog.Logger, skipped map[string]error) func(*corev1.Node) 
 }
 
 // enforcement checks --enforcement and, for hami-core, that HAMi-core's
-// library is where --hami-core-library says, and writes the preload list
+// library is where --hami-core-library says and exports its hooks, and
+// writes the preload list
 // and the lock directory under --hami-core-dir: what the containers it
 // holds mount (cdi.HAMiCore).
 func enforcement(o options) (*cdi.HAMiCore, error) {
@@ -365,6 +366,9 @@ func enforcement(o options) (*cdi.HAMiCore, error) {
 	if info, err := os.Stat(o.hamiCoreLib); err != nil || !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("--enforcement=hami-core: HAMi-core's library is not at --hami-core-library=%s (%v): install it on the node, "+
 			"or run with --enforcement=none to book shares without holding containers to them", o.hamiCoreLib, err)
+	}
+	if err := cdi.CheckHAMiCoreLibrary(o.hamiCoreLib); err != nil {
+		return nil, fmt.Errorf("--enforcement=hami-core: %w", err)
 	}
 	h := &cdi.HAMiCore{Library: o.hamiCoreLib, Preload: filepath.Join(o.hamiCoreDir, "ld.so.preload"), LockDir: filepath.Join(o.hamiCoreDir, "vgpulock")}
 	// The lock directory is shared by containers of any user, as HAMi's.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,8 +62,20 @@ func TestEnforcement(t *testing.T) {
 			t.Errorf("%+v: %v, %v; want %q", c.o, h, err, c.want)
 		}
 	}
+	// A file there that is no HAMi-core library is refused.
 	if err := os.WriteFile(lib, []byte("ELF"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := enforcement(options{enforcement: "hami-core", hamiCoreLib: lib, hamiCoreDir: dir}); err == nil ||
+		!strings.Contains(err.Error(), "is not a shared library") {
+		t.Errorf("a file that is no library: %v", err)
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Fatalf("a C compiler builds the stand-in library (the project's cgo build needs one too): %v", err)
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, "../../pkg/deviceplugin/testdata/hamicore-standin.c").CombinedOutput(); err != nil {
+		t.Fatalf("building the stand-in: %v\n%s", err, out)
 	}
 	h, err := enforcement(options{enforcement: "hami-core", hamiCoreLib: lib, hamiCoreDir: filepath.Join(dir, "state")})
 	if err != nil {

@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"debug/elf"
 	"fmt"
 	"strconv"
 
@@ -63,4 +64,43 @@ func (h *HAMiCore) Edits(c *gpusharev1.ContainerAllocation, claim string) specs.
 		{HostPath: h.Preload, ContainerPath: HAMiCorePreloadPath, Options: []string{"bind", "ro"}},
 		{HostPath: h.LockDir, ContainerPath: HAMiCoreLockDir, Options: []string{"rbind", "rw"}},
 	}}
+}
+
+// HAMiCoreHooks are functions HAMi-core's library must export to hold a
+// process to its share: the allocation it counts and refuses past the
+// memory limit, and the kernel launch it delays past the compute limit.
+// The dynamic loader resolves a process's calls to them in the preloaded
+// library first.
+var HAMiCoreHooks = []string{"cuMemAlloc_v2", "cuLaunchKernel"}
+
+// CheckHAMiCoreLibrary checks that the file at path is a shared library
+// that exports HAMiCoreHooks. A HAMi-core built with hidden symbols (a
+// CMake Release build, -fvisibility=hidden) loads, logs that it
+// initializes, and holds nothing: on an H100 with driver 580 such a build
+// let a container with a 2048 MiB limit allocate 4096.
+func CheckHAMiCoreLibrary(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("HAMi-core's library %s is not a shared library: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return fmt.Errorf("HAMi-core's library %s has no dynamic symbols: %w", path, err)
+	}
+	exported := make(map[string]bool, len(HAMiCoreHooks))
+	for _, s := range syms {
+		bind := elf.ST_BIND(s.Info)
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC &&
+			(bind == elf.STB_GLOBAL || bind == elf.STB_WEAK) && elf.ST_VISIBILITY(s.Other) == elf.STV_DEFAULT {
+			exported[s.Name] = true
+		}
+	}
+	for _, name := range HAMiCoreHooks {
+		if !exported[name] {
+			return fmt.Errorf("HAMi-core's library %s does not export %s, so it intercepts nothing and holds no container to its share: "+
+				"build HAMi-core as its build.sh does (its hooks exported), not as a CMake Release build (-fvisibility=hidden)", path, name)
+		}
+	}
+	return nil
 }

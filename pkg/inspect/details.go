@@ -57,7 +57,7 @@ func enforcementLine(e string) string {
 	case gpusharev1.EnforcementMPS:
 		return "mps: every shared container is an MPS client, held to its memory and threads"
 	case gpusharev1.EnforcementHAMiCore:
-		return "hami-core: HAMi-core holds every shared container to its memory and compute"
+		return "hami-core: HAMi-core holds every shared container to its memory, and slows the kernel launches it intercepts to its compute"
 	default:
 		return "none: shares are booked, not enforced (MPS clients excepted); each container is trusted to keep to its share"
 	}

@@ -58,6 +58,9 @@ type machine struct {
 	// control is the MPS control binary; "" if there is none, and
 	// noControl says why.
 	control, noControl string
+	// hamiCore is HAMi-core's libvgpu.so (or its stand-in); "" if there
+	// is none, and noHAMiCore says why.
+	hamiCore, noHAMiCore string
 	// work starts CUDA processes; nil if none can run, and noWork says
 	// why.
 	work   *workload
@@ -97,6 +100,9 @@ func newMachine(t *testing.T, mode string) (*machine, error) {
 		}
 		m.work = &workload{impl: "fake", desc: "fake: a stand-in script, no CUDA", argv: []string{client},
 			env: []string{"GPUSHARE_FAKE_GPU_STATE=" + f.state}}
+		if m.hamiCore, err = buildStandInLibrary(t.Context(), m.dir); err != nil {
+			return nil, err
+		}
 	case modeNVML:
 		m.lib = nvml.New()
 		// Without nvidia-smi, the inventory check fails: nothing to
@@ -109,6 +115,7 @@ func newMachine(t *testing.T, mode string) (*machine, error) {
 		} else {
 			m.noControl = "nvidia-cuda-mps-control is not on PATH"
 		}
+		m.hamiCore, m.noHAMiCore = findHAMiCore()
 	default:
 		return nil, fmt.Errorf("%s=%q: want %s or %s", envMode, mode, modeNVML, modeFake)
 	}
@@ -228,6 +235,43 @@ func buildWorkload(ctx context.Context, t *testing.T, dir string) (*workload, er
 		return nil, fmt.Errorf("nvcc-built workload: %w", err)
 	}
 	return w, nil
+}
+
+// findHAMiCore finds HAMi-core's library: $GPUSHARE_GPU_CHECK_HAMI_CORE,
+// else where HAMi installs it; "" and why not if neither is there.
+func findHAMiCore() (string, string) {
+	path := os.Getenv(envHAMiCore)
+	if path == "" {
+		if _, err := os.Stat(hamiCoreInstalled); err != nil {
+			return "", "no HAMi-core library: set " + envHAMiCore + " to its libvgpu.so (HAMi installs it at " + hamiCoreInstalled + ")"
+		}
+		return hamiCoreInstalled, ""
+	}
+	if !filepath.IsAbs(path) {
+		return "", envHAMiCore + "=" + path + ": want an absolute path"
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", envHAMiCore + ": " + err.Error()
+	}
+	return path, ""
+}
+
+// buildStandInLibrary builds testdata/fake-libvgpu.c, HAMi-core's
+// stand-in, into dir with the C compiler (the check's build needs one).
+func buildStandInLibrary(ctx context.Context, dir string) (string, error) {
+	src, err := writeTestdata(dir, "fake-libvgpu.c")
+	if err != nil {
+		return "", err
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	lib := filepath.Join(dir, "libvgpu.so")
+	if out, err := exec.CommandContext(ctx, cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil { //nolint:gosec // the C compiler
+		return "", fmt.Errorf("building the stand-in libvgpu.so with %s: %w: %s", cc, err, tail(string(out)))
+	}
+	return lib, nil
 }
 
 // tail is the end of a process's output, for messages.

@@ -44,6 +44,7 @@ type report struct {
 	Events    *eventsPart    `json:"events,omitempty"`
 	Usage     *usagePart     `json:"usage,omitempty"`
 	MPS       *mpsPart       `json:"mps,omitempty"`
+	HAMiCore  *hamiCorePart  `json:"hamiCore,omitempty"`
 	// Errors are failures outside the sections (setting up).
 	Errors []string `json:"errors,omitempty"`
 }
@@ -121,11 +122,12 @@ func TestGPUCheck(t *testing.T) {
 	r.Driver = m.driver
 	// Each section is in the report before it runs: a check that stops
 	// half-way reports what it found.
-	r.Inventory, r.Events, r.Usage, r.MPS = &inventoryPart{}, &eventsPart{}, &usagePart{}, &mpsPart{}
+	r.Inventory, r.Events, r.Usage, r.MPS, r.HAMiCore = &inventoryPart{}, &eventsPart{}, &usagePart{}, &mpsPart{}, &hamiCorePart{}
 	t.Run("inventory", func(t *testing.T) { checkInventory(ctx, t, m, r.Inventory) })
 	t.Run("events", func(t *testing.T) { checkEvents(ctx, t, m, r.Events) })
 	t.Run("usage", func(t *testing.T) { checkUsage(ctx, t, m, r.Usage) })
 	t.Run("mps", func(t *testing.T) { checkMPS(ctx, t, m, r.MPS) })
+	t.Run("hami-core", func(t *testing.T) { checkHAMiCore(ctx, t, m, r.HAMiCore) })
 }
 
 // writeReport writes r as one JSON line to $GPUSHARE_GPU_CHECK_REPORT

@@ -64,7 +64,7 @@ func checkUsage(ctx context.Context, t *testing.T, m *machine, p *usagePart) {
 		return
 	}
 	p.BaselineUsedMiB = base.UsedMemoryMiB
-	proc, err := m.work.start(ctx, []string{"CUDA_VISIBLE_DEVICES=" + g.UUID}, "", "alloc", itoa(usageAlloc), itoa(allocChunk))
+	proc, err := m.work.start(ctx, []string{"CUDA_VISIBLE_DEVICES=" + g.UUID}, nil, "alloc", itoa(usageAlloc), itoa(allocChunk))
 	if err != nil {
 		p.fail("%v", err)
 		return

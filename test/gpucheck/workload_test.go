@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ func (l *lockedBuffer) String() string {
 
 // probe runs "probe" and sets impl.
 func (w *workload) probe(ctx context.Context) error {
-	p, err := w.start(ctx, nil, "", "probe")
+	p, err := w.start(ctx, nil, nil, "probe")
 	if err != nil {
 		return err
 	}
@@ -101,11 +102,12 @@ func (w *workload) probe(ctx context.Context) error {
 }
 
 // cleanEnv is this process's environment without what would make a
-// workload an MPS client or pick its GPUs.
+// workload an MPS client, preload HAMi-core, limit it or pick its GPUs.
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "CUDA_MPS_") || strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "NVIDIA_VISIBLE_DEVICES=") {
+		if strings.HasPrefix(kv, "CUDA_MPS_") || strings.HasPrefix(kv, "CUDA_DEVICE_") || strings.HasPrefix(kv, "LD_PRELOAD=") ||
+			strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "NVIDIA_VISIBLE_DEVICES=") {
 			continue
 		}
 		env = append(env, kv)
@@ -113,15 +115,33 @@ func cleanEnv() []string {
 	return env
 }
 
+// bind is a host directory the workload sees at another path, as a
+// container's mount gives it.
+type bind struct{ host, at string }
+
 // start starts the workload with args and env added to a clean
-// environment; with shm set, in a mount namespace of its own with shm
-// bound over /dev/shm, as the CDI edits mount the MPS daemon's /dev/shm
-// in a container.
-func (w *workload) start(ctx context.Context, env []string, shm string, args ...string) (*process, error) {
+// environment; with binds, in a mount namespace of its own with each
+// host directory bound at its path, as the CDI edits mount the MPS
+// daemon's /dev/shm or HAMi-core's lock directory in a container.
+func (w *workload) start(ctx context.Context, env []string, binds []bind, args ...string) (*process, error) {
 	argv := append(append([]string{}, w.argv...), args...)
-	if shm != "" {
-		argv = append([]string{"unshare", "--mount", "--propagation", "private",
-			"sh", "-c", `mount --bind "$0" /dev/shm && exec "$@"`, shm}, argv...)
+	if len(binds) > 0 {
+		// sh -c 'mkdir -p "$2" && mount --bind "$1" "$2" && ... &&
+		// export LD_PRELOAD="$N" && shift N && exec "$@"' sh HOST AT ... LIB WORKLOAD...
+		script, pre := "", []string{}
+		for i, b := range binds {
+			script += fmt.Sprintf(`mkdir -p "${%[2]d}" && mount --bind "${%[1]d}" "${%[2]d}" && `, 2*i+1, 2*i+2)
+			pre = append(pre, b.host, b.at)
+		}
+		// A library to preload is for the workload, not for unshare,
+		// sh and mount before the mounts are there.
+		if i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "LD_PRELOAD=") }); i >= 0 {
+			pre = append(pre, strings.TrimPrefix(env[i], "LD_PRELOAD="))
+			script += fmt.Sprintf(`export LD_PRELOAD="${%d}" && `, len(pre))
+			env = slices.Delete(slices.Clone(env), i, i+1)
+		}
+		script += fmt.Sprintf(`shift %d && exec "$@"`, len(pre))
+		argv = append(append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"}, pre...), argv...)
 	}
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // the check's own workload
 	c.Env = append(append(cleanEnv(), w.env...), env...)

@@ -2,7 +2,9 @@
  * A stand-in for HAMi-core's libvgpu.so in tests: preloaded into a
  * process, it records what HAMi-core would be given, parsed by
  * HAMi-core's rules (a limit is bytes, or a number with a K, M or G
- * suffix, either case), into the file $GPUSHARE_STANDIN_OUT.
+ * suffix, either case), into the file $GPUSHARE_STANDIN_OUT. It exports
+ * the hooks the node daemon looks for (cdi.HAMiCoreHooks), which do
+ * nothing here.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,3 +40,6 @@ __attribute__((constructor)) static void record(void) {
 	if (cache) fprintf(f, "shared_cache=%s\n", cache);
 	fclose(f);
 }
+
+int cuMemAlloc_v2(void **dptr, unsigned long size) { (void)dptr; (void)size; return 2; /* out of memory */ }
+int cuLaunchKernel(void) { return 0; }

@@ -4,8 +4,10 @@
 # "allocates" by telling the fake driver ($GPUSHARE_FAKE_GPU_STATE/PID:
 # GPU UUID and MiB), and as an MPS client it needs the control daemon in
 # its pipe directory and the daemon's /dev/shm, and enforces
-# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself, as the MPS server would. It
-# cannot time compute: there is no GPU.
+# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT itself, as the MPS server would. Under
+# the stand-in libvgpu.so (fake-libvgpu.c) it enforces the limit the
+# library read, as HAMi-core would. It cannot time compute: there is no
+# GPU.
 set -u
 fatal() {
 	printf '{"event":"error","impl":"fake","error":"%s"}\n' "$1"
@@ -24,7 +26,12 @@ want=$2 chunk=$3
 uuid=${CUDA_VISIBLE_DEVICES:-}
 uuid=${uuid%%,*}
 [ -n "$uuid" ] || fatal "CUDA_VISIBLE_DEVICES names no GPU"
-limit=
+limit= by=
+[ -z "${GPUSHARE_FAKE_HAMI_ERROR:-}" ] || fatal "the stand-in libvgpu.so: $GPUSHARE_FAKE_HAMI_ERROR"
+if [ -n "${GPUSHARE_FAKE_HAMI_LIMIT_MIB:-}" ]; then
+	limit=$GPUSHARE_FAKE_HAMI_LIMIT_MIB
+	by="the stand-in libvgpu.so's limit, $limit MiB"
+fi
 if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then
 	pipe=$CUDA_MPS_PIPE_DIRECTORY
 	pid=$(cat "$pipe/control.pid" 2>/dev/null) && [ -e "$pipe/control" ] ||
@@ -39,8 +46,8 @@ if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then
 		esac
 		case $v in
 		*[!0-9MG]* | [MG]*) fatal "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: bad value $v" ;;
-		*G) limit=$((${v%G} * 1024)) ;;
-		*M) limit=${v%M} ;;
+		*G) limit=$((${v%G} * 1024)) by="the stand-in's MPS limit CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" ;;
+		*M) limit=${v%M} by="the stand-in's MPS limit CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" ;;
 		*) fatal "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: $v has no unit" ;;
 		esac
 	done
@@ -53,7 +60,7 @@ state=${GPUSHARE_FAKE_GPU_STATE:?}
 got=0 err= oom=false
 while [ $((got + chunk)) -le "$want" ]; do
 	if [ -n "$limit" ] && [ $((got + chunk)) -gt "$limit" ]; then
-		err="out of memory (the stand-in's MPS limit CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
+		err="out of memory ($by)"
 		oom=true
 		break
 	fi
