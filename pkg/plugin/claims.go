@@ -55,6 +55,11 @@ func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*allo
 	return req, nil
 }
 
+// mixedRequest is why a pod that asks GPUs both through extended
+// resources and through claims of gpushare's devices is not placed.
+const mixedRequest = "the pod asks for GPUs both through extended resources and through ResourceClaims of gpushare's DeviceClasses, " +
+	"which cannot be booked together: ask through one or the other (docs/dra.md, \"Claims or extended resources?\")"
+
 // claimReleased requeues a pod when a ResourceClaim that held gpushare's
 // devices is deallocated or deleted: its share is free.
 func (pl *GPUShare) claimReleased(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {

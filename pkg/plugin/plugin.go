@@ -250,6 +250,16 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	claims := false
+	if req != nil && len(pod.Spec.ResourceClaims) > 0 {
+		// DynamicResources would allocate the claims from what the
+		// node's slices offer, which does not yet count this pod's own
+		// shares: the two could land on one GPU past its memory, and
+		// the node would refuse the claims with the pod bound.
+		if both, err := pl.claimRequest(pod, nil); err == nil && both != nil {
+			pl.metrics.observe(resultInvalid, start)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, mixedRequest)
+		}
+	}
 	if req == nil && len(pod.Spec.ResourceClaims) > 0 {
 		base, _ := pl.model.PodRequest(pod)
 		if req, err = pl.claimRequest(pod, base); err != nil {

@@ -434,6 +434,14 @@ func TestDRAPlacedByPolicy(t *testing.T) {
 		t.Errorf("pod ext4 on %s; want %s, where claim big was", n, y)
 	}
 
+	// A pod that asks both through extended resources and through a
+	// claim of gpushare's devices is told to ask through one: the two
+	// could not be booked together.
+	draPod(t, client, "mixed", 1024, func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Limits = gpuPod("mixed", 1024, 0).Spec.Containers[0].Resources.Limits
+	})
+	failedSchedulingMessage(t, client, "default", "mixed", "both through extended resources and through ResourceClaims")
+
 	// The hostile tenant (the edit role in default) cannot free its
 	// claim's share by rewriting its allocation, nor shrink its request.
 	tenant := tenantClient(t, c, client, "default")
