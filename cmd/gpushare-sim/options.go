@@ -40,6 +40,7 @@ type options struct {
 	source      string
 	halfLife    int64
 	defrag      bool
+	claims      bool
 	movable     float64
 	maxMoves    int
 	maxTargets  int
@@ -64,6 +65,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.movable, "movable", 0.3, "with --defrag: the share of GPU pods that may move, drawn per pod from the seed")
 	fs.IntVar(&o.maxMoves, "max-moves", 3, "with --defrag: the most pods one plan moves")
 	fs.IntVar(&o.maxTargets, "max-targets", 64, "with --defrag: the most nodes tried as a waiting pod's node, those with the least movable GPU memory first; 0 for all")
+	fs.BoolVar(&o.claims, "claims", false, "place each pod as gpushare-scheduler places a ResourceClaim of gpushare's devices: the node by the policy, the GPUs the first that fit, as Kubernetes' DRA allocator gives them (docs/dra.md)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -95,6 +97,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.movable < 0 || o.movable > 1 {
 		return nil, fmt.Errorf("--movable %v: want a share from 0 to 1", o.movable)
+	}
+	if o.claims && o.defrag {
+		return nil, errors.New("--claims and --defrag do not go together: claims are not moved")
 	}
 	if o.maxMoves < 1 || o.maxTargets < 0 {
 		return nil, errors.New("--max-moves must be at least 1 and --max-targets not negative")
@@ -193,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if o.defrag {
 			defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: o.maxTargets}}
 		}
-		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Workload: o.source, Defrag: defrag,
+		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Workload: o.source, Defrag: defrag, Claims: o.claims,
 			Learn: workload.Config{HalfLife: o.halfLife}, Progress: func(done, total int) {
 				fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
 			}})

@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -35,8 +36,10 @@ type Point struct {
 
 // Result is one policy on one workload, over several seeds.
 type Result struct {
-	Workload      string   `json:"workload"`
-	Policy        string   `json:"policy"`
+	Workload string `json:"workload"`
+	Policy   string `json:"policy"`
+	// Claims: the pods were placed as ResourceClaims (Options.Claims).
+	Claims        bool     `json:"claims,omitempty"`
 	Seeds         []uint64 `json:"seeds"`
 	Unalloc100    float64  `json:"unallocated_gpu_pct_at_100"`
 	Unalloc130    float64  `json:"unallocated_gpu_pct_at_130"`
@@ -85,6 +88,12 @@ type Options struct {
 	// Defrag, if set, moves movable pods to make room for a pod that
 	// fits nowhere (alloc.Placer.PlanDefrag).
 	Defrag *Defrag
+	// Claims places each pod as gpushare-scheduler places a
+	// ResourceClaim of gpushare's devices: the node by the policy, each
+	// rated with the GPUs Kubernetes' DRA allocator gives the claim there,
+	// the first that fit (alloc.Placer.FirstFit). Claims are not moved:
+	// it excludes Defrag.
+	Claims bool
 }
 
 // Defrag configures defragmentation in a replay.
@@ -98,6 +107,9 @@ type Defrag struct {
 
 // Run replays w under the policy for each seed, in parallel, and averages.
 func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Options) (*Result, error) {
+	if o.Claims && o.Defrag != nil {
+		return nil, errors.New("claims are not moved: a replay of claims cannot defragment")
+	}
 	cfg := parsePolicy(policy)
 	oracle := Shapes(w.Pods, shapeCover)
 	cfg.Workload = oracle
@@ -134,7 +146,7 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 			c.Seed = seed
 			var p *workload.Policy
 			if p, errs[i] = workload.NewPolicy(c, o.Learn); errs[i] == nil {
-				runs[i], errs[i] = replay(ctx, w, nodes, p, oracle, seed, o.Defrag)
+				runs[i], errs[i] = replay(ctx, w, nodes, p, oracle, seed, o.Defrag, o.Claims)
 			}
 			mu.Lock()
 			done++
@@ -150,7 +162,9 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 			return nil, err
 		}
 	}
-	return summarize(w.Name, policy, seeds, runs), nil
+	r := summarize(w.Name, policy, seeds, runs)
+	r.Claims = o.Claims
+	return r, nil
 }
 
 // seedRun is what one replay measured.
@@ -194,7 +208,7 @@ func Order(w *Workload, seed uint64) []int {
 
 // replay places the pods of one seed's order; shapes measure
 // fragmentation. A learning policy observes each pod before placing it.
-func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workload.Policy, shapes []alloc.Shape, seed uint64, defrag *Defrag) (seedRun, error) {
+func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workload.Policy, shapes []alloc.Shape, seed uint64, defrag *Defrag, claims bool) (seedRun, error) {
 	states := make([]*alloc.NodeState, len(nodes))
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
@@ -216,7 +230,11 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 		req := Request(p)
 		t0 := time.Now()
 		policy.Observe(strconv.Itoa(k), &req)
-		d := policy.Placer().Pick(states, &req, seed)
+		pl := policy.Placer()
+		if claims {
+			pl = pl.FirstFit()
+		}
+		d := pl.Pick(states, &req, seed)
 		run.decisions = append(run.decisions, time.Since(t0))
 		if d.Placement == nil && mover != nil && req.GPUs() {
 			t0 := time.Now()

@@ -121,3 +121,35 @@ func TestRunDefrag(t *testing.T) {
 		t.Errorf("unallocated at 100%%: %.2f%% with moves, %.2f%% without", a.Unalloc100, plain.Unalloc100)
 	}
 }
+
+// TestRunClaims: as claims, each pod takes the first GPUs that fit on
+// the node the policy picks, whatever the GPU-level policy says, so
+// binpack's and spread's GPU choices replay alike; as extended-resource
+// pods they differ. Claims are not moved.
+func TestRunClaims(t *testing.T) {
+	nodes, pods := trace.Synthetic(7, 30)
+	w := &Workload{Name: "t", Nodes: nodes, Pods: pods}
+	seeds := []uint64{1, 2}
+	run := func(policy string, o Options) *Result {
+		t.Helper()
+		r, err := Run(context.Background(), w, policy, seeds, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	pack, spread := run("binpack/binpack", Options{}), run("binpack/spread", Options{})
+	if cmp.Equal(pack.PerSeed, spread.PerSeed) {
+		t.Fatalf("binpack's and spread's GPU choices replay alike (%v): the trace does not tell them apart", pack.PerSeed)
+	}
+	packClaims, spreadClaims := run("binpack/binpack", Options{Claims: true}), run("binpack/spread", Options{Claims: true})
+	if !cmp.Equal(packClaims.PerSeed, spreadClaims.PerSeed) || !cmp.Equal(packClaims.Curve, spreadClaims.Curve) {
+		t.Errorf("as claims, the GPU-level policy still counts: %v against %v", packClaims.PerSeed, spreadClaims.PerSeed)
+	}
+	if !packClaims.Claims || pack.Claims {
+		t.Errorf("Result.Claims %v and %v; want true for claims only", packClaims.Claims, pack.Claims)
+	}
+	if _, err := Run(context.Background(), w, "binpack", seeds, Options{Claims: true, Defrag: &Defrag{Movable: 1}}); err == nil {
+		t.Error("claims replayed with defragmentation; want an error")
+	}
+}
