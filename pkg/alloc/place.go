@@ -335,12 +335,24 @@ func (pl *Placer) choose(sc *scratch, s *NodeState, need int, out []int) []int {
 // placement DRA will make there, for a claim DRA allocates.
 func (pl *Placer) FirstFit() *Placer {
 	ff := *pl
-	ff.gpu, ff.topology, ff.byShape, ff.shapes = firstFit{}, false, false, nil
+	ff.gpu, ff.topology = firstFit{}, false
+	// First fit reads a node's GPUs in index order, which its shape
+	// holds: nodes of one shape are rated once if the node policy
+	// allows it.
+	ff.byShape = ratesShape(pl.node) || keysName(pl.node)
+	if !ff.byShape {
+		ff.shapes = nil
+	} else if ff.shapes == nil {
+		ff.shapes = &sync.Pool{New: func() any { return make(map[uint64]shapeRating) }}
+	}
 	return &ff
 }
 
 // firstFit prefers the GPU of the lowest index.
 type firstFit struct{}
+
+// ratesShape: the GPUs' indexes and usage are part of a node's shape.
+func (firstFit) ratesShape() bool { return true }
 
 func (firstFit) ScoreGPUs(_ *NodeState, _ *PodRequest, _ Demand, candidates []int, scores []int64) {
 	for k, i := range candidates {

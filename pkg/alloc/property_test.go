@@ -305,67 +305,80 @@ func TestPickParallel(t *testing.T) {
 // TestPickByShape checks Pick, which rates nodes of one shape once for
 // shape-only policies, against rating every node on its own: clones of a
 // few nodes under other names, booked alike or apart, some with live
-// samples or a GPU's health changed.
+// samples or a GPU's health changed. Each policy is checked as it is and
+// as FirstFit, for claims.
 func TestPickByShape(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
-	for _, policy := range append(policyNames, "load-aware") {
-		pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 3, Workload: []Shape{
+	for _, name := range append(policyNames, "load-aware") {
+		base, err := NewPlacer(Config{Node: name, Options: Options{Seed: 3, Workload: []Shape{
 			{CPUMilli: 1000, Count: 1, Demand: Demand{MemoryMiB: 4096, Compute: 20}, Weight: 5},
 		}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// fgd-pack, fgd-fill and fgd-robust rate by shape but for their name bits.
-		if want := policy != "random"; pl.byShape != want {
-			t.Fatalf("%s: rates by shape %v, want %v", policy, pl.byShape, want)
-		}
-		var states []*NodeState
-		for _, s := range randomCluster(r) {
-			for range 2 * shapeProbe {
-				states = append(states, NewNodeState(s.Node))
+		for _, firstFit := range []bool{false, true} {
+			pl, policy := base, name
+			if firstFit {
+				pl, policy = base.FirstFit(), name+" (first fit)"
 			}
+			// fgd-pack, fgd-fill and fgd-robust rate by shape but for their name bits.
+			if want := name != "random"; pl.byShape != want {
+				t.Fatalf("%s: rates by shape %v, want %v", policy, pl.byShape, want)
+			}
+			checkPickByShape(t, r, pl, policy)
 		}
-		for i, s := range states {
+	}
+}
+
+// checkPickByShape is TestPickByShape for one placer.
+func checkPickByShape(t *testing.T, r *rand.Rand, pl *Placer, policy string) {
+	t.Helper()
+	var states []*NodeState
+	for _, s := range randomCluster(r) {
+		for range 2 * shapeProbe {
+			states = append(states, NewNodeState(s.Node))
+		}
+	}
+	for i, s := range states {
+		n := *s.Node
+		n.Name = fmt.Sprintf("n%04d", i)
+		s.Node = &n
+		if i%3 == 0 {
+			s.CPUMilli = int64(r.IntN(int(n.CPUMilli)))
+		}
+	}
+	for k := range 60 {
+		s := states[r.IntN(len(states))]
+		switch r.IntN(6) {
+		case 0:
 			n := *s.Node
-			n.Name = fmt.Sprintf("n%04d", i)
+			n.GPUs = slices.Clone(n.GPUs)
+			n.GPUs[0].Healthy = !n.GPUs[0].Healthy
 			s.Node = &n
-			if i%3 == 0 {
-				s.CPUMilli = int64(r.IntN(int(n.CPUMilli)))
+		case 1, 2:
+			s.Live = make([]Live, len(s.GPUs))
+			s.Live[0] = Live{Valid: true, MemoryMiB: s.Node.GPUs[0].MemoryMiB / 2, Utilization: 90}
+		}
+		pod := randomPod(r, k)
+		d := pl.Pick(states, pod, 3)
+		want, wantTie := -1, uint64(0)
+		var wantScore Score
+		for i, s := range states {
+			p, _ := pl.Place(s, pod)
+			if p == nil {
+				continue
+			}
+			tie := TieBreak(pod.Key, s.Node.Name, 3)
+			if c := p.Score.Compare(wantScore); want < 0 || c > 0 || c == 0 && tie > wantTie {
+				want, wantScore, wantTie = i, p.Score, tie
 			}
 		}
-		for k := range 60 {
-			s := states[r.IntN(len(states))]
-			switch r.IntN(6) {
-			case 0:
-				n := *s.Node
-				n.GPUs = slices.Clone(n.GPUs)
-				n.GPUs[0].Healthy = !n.GPUs[0].Healthy
-				s.Node = &n
-			case 1, 2:
-				s.Live = make([]Live, len(s.GPUs))
-				s.Live[0] = Live{Valid: true, MemoryMiB: s.Node.GPUs[0].MemoryMiB / 2, Utilization: 90}
-			}
-			pod := randomPod(r, k)
-			d := pl.Pick(states, pod, 3)
-			want, wantTie := -1, uint64(0)
-			var wantScore Score
-			for i, s := range states {
-				p, _ := pl.Place(s, pod)
-				if p == nil {
-					continue
-				}
-				tie := TieBreak(pod.Key, s.Node.Name, 3)
-				if c := p.Score.Compare(wantScore); want < 0 || c > 0 || c == 0 && tie > wantTie {
-					want, wantScore, wantTie = i, p.Score, tie
-				}
-			}
-			if d.Index != want {
-				t.Fatalf("%s: pod %s: Pick chose %d, rating each node %d", policy, pod.Key, d.Index, want)
-			}
-			if d.Index >= 0 {
-				if err := states[d.Index].Apply(d.Placement); err != nil {
-					t.Fatal(err)
-				}
+		if d.Index != want {
+			t.Fatalf("%s: pod %s: Pick chose %d, rating each node %d", policy, pod.Key, d.Index, want)
+		}
+		if d.Index >= 0 {
+			if err := states[d.Index].Apply(d.Placement); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
