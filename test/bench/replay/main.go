@@ -325,6 +325,9 @@ func run(ctx context.Context, o options) error {
 func simulate(ctx context.Context, w *sim.Workload, policy string, seed uint64, o options, r *Result) error {
 	t0 := time.Now()
 	so := simOptions(o.oracle)
+	// Claims through gpushare-scheduler take the first GPUs that fit on
+	// the node its policy picks: so does the simulator's replay of them.
+	so.Claims = o.dra && !o.stock
 	if o.defrag {
 		so.Defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: configv1.DefaultDefragMaxTargets}}
 	}
