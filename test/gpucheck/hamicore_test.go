@@ -59,8 +59,7 @@ func checkHAMiCore(ctx context.Context, t *testing.T, m *machine, p *hamiCorePar
 	}
 	p.ThreadLimit.Status = "not run"
 	if m.hamiCore == "" {
-		p.ThreadLimit.Status = "skipped: " + m.noHAMiCore
-		p.skip(m.noHAMiCore)
+		p.shares.skip(&p.part, m.noHAMiCore)
 		return
 	}
 	p.Library = m.hamiCore
@@ -72,8 +71,7 @@ func checkHAMiCore(ctx context.Context, t *testing.T, m *machine, p *hamiCorePar
 	}
 	if m.work == nil {
 		p.Workload = "skipped: " + m.noWork
-		p.ThreadLimit.Status = "skipped: " + m.noWork
-		p.skip(m.noWork)
+		p.shares.skip(&p.part, m.noWork)
 		return
 	}
 	p.Workload = m.work.desc

@@ -54,8 +54,7 @@ func checkMPS(ctx context.Context, t *testing.T, m *machine, p *mpsPart) {
 	}
 	p.ThreadLimit.Status = "not run"
 	if m.control == "" {
-		p.ThreadLimit.Status = "skipped: " + m.noControl
-		p.skip(m.noControl)
+		p.shares.skip(&p.part, m.noControl)
 		return
 	}
 	p.Control = filepath.Base(m.control)

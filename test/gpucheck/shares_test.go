@@ -81,6 +81,13 @@ func shown(env []string, prefix string) []string {
 	return out
 }
 
+// skip records in section p why neither check of s can run.
+func (s *shares) skip(p *part, why string) {
+	p.t.Helper()
+	s.ThreadLimit.Status = "skipped: " + why
+	p.skip(why)
+}
+
 // check runs checkLimits, then checkThreads where w can time compute.
 func (s *shares) check(ctx context.Context, p *part, w *workload, mk clientOf, prefix, limitVar string, rng [2]float64) {
 	p.t.Helper()
