@@ -63,17 +63,35 @@ func better(a, b alloc.Rating) int {
 }
 
 // RankScores returns the RankScore of each rating's rank in Rank's order,
-// in the order given. It sorts the ratings with their indexes, inline:
-// the plugin ranks hundreds of nodes for every pod.
+// in the order given.
 func RankScores(ratings []alloc.Rating, top int64) []int64 {
-	type ranked struct {
-		alloc.Rating
-		i int
+	out := make([]int64, len(ratings))
+	var r Ranker
+	r.RankScores(ratings, top, out)
+	return out
+}
+
+// Ranker ranks ratings as RankScores does, in a buffer it keeps from one
+// call to the next: the plugin ranks hundreds of nodes for every pod. The
+// zero Ranker is ready; it is not safe for concurrent use.
+type Ranker struct {
+	order []ranked
+}
+
+type ranked struct {
+	alloc.Rating
+	i int
+}
+
+// RankScores sets out[i] to the RankScore of ratings[i]'s rank in Rank's
+// order; out must be as long as ratings. It sorts the ratings with their
+// indexes, inline.
+func (r *Ranker) RankScores(ratings []alloc.Rating, top int64, out []int64) {
+	order := r.order[:0]
+	for i, rt := range ratings {
+		order = append(order, ranked{rt, i})
 	}
-	order := make([]ranked, len(ratings))
-	for i, r := range ratings {
-		order[i] = ranked{r, i}
-	}
+	r.order = order
 	// better's order, written out: better is not inlined, and the call
 	// costs a third of the sort (TestRankScores holds the two equal).
 	slices.SortFunc(order, func(a, b ranked) int {
@@ -85,11 +103,9 @@ func RankScores(ratings []alloc.Rating, top int64) []int64 {
 		}
 		return cmp.Compare(b.Tie, a.Tie)
 	})
-	out := make([]int64, len(ratings))
-	for rank, r := range order {
-		out[r.i] = RankScore(rank, len(ratings), top)
+	for rank, rt := range order {
+		out[rt.i] = RankScore(rank, len(ratings), top)
 	}
-	return out
 }
 
 // RankScore is the score of rank (0 the best) of n ranked nodes, on a

@@ -64,6 +64,7 @@ func TestRank(t *testing.T) {
 // place, on random ratings with ties in score; Best is Rank's first.
 func TestRankScores(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	var ranker decision.Ranker
 	for n := range 60 {
 		ratings := make([]alloc.Rating, n)
 		rated := make([]decision.Rated, n)
@@ -80,6 +81,13 @@ func TestRankScores(t *testing.T) {
 		}
 		if got := decision.RankScores(ratings, 100); !slices.Equal(got, want) {
 			t.Fatalf("%d ratings: %v, want %v", n, got, want)
+		}
+		// One Ranker for every n, as the plugin reuses them: what it kept
+		// from earlier calls changes nothing.
+		got := make([]int64, n)
+		ranker.RankScores(ratings, 100, got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d ratings, reused Ranker: %v, want %v", n, got, want)
 		}
 		byNode := map[string]alloc.Rating{}
 		for _, r := range rated {
@@ -142,7 +150,9 @@ func BenchmarkRankScores(b *testing.B) {
 	for i := range ratings {
 		ratings[i] = alloc.Rating{Score: alloc.Score{Primary: rng.Int64N(1e6), Secondary: rng.Int64N(3)}, Tie: rng.Uint64()}
 	}
+	var ranker decision.Ranker
+	out := make([]int64, len(ratings))
 	for b.Loop() {
-		decision.RankScores(ratings, 100)
+		ranker.RankScores(ratings, 100, out)
 	}
 }

@@ -419,7 +419,11 @@ func (pl *GPUShare) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // ones step down to 0, so that with the plugin's weight the policy decides
 // among nodes that other plugins rate alike.
 func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	ratings := make([]alloc.Rating, len(scores))
+	b := rankingPool.Get().(*ranking)
+	defer rankingPool.Put(b)
+	ratings := slices.Grow(b.ratings[:0], len(scores))[:len(scores)]
+	out := slices.Grow(b.out[:0], len(scores))[:len(scores)]
+	b.ratings, b.out = ratings, out
 	c, err := readCycle(state)
 	switch pc := readPlain(state); {
 	case err == nil:
@@ -428,6 +432,8 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 			ratings[i] = rated[scores[i].Name]
 		}
 		byNodePool.Put(rated)
+		// Every Filter call has returned: the slots go to the next pod.
+		c.ratings.release()
 	case pc != nil:
 		pc.mu.Lock()
 		for i := range scores {
@@ -437,11 +443,22 @@ func (pl *GPUShare) NormalizeScore(_ context.Context, state fwk.CycleState, _ *c
 	default:
 		return fwk.AsStatus(err)
 	}
-	for i, score := range decision.RankScores(ratings, fwk.MaxScore) {
+	b.ranker.RankScores(ratings, fwk.MaxScore, out)
+	for i, score := range out {
 		scores[i].Score = score
 	}
 	return nil
 }
+
+// ranking is NormalizeScore's buffers, kept in rankingPool from one pod
+// to the next.
+type ranking struct {
+	ratings []alloc.Rating
+	out     []int64
+	ranker  decision.Ranker
+}
+
+var rankingPool = sync.Pool{New: func() any { return new(ranking) }}
 
 // Reserve implements fwk.ReservePlugin: it books the pod's GPUs on the
 // chosen node in the cache.

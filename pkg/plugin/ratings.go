@@ -31,8 +31,26 @@ type ratedNode struct {
 	written atomic.Bool
 }
 
+// slotsPool holds the slots of cycles done with them (release): a
+// cycle's slots were a quarter of what GPUShare allocated per pod.
+var slotsPool sync.Pool
+
 func newRatings(size int) *ratings {
+	if s, ok := slotsPool.Get().(*[]ratedNode); ok && cap(*s) >= size {
+		slots := (*s)[:size]
+		clear(slots)
+		return &ratings{slots: slots}
+	}
 	return &ratings{slots: make([]ratedNode, size)}
+}
+
+// release gives the slots to the next cycle: call it once every put has
+// returned and nothing reads r again.
+func (r *ratings) release() {
+	s := r.slots
+	r.slots = nil
+	r.n.Store(0)
+	slotsPool.Put(&s)
 }
 
 // put records node's rating; safe for concurrent use.
