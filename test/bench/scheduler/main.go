@@ -7,6 +7,10 @@
 //     ask gpushare.io/gpu-mem.
 //   - stock: kube-scheduler with no extender; pods ask a plain extended
 //     resource the nodes advertise (what kube-scheduler alone can do).
+//   - stock-record: stock, with pods that carry from their creation an
+//     annotation of the size of gpushare's allocation record: what
+//     storing and streaming the record costs the control plane, without
+//     gpushare's scheduling.
 //   - extender: kube-scheduler with gpushare-extender and
 //     deploy/extender-scheduler-config.yaml; pods ask gpushare.io/gpu-mem.
 //   - dra, dra-stock: pods ask the same memory through ResourceClaims, with
@@ -49,6 +53,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
@@ -96,7 +101,7 @@ func main() {
 	)
 	flag.StringVar(&nodes, "nodes", "1000,5000", "node counts, comma-separated")
 	flag.IntVar(&o.pods, "pods", 10000, "pods per run")
-	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; dra, dra-stock (GPU memory through ResourceClaims)")
+	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); dra, dra-stock (GPU memory through ResourceClaims)")
 	flag.IntVar(&o.qps, "qps", 5000, "client QPS and burst of every scheduler and of the extender")
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
@@ -115,8 +120,8 @@ func main() {
 	}
 	o.modes = strings.Split(modes, ",")
 	for _, m := range o.modes {
-		if !slices.Contains([]string{"gpushare", "stock", "extender", "dra", "dra-stock"}, m) {
-			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, extender, dra, dra-stock)", m))
+		if !slices.Contains([]string{"gpushare", "stock", "stock-record", "extender", "dra", "dra-stock"}, m) {
+			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, stock-record, extender, dra, dra-stock)", m))
 		}
 	}
 	if err := os.Chdir(root); err != nil {
@@ -217,7 +222,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	progress("creating %d nodes", nodes)
 	err = controlplane.Parallel(ctx, nodes, func(i int) error {
 		s := controlplane.NodeSpec{Name: fmt.Sprintf("node-%05d", i), Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: gpuMiB, Count: 8}
-		if mode == "stock" {
+		if isStock(mode) {
 			s.Extended = map[corev1.ResourceName]int64{stockResource: 8 * gpuMiB}
 		}
 		if err := controlplane.CreateNode(ctx, client, s); err != nil {
@@ -242,7 +247,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	}
 	progress("creating %d pods", o.pods)
 	resourceName := corev1.ResourceName("gpushare.io/gpu-mem")
-	if mode == "stock" {
+	if isStock(mode) {
 		resourceName = stockResource
 	}
 	sizes := []int64{2048, 4096, 8192, 10240, 20480}
@@ -255,7 +260,15 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		if isDRA(mode) {
 			return createClaimPod(ctx, client, i, mib[i])
 		}
-		_, err := client.CoreV1().Pods("default").Create(ctx, benchPod(i, resourceName, mib[i]), metav1.CreateOptions{})
+		pod := benchPod(i, resourceName, mib[i])
+		if mode == "stock-record" {
+			record, err := recordLike(nodes, mib[i])
+			if err != nil {
+				return err
+			}
+			pod.Annotations = map[string]string{recordAnnotation: record}
+		}
+		_, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
@@ -304,6 +317,26 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	}
 	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB, CPU ms per pod %s", mode, nodes, r.PodsPerSecond, r.RSSMiB, cpuLine(r.CPUPerPod))
 	return r, nil
+}
+
+// isStock says whether mode runs stock kube-scheduler on the plain
+// extended resource.
+func isStock(mode string) bool { return mode == "stock" || mode == "stock-record" }
+
+// recordAnnotation holds stock-record's stand-in for gpushare's record:
+// a name two bytes longer than gpushare.io/allocation, which no
+// component reads.
+const recordAnnotation = "bench.gpushare.io/record"
+
+// recordLike is an allocation record as long as the one gpushare-scheduler
+// writes for a pod of mib on one of nodes' GPUs: the same fields, a node
+// name and GPU UUID as long as the bench's.
+func recordLike(nodes int, mib int64) (string, error) {
+	node := fmt.Sprintf("node-%05d", nodes-1)
+	return gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
+		Name: "main", Kind: gpusharev1.ContainerApp,
+		GPUs: []gpusharev1.GPUShare{{Index: 7, UUID: fmt.Sprintf("GPU-%s-%d", node, 7), MemoryMiB: mib}},
+	}}, Asked: &gpusharev1.Asked{}})
 }
 
 // benchPod is pod i asking mib of resource name; none if name is "".
@@ -358,7 +391,7 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 			return nil, nil, err
 		}
 		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
-	case "stock", "dra-stock":
+	case "stock", "stock-record", "dra-stock":
 		s, err := c.StartScheduler(ctx, "kube-scheduler", c.Tools.Bin("kube-scheduler"), controlplane.StockSchedulerConfig(o.qps), "--v=1")
 		if err != nil {
 			return nil, nil, err
