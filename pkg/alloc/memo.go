@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync/atomic"
+	"unique"
 )
 
 // memo caches what is derived from a node's booked state (free shares,
@@ -40,8 +41,10 @@ type memoEntry struct {
 	// that does not follow their names; nodeKey is its half of TieBreak.
 	nameHash, nodeKey uint64
 	// shape encodes what a shape-only policy may read of the node and its
-	// GPUs' usage (see shapeOf); shapeHash is its hash.
-	shape     string
+	// GPUs' usage (see shapeOf), held once for all nodes of the shape
+	// (their idle nodes share one) and compared by handle; shapeHash is
+	// its hash.
+	shape     unique.Handle[string]
 	shapeHash uint64
 	// owner and value are one policy's own derived data, or nil.
 	owner, value any
@@ -93,8 +96,9 @@ func (s *NodeState) summary() *memoEntry {
 	}
 	if s.memo != nil {
 		// Only stored entries are looked up by shape (pickRange).
-		e.shape = shapeOf(s.Node, s.GPUs)
-		e.shapeHash = mix(0, e.shape, "", -4)
+		shape := shapeOf(s.Node, s.GPUs)
+		e.shape = unique.Make(shape)
+		e.shapeHash = mix(0, shape, "", -4)
 		s.memo.p.Store(e)
 	}
 	return e

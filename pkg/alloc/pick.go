@@ -3,6 +3,7 @@ package alloc
 import (
 	"runtime"
 	"sync"
+	"unique"
 )
 
 // Decision is the outcome of Pick.
@@ -188,7 +189,7 @@ const shapeProbe = 64
 // shapeRating is Pick's rating of one node shape with its booked CPU and
 // memory, which are compared too (the map's key is only a hash of them).
 type shapeRating struct {
-	shape    string
+	shape    unique.Handle[string]
 	cpu, mem int64
 	score    Score
 	fits     bool
