@@ -106,7 +106,7 @@ func main() {
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
 	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
-	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler to this directory, and its heap profile once every pod is bound")
+	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler and of kube-apiserver to this directory, each scheduler's heap profile once every pod is bound, and kube-apiserver's metrics before and after")
 	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved, and report medians")
 	extenderFlags := flag.String("extender-flags", "", "more flags for gpushare-extender, space-separated (e.g. --max-filtered-nodes=1)")
 	flag.Parse()
@@ -291,6 +291,10 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		for i, url := range urls {
 			go profile(c, url+"/debug/pprof/profile?seconds=20", profilePath(i, ""), i == 1)
 		}
+		// The apiserver too, over the same 20 s, and the requests it
+		// served per verb and resource from here to the last bind.
+		go profile(c, c.Host+"/debug/pprof/profile?seconds=20", filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver.pprof", mode, nodes)), false)
+		profile(c, c.Host+"/metrics", filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver-before.metrics", mode, nodes)), false)
 	}
 	progress("%s is running; waiting for %d pods to be bound", mode, o.pods)
 	if err := binds.wait(o.timeout); err != nil {
@@ -308,6 +312,9 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		}
 		r.RSSMiB += rss
 		r.PeakRSSMiB += peak
+	}
+	if o.profile != "" {
+		profile(c, c.Host+"/metrics", filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver-after.metrics", mode, nodes)), false)
 	}
 	// After RSS: the heap profile collects garbage first.
 	if o.profile != "" {
