@@ -32,7 +32,7 @@ type ratedNode struct {
 }
 
 // slotsPool holds the slots of cycles done with them (release): a
-// cycle's slots were a quarter of what GPUShare allocated per pod.
+// cycle's slots were an eighth of what it allocated (BenchmarkCycle).
 var slotsPool sync.Pool
 
 func newRatings(size int) *ratings {

@@ -49,3 +49,27 @@ func TestRatings(t *testing.T) {
 		t.Errorf("clone taken after n10's puts has n10 %v, want %v", got["n10"], want["n10"])
 	}
 }
+
+// TestRatingsReleased: a cycle's ratings start empty though its slots
+// were another cycle's, released full; a released cycle reads as empty.
+func TestRatingsReleased(t *testing.T) {
+	for round := range 3 {
+		r := newRatings(8)
+		if got := r.byNode(); len(got) != 0 {
+			t.Fatalf("round %d: new ratings hold %v", round, got)
+		}
+		want := map[string]alloc.Rating{}
+		for i := range 8 - round {
+			name := fmt.Sprintf("r%d-n%d", round, i)
+			want[name] = alloc.Rating{Tie: uint64(i)}
+			r.put(name, want[name])
+		}
+		if got := r.byNode(); !maps.Equal(got, want) {
+			t.Fatalf("round %d: byNode %v, want %v", round, got, want)
+		}
+		r.release()
+		if got := r.byNode(); len(got) != 0 {
+			t.Fatalf("round %d: released ratings hold %v", round, got)
+		}
+	}
+}
