@@ -287,14 +287,17 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		name := []string{mode, "extender-server"}[i]
 		return filepath.Join(o.profile, fmt.Sprintf("%s-%d%s.pprof", name, nodes, suffix))
 	}
+	apiserverPath := func(suffix string) string {
+		return filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver%s", mode, nodes, suffix))
+	}
 	if o.profile != "" {
 		for i, url := range urls {
 			go profile(c, url+"/debug/pprof/profile?seconds=20", profilePath(i, ""), i == 1)
 		}
 		// The apiserver too, over the same 20 s, and the requests it
 		// served per verb and resource from here to the last bind.
-		go profile(c, c.Host+"/debug/pprof/profile?seconds=20", filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver.pprof", mode, nodes)), false)
-		profile(c, c.Host+"/metrics", filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver-before.metrics", mode, nodes)), false)
+		go profile(c, c.Host+"/debug/pprof/profile?seconds=20", apiserverPath(".pprof"), false)
+		profile(c, c.Host+"/metrics", apiserverPath("-before.metrics"), false)
 	}
 	progress("%s is running; waiting for %d pods to be bound", mode, o.pods)
 	if err := binds.wait(o.timeout); err != nil {
@@ -313,11 +316,9 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		r.RSSMiB += rss
 		r.PeakRSSMiB += peak
 	}
-	if o.profile != "" {
-		profile(c, c.Host+"/metrics", filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver-after.metrics", mode, nodes)), false)
-	}
 	// After RSS: the heap profile collects garbage first.
 	if o.profile != "" {
+		profile(c, c.Host+"/metrics", apiserverPath("-after.metrics"), false)
 		for i, url := range urls {
 			profile(c, url+"/debug/pprof/heap?gc=1", profilePath(i, "-heap"), i == 1)
 		}
