@@ -291,8 +291,10 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		}
 		holds = pl.cache.HeldFor(pod.UID, owner, pod.Namespace)
 	}
+	kubelet := pl.kubeletAsks(pod)
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims, holds: holds,
-		kubelet: pl.kubeletAsks(pod), ratings: newRatings(feasibleNodes(len(nodes)))})
+		kubelet: kubelet, ratings: newRatings(feasibleNodes(len(nodes)))})
+	leaveToGPUShare(state, kubelet)
 	return nil, nil
 }
 
