@@ -33,6 +33,9 @@ type Cache struct {
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
+	// objects holds each entry by the Node object it was last set from,
+	// the object kube-scheduler's snapshot hands Filter (ReadNode).
+	objects map[*corev1.Node]*nodeEntry
 	// rejected holds why a node seen by the informer takes no part.
 	rejected map[string]error
 	pods     map[types.UID]*podEntry
@@ -109,6 +112,8 @@ type Options struct {
 const LiveStaleAfter = 3 * time.Minute
 
 type nodeEntry struct {
+	// object is the Node the entry was last set from.
+	object *corev1.Node
 	// inventory is the node as its inventory says; state.Node is a copy
 	// with a GPU appended, unhealthy, for each UUID that a booked record
 	// holds and the inventory no longer lists, and with GPUs under a
@@ -172,6 +177,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		logger:     logger,
 		opts:       o,
 		nodes:      make(map[string]*nodeEntry),
+		objects:    make(map[*corev1.Node]*nodeEntry),
 		rejected:   make(map[string]error),
 		pods:       make(map[types.UID]*podEntry),
 		refused:    make(map[types.UID]string),

@@ -3,6 +3,7 @@ package cache_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -965,5 +966,70 @@ func TestSupply(t *testing.T) {
 	}
 	if next == gen {
 		t.Error("supply changed, generation did not")
+	}
+}
+
+// ReadNode finds a node by the object the cache last saw, and by name
+// from any other object of it (a snapshot taken before an update); it
+// holds no object past its update.
+func TestReadNode(t *testing.T) {
+	c, _ := newCache(t)
+	readNode := func(n *corev1.Node) ([]alloc.Usage, error) {
+		var got []alloc.Usage
+		err := c.ReadNode(n, func(s *alloc.NodeState) { got = slices.Clone(s.GPUs) })
+		return got, err
+	}
+	v1 := gpuNode(t, "n1", 16384, 16384)
+	c.SetNode(v1)
+	c.SetNode(gpuNode(t, "n2", 16384))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 5000, 50)})
+	c.SetPod(recordedPod(t, "p", a))
+	want := appUsage(2, a)
+	if got, err := readNode(v1); err != nil || !cmp.Equal(got, want) {
+		t.Fatalf("ReadNode(the object set) = %v, %v; want %v", got, err, want)
+	}
+
+	// An update with the same inventory keeps the entry.
+	v2 := v1.DeepCopy()
+	v2.Labels["zone"] = "b"
+	for range 100 {
+		v2 = v2.DeepCopy()
+		c.SetNode(v2)
+	}
+	for _, n := range []*corev1.Node{v2, v1} {
+		if got, err := readNode(n); err != nil || !cmp.Equal(got, want) {
+			t.Errorf("after updates, ReadNode(%p) = %v, %v; want %v", n, got, err, want)
+		}
+	}
+	if got := c.Objects(); got != 2 {
+		t.Errorf("the cache finds nodes by %d objects after 100 updates of one of 2 nodes, want 2", got)
+	}
+
+	// A new inventory makes a new entry: the old object finds it too.
+	v3 := inventoryNode(t, "n1", inventory("n1", gpusharev1.ModeShared, 16384, 16384, 16384))
+	c.SetNode(v3)
+	want = appUsage(3, a)
+	for _, n := range []*corev1.Node{v3, v2} {
+		if got, err := readNode(n); err != nil || !cmp.Equal(got, want) {
+			t.Errorf("after a new inventory, ReadNode(%p) = %v, %v; want %v", n, got, err, want)
+		}
+	}
+
+	// A node that leaves, or is deleted, is found by no object.
+	off := v3.DeepCopy()
+	off.Labels[gpusharev1.NodeLabel] = "false"
+	c.SetNode(off)
+	for _, n := range []*corev1.Node{off, v3} {
+		if _, err := readNode(n); err == nil || !strings.Contains(err.Error(), "does not opt in") {
+			t.Errorf("ReadNode of a node that left = %v, want why", err)
+		}
+	}
+	c.SetNode(v3)
+	c.RemoveNode("n1")
+	if _, err := readNode(v3); !errors.Is(err, cache.ErrNodeGone) {
+		t.Errorf("ReadNode of a deleted node = %v, want ErrNodeGone", err)
+	}
+	if got := c.Objects(); got != 1 {
+		t.Errorf("the cache finds nodes by %d objects with one node left, want 1", got)
 	}
 }

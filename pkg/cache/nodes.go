@@ -34,6 +34,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	delete(c.rejected, n.Name)
 	if old != nil && sameInventory(old.inventory, node) {
+		c.setObject(old, n)
 		old.nodeUsage = c.nodeUsage(n)
 		c.applyLive(n.Name, old)
 		return
@@ -45,6 +46,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	// together. Filter looks up hundreds of nodes per pod by name, and
 	// reading each key's bytes from afar cost more than rating the node.
 	c.nodes[strings.Clone(n.Name)] = e
+	c.setObject(e, n)
 	c.countGPUs(node, 1)
 	for uid, p := range c.pods {
 		if p.node == n.Name {
@@ -83,7 +85,16 @@ func (c *Cache) dropNode(name string) {
 	if e := c.nodes[name]; e != nil {
 		c.countGPUs(e.inventory, -1)
 		delete(c.nodes, name)
+		delete(c.objects, e.object)
 	}
+}
+
+// setObject has e found by n from now on, and no longer by the object
+// it was set from before.
+func (c *Cache) setObject(e *nodeEntry, n *corev1.Node) {
+	delete(c.objects, e.object)
+	e.object = n
+	c.objects[n] = e
 }
 
 func (c *Cache) countGPUs(n *alloc.Node, delta int) {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
@@ -15,7 +16,25 @@ import (
 func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	e := c.nodes[node]
+	return c.readLocked(node, c.nodes[node], fn)
+}
+
+// ReadNode is Read of the node n names, found by the object itself
+// while n is the object the cache last saw: Filter reads hundreds of
+// nodes per pod, and finding each by its pointer costs less than hashing
+// and comparing its name (docs/benchmarks.md, "Scheduler throughput").
+// An older or other object of the node is found by name.
+func (c *Cache) ReadNode(n *corev1.Node, fn func(*alloc.NodeState)) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.objects[n]
+	if e == nil {
+		e = c.nodes[n.Name]
+	}
+	return c.readLocked(n.Name, e, fn)
+}
+
+func (c *Cache) readLocked(node string, e *nodeEntry, fn func(*alloc.NodeState)) error {
 	if e == nil {
 		return c.nodeErrorLocked(node)
 	}

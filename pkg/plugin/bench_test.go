@@ -28,9 +28,18 @@ func BenchmarkCycle(b *testing.B) {
 	c.start()
 	sizes := []int64{2048, 4096, 8192, 10240, 20480}
 	rng := rand.New(rand.NewPCG(42, 1))
+	// Filter gets each node as kube-scheduler's snapshot holds it: the
+	// object the informer delivered, which the GPU cache saw too.
 	infos := make([]fwk.NodeInfo, nodes)
+	lister := c.factory.Core().V1().Nodes().Lister()
 	for i, n := range list {
-		infos[i] = c.nodeInfo(n.Name)
+		object, err := lister.Get(n.Name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ni := framework.NewNodeInfo()
+		ni.SetNode(object)
+		infos[i] = ni
 	}
 	par := parallelize.NewParallelizer(parallelize.DefaultParallelism)
 	next := 0

@@ -327,7 +327,7 @@ func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.
 		if s != nil {
 			return s
 		}
-	} else if err := pl.cache.Read(name, func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) }); err != nil {
+	} else if err := pl.cache.ReadNode(nodeInfo.Node(), func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) }); err != nil {
 		return outsideStatus(err)
 	}
 	if unfit != nil {
