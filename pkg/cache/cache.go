@@ -112,8 +112,10 @@ type Options struct {
 const LiveStaleAfter = 3 * time.Minute
 
 type nodeEntry struct {
-	// object is the Node the entry was last set from.
+	// object is the Node the entry was last set from, and source what
+	// of it the inventory was read from.
 	object *corev1.Node
+	source nodeSource
 	// inventory is the node as its inventory says; state.Node is a copy
 	// with a GPU appended, unhealthy, for each UUID that a booked record
 	// holds and the inventory no longer lists, and with GPUs under a

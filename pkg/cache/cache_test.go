@@ -12,7 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
@@ -1031,5 +1033,56 @@ func TestReadNode(t *testing.T) {
 	}
 	if got := c.Objects(); got != 1 {
 		t.Errorf("the cache finds nodes by %d objects with one node left, want 1", got)
+	}
+}
+
+// An update that leaves the inventory's text as it was still takes a
+// new allocatable CPU or memory, and a node that stops opting in leaves.
+func TestNodeUpdateSameInventory(t *testing.T) {
+	c, _ := newCache(t)
+	n := gpuNode(t, "n1", 16384)
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")}
+	c.SetNode(n)
+	for _, want := range []struct {
+		cpu, memory string
+		cpuMilli    int64
+		memoryMiB   int64
+	}{{"8", "32Gi", 8000, 32768}, {"4", "32Gi", 4000, 32768}, {"4", "16Gi", 4000, 16384}} {
+		n = n.DeepCopy()
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(want.cpu), corev1.ResourceMemory: resource.MustParse(want.memory)}
+		c.SetNode(n)
+		if got := c.Snapshot()[0].Node; got.CPUMilli != want.cpuMilli || got.MemoryMiB != want.memoryMiB {
+			t.Errorf("allocatable %s CPU, %s memory: the cache has %d mCPU, %d MiB", want.cpu, want.memory, got.CPUMilli, got.MemoryMiB)
+		}
+	}
+	off := n.DeepCopy()
+	off.Labels[gpusharev1.NodeLabel] = "false"
+	c.SetNode(off)
+	if err := c.NodeError("n1"); err == nil {
+		t.Error("a node whose label no longer opts in, its inventory unchanged, is still in the cache")
+	}
+}
+
+// BenchmarkSetNodeUnchanged is an update of a node of 8 GPUs that leaves
+// its inventory as it was: what each status or taint update of a Node
+// costs the scheduler.
+func BenchmarkSetNodeUnchanged(b *testing.B) {
+	c := cache.New(klog.Background(), cache.Options{})
+	inv := inventory("n1", gpusharev1.ModeShared, 81920, 81920, 81920, 81920, 81920, 81920, 81920, 81920)
+	value, err := gpusharev1.Marshal(inv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := nodeWith("n1", value)
+	c.SetNode(n)
+	updates := make([]*corev1.Node, 64)
+	for i := range updates {
+		updates[i] = n.DeepCopy()
+		// A decoded object's text is its own, as the informer's is.
+		updates[i].Annotations[gpusharev1.InventoryAnnotation] = strings.Clone(value)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.SetNode(updates[i%len(updates)])
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/record"
 )
@@ -18,6 +19,10 @@ import (
 // SetNode adds or updates a node. A node that does not opt in, or whose
 // inventory is invalid, is dropped and its reason kept for NodeError.
 func (c *Cache) SetNode(n *corev1.Node) {
+	src, ok := sourceOf(n)
+	if ok && c.setUnchangedNode(n, src) {
+		return
+	}
 	node, err := record.NodeFrom(n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -34,12 +39,13 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	delete(c.rejected, n.Name)
 	if old != nil && sameInventory(old.inventory, node) {
+		old.source = src
 		c.setObject(old, n)
 		old.nodeUsage = c.nodeUsage(n)
 		c.applyLive(n.Name, old)
 		return
 	}
-	e := &nodeEntry{inventory: node, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
+	e := &nodeEntry{inventory: node, source: src, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
 	c.dropNode(n.Name)
 	// The key is a copy: the Node object's name lies somewhere in the
 	// informer's store, while the copies, made one after another, lie
@@ -56,6 +62,43 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	c.rebuild(e)
 	c.applyLive(n.Name, e)
 	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
+}
+
+// nodeSource is what of a Node its inventory is read from
+// (record.NodeFrom), besides the opt-in label.
+type nodeSource struct {
+	inventory           string
+	cpuMilli, memoryMiB int64
+}
+
+// sourceOf returns what n's inventory would be read from; false if n
+// does not opt in or has no inventory.
+func sourceOf(n *corev1.Node) (nodeSource, bool) {
+	value, ok := n.Annotations[gpusharev1.InventoryAnnotation]
+	if !ok || n.Labels[gpusharev1.NodeLabel] != "true" {
+		return nodeSource{}, false
+	}
+	cpu, mem := record.Capacity(n)
+	return nodeSource{inventory: value, cpuMilli: cpu, memoryMiB: mem}, true
+}
+
+// setUnchangedNode takes n as the node's latest object if the entry
+// was read from the same source, and reports whether it did. Most
+// updates of a Node (status, conditions, taints, labels) leave its
+// inventory as it was, and are taken without parsing it again.
+func (c *Cache) setUnchangedNode(n *corev1.Node, src nodeSource) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.nodes[n.Name]
+	if old == nil || old.source != src {
+		return false
+	}
+	// The same text, but the new object's: the old one's can go.
+	old.source = src
+	c.setObject(old, n)
+	old.nodeUsage = c.nodeUsage(n)
+	c.applyLive(n.Name, old)
+	return true
 }
 
 func sameInventory(a, b *alloc.Node) bool {

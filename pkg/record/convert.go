@@ -27,13 +27,8 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	node := &alloc.Node{Name: n.Name, CPUMilli: Unlimited, MemoryMiB: Unlimited, GPUs: make([]alloc.GPU, len(inv.GPUs))}
-	if q, ok := n.Status.Allocatable[corev1.ResourceCPU]; ok {
-		node.CPUMilli = max(q.MilliValue(), 0)
-	}
-	if q, ok := n.Status.Allocatable[corev1.ResourceMemory]; ok {
-		node.MemoryMiB = max((q.Value()+1<<20-1)>>20, 0)
-	}
+	node := &alloc.Node{Name: n.Name, GPUs: make([]alloc.GPU, len(inv.GPUs))}
+	node.CPUMilli, node.MemoryMiB = Capacity(n)
 	if inv.Mode == gpusharev1.ModeWholeCard {
 		node.Mode = alloc.WholeCard
 	}
@@ -47,6 +42,19 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 // Unlimited is the CPU (milli) or memory (MiB) of a node that does not
 // report it as allocatable.
 const Unlimited = 1 << 40
+
+// Capacity returns the node's allocatable CPU (milli) and memory (MiB,
+// rounded up), each Unlimited if the node does not report it.
+func Capacity(n *corev1.Node) (cpuMilli, memoryMiB int64) {
+	cpuMilli, memoryMiB = Unlimited, Unlimited
+	if q, ok := n.Status.Allocatable[corev1.ResourceCPU]; ok {
+		cpuMilli = max(q.MilliValue(), 0)
+	}
+	if q, ok := n.Status.Allocatable[corev1.ResourceMemory]; ok {
+		memoryMiB = max((q.Value()+1<<20-1)>>20, 0)
+	}
+	return cpuMilli, memoryMiB
+}
 
 var kinds = map[alloc.ContainerKind]gpusharev1.ContainerKind{
 	alloc.App:     gpusharev1.ContainerApp,
