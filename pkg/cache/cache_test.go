@@ -3,10 +3,12 @@ package cache_test
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"weak"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -1085,4 +1087,28 @@ func BenchmarkSetNodeUnchanged(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		c.SetNode(updates[i%len(updates)])
 	}
+}
+
+// A booked pod's status updates (a real node's kubelet sends several)
+// leave the cache holding the latest object only, as the informer does:
+// not a second copy of every pod.
+func TestPodUpdateReleasesOlderObject(t *testing.T) {
+	c, _ := newCache(t)
+	c.SetNode(gpuNode(t, "n1", 16384))
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 5000, 50)})
+	v1 := recordedPod(t, "p", a)
+	c.SetPod(v1)
+	v2 := v1.DeepCopy()
+	v2.Status.Phase = corev1.PodRunning
+	older := weak.Make(v1)
+	v1 = nil //nolint:ineffassign,wastedassign // drops the test's own reference
+	c.SetPod(v2)
+	runtime.GC()
+	if older.Value() != nil {
+		t.Error("the cache still holds a pod's object after the pod's update")
+	}
+	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
+		t.Errorf("after the update: %v, want %v", got, want)
+	}
+	runtime.KeepAlive(v2)
 }

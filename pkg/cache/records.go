@@ -191,6 +191,9 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	defer c.mu.Unlock()
 	old := c.pods[pod.UID]
 	if old != nil && !old.assumed && old.record == value {
+		// The latest object and its text: the informer holds them,
+		// and the cache then holds no older copy of the pod.
+		old.pod, old.record = pod, value
 		c.noteEdits(pod, old)
 		return
 	}
@@ -202,7 +205,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	}
 	if old != nil && !old.assumed && !old.invalid {
 		if equalRecords(old.alloc, p.alloc) {
-			old.record = value
+			old.pod, old.record = pod, value
 			c.noteEdits(pod, old)
 			return
 		}
