@@ -106,7 +106,7 @@ func main() {
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
 	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
-	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler and of kube-apiserver to this directory, each scheduler's heap profile once every pod is bound, and kube-apiserver's metrics before and after")
+	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler and of kube-apiserver to this directory, each scheduler's metrics and heap profile once every pod is bound, and kube-apiserver's metrics before and after")
 	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved, and report medians")
 	extenderFlags := flag.String("extender-flags", "", "more flags for gpushare-extender, space-separated (e.g. --max-filtered-nodes=1)")
 	flag.Parse()
@@ -316,10 +316,13 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		r.RSSMiB += rss
 		r.PeakRSSMiB += peak
 	}
-	// After RSS: the heap profile collects garbage first.
+	// After RSS: the heap profile collects garbage first. Each
+	// scheduler's own metrics, before that, hold its Go runtime's view
+	// of the memory RSS measured (go_memstats_*).
 	if o.profile != "" {
 		profile(c, c.Host+"/metrics", apiserverPath("-after.metrics"), false)
 		for i, url := range urls {
+			profile(c, url+"/metrics", strings.TrimSuffix(profilePath(i, ""), ".pprof")+".metrics", i == 1)
 			profile(c, url+"/debug/pprof/heap?gc=1", profilePath(i, "-heap"), i == 1)
 		}
 	}
