@@ -106,7 +106,7 @@ func main() {
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
 	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
-	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler and of kube-apiserver to this directory, each scheduler's metrics and heap profile once every pod is bound, and kube-apiserver's metrics before and after")
+	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler and of kube-apiserver to this directory, each scheduler's metrics and heap profile after the CPU profile and once every pod is bound, and kube-apiserver's metrics before and after")
 	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved, and report medians")
 	extenderFlags := flag.String("extender-flags", "", "more flags for gpushare-extender, space-separated (e.g. --max-filtered-nodes=1)")
 	flag.Parse()
@@ -292,7 +292,14 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	}
 	if o.profile != "" {
 		for i, url := range urls {
-			go profile(c, url+"/debug/pprof/profile?seconds=20", profilePath(i, ""), i == 1)
+			go func() {
+				profile(c, url+"/debug/pprof/profile?seconds=20", profilePath(i, ""), i == 1)
+				// Then, mid-run, the heap as of the last collection
+				// and the runtime's memory figures: the peak that RSS
+				// keeps is reached while pods are scheduled.
+				profile(c, url+"/debug/pprof/heap", profilePath(i, "-heap-20s"), i == 1)
+				profile(c, url+"/metrics", strings.TrimSuffix(profilePath(i, ""), ".pprof")+"-20s.metrics", i == 1)
+			}()
 		}
 		// The apiserver too, over the same 20 s, and the requests it
 		// served per verb and resource from here to the last bind.
