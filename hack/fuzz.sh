@@ -7,10 +7,15 @@
 # nothing (golang/go#75804, fixed in Go 1.27). A target that fails that
 # way and wrote no failing input under testdata/fuzz is run once more;
 # any other failure, or that one twice, fails.
-# Usage: FUZZTIME=10s hack/fuzz.sh PACKAGE...
+# Usage: FUZZTIME=10s [FUZZMINIMIZETIME=100x] hack/fuzz.sh PACKAGE...
 set -euo pipefail
 go=${GO:-go}
 fuzztime=${FUZZTIME:-10s}
+# Each input that finds new coverage is first minimised, for up to 60 s
+# by default, and the target is not fuzzed meanwhile: FuzzRecords, whose
+# inputs are three JSON records, ran 5 inputs in 10 s that way, against
+# about 8000 with the minimising held to 100 runs per input.
+minimize=${FUZZMINIMIZETIME:-100x}
 # Inputs saved by earlier runs would be replayed first, and their number
 # grows with every run: past FUZZTIME, go test fails.
 "$go" clean -fuzzcache
@@ -21,7 +26,7 @@ for pkg in "$@"; do
 			corpus="$pkg/testdata/fuzz/$target"
 			before=$(find "$corpus" -type f 2>/dev/null | sort || true)
 			log=$(mktemp)
-			if "$go" test -run '^$' -fuzz "^$target$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"; then
+			if "$go" test -run '^$' -fuzz "^$target$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" "$pkg" 2>&1 | tee "$log"; then
 				rm -f "$log"
 				break
 			fi
