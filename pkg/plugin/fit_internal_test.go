@@ -84,22 +84,28 @@ func TestLeaveToGPUShare(t *testing.T) {
 	}
 }
 
+// fitRequest takes nothing else for NodeResourcesFit's requests: no
+// state, a nil one, one without a Resource, one whose Resource is of
+// another type, one that is not a pointer.
 func TestFitRequestOtherShapes(t *testing.T) {
-	type named struct{ Resource int }
-	for _, data := range []fwk.StateData{nil, (*stateData)(nil), &stateData{}, namedState{&named{}}} {
+	for _, data := range []fwk.StateData{nil, (*noResource)(nil), &noResource{}, &otherResource{}, valueResource{}} {
 		if r := fitRequest(data); r != nil {
 			t.Errorf("fitRequest(%T) = %v, want nil", data, r)
 		}
 	}
 }
 
-type stateData struct{}
+type noResource struct{}
 
-func (s *stateData) Clone() fwk.StateData { return s }
+func (s *noResource) Clone() fwk.StateData { return s }
 
-type namedState struct{ p any }
+type otherResource struct{ Resource int }
 
-func (s namedState) Clone() fwk.StateData { return s }
+func (s *otherResource) Clone() fwk.StateData { return s }
+
+type valueResource struct{ framework.Resource }
+
+func (s valueResource) Clone() fwk.StateData { return s }
 
 // TestDeployedProfilesRunFitFirst builds the frameworks of
 // deploy/scheduler-config.yaml as kube-scheduler does, with its in-tree
