@@ -39,10 +39,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	delete(c.rejected, n.Name)
 	if old != nil && sameInventory(old.inventory, node) {
-		old.source = src
-		c.setObject(old, n)
-		old.nodeUsage = c.nodeUsage(n)
-		c.applyLive(n.Name, old)
+		c.keepEntry(old, n, src)
 		return
 	}
 	e := &nodeEntry{inventory: node, source: src, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
@@ -93,12 +90,18 @@ func (c *Cache) setUnchangedNode(n *corev1.Node, src nodeSource) bool {
 	if old == nil || old.source != src {
 		return false
 	}
-	// The same text, but the new object's: the old one's can go.
-	old.source = src
-	c.setObject(old, n)
-	old.nodeUsage = c.nodeUsage(n)
-	c.applyLive(n.Name, old)
+	c.keepEntry(old, n, src)
 	return true
+}
+
+// keepEntry keeps e, whose inventory n leaves as it was, with n as the
+// node's latest object, read from src (the same text as e's source may
+// be, but the new object's: the old one's can go), and n's live use.
+func (c *Cache) keepEntry(e *nodeEntry, n *corev1.Node, src nodeSource) {
+	e.source = src
+	c.setObject(e, n)
+	e.nodeUsage = c.nodeUsage(n)
+	c.applyLive(n.Name, e)
 }
 
 func sameInventory(a, b *alloc.Node) bool {

@@ -287,6 +287,9 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		name := []string{mode, "extender-server"}[i]
 		return filepath.Join(o.profile, fmt.Sprintf("%s-%d%s.pprof", name, nodes, suffix))
 	}
+	metricsPath := func(i int, suffix string) string {
+		return strings.TrimSuffix(profilePath(i, suffix), ".pprof") + ".metrics"
+	}
 	apiserverPath := func(suffix string) string {
 		return filepath.Join(o.profile, fmt.Sprintf("%s-%d-apiserver%s", mode, nodes, suffix))
 	}
@@ -298,7 +301,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 				// and the runtime's memory figures: the peak that RSS
 				// keeps is reached while pods are scheduled.
 				profile(c, url+"/debug/pprof/heap", profilePath(i, "-heap-20s"), i == 1)
-				profile(c, url+"/metrics", strings.TrimSuffix(profilePath(i, ""), ".pprof")+"-20s.metrics", i == 1)
+				profile(c, url+"/metrics", metricsPath(i, "-20s"), i == 1)
 			}()
 		}
 		// The apiserver too, over the same 20 s, and the requests it
@@ -329,7 +332,7 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 	if o.profile != "" {
 		profile(c, c.Host+"/metrics", apiserverPath("-after.metrics"), false)
 		for i, url := range urls {
-			profile(c, url+"/metrics", strings.TrimSuffix(profilePath(i, ""), ".pprof")+".metrics", i == 1)
+			profile(c, url+"/metrics", metricsPath(i, ""), i == 1)
 			profile(c, url+"/debug/pprof/heap?gc=1", profilePath(i, "-heap"), i == 1)
 		}
 	}
