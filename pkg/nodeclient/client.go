@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -28,22 +29,32 @@ type Client struct {
 
 // New returns a Client for the API server in config.
 func New(config *rest.Config) (*Client, error) {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c := rest.CopyConfig(config)
-	c.APIPath = "/api"
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
+	rc, err := restClient(config, "/api", corev1.SchemeGroupVersion, corev1.AddToScheme)
 	if err != nil {
 		return nil, fmt.Errorf("core/v1 client: %w", err)
 	}
 	return &Client{rest: rc}, nil
+}
+
+// restClient is a REST client for the API group version gv under
+// apiPath, whose types add registers. It speaks protobuf, as the kubelet
+// does: the apiserver encodes each object once per format its watchers
+// ask, and protobuf costs it and the node daemon less than JSON.
+func restClient(config *rest.Config, apiPath string, gv schema.GroupVersion, add func(*runtime.Scheme) error) (*rest.RESTClient, error) {
+	scheme := runtime.NewScheme()
+	if err := add(scheme); err != nil {
+		return nil, err
+	}
+	c := rest.CopyConfig(config)
+	c.APIPath = apiPath
+	c.GroupVersion = &gv
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(c)
 }
 
 // PatchNode applies a JSON merge patch to the named node and returns the

@@ -6,8 +6,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 )
 
@@ -19,18 +17,7 @@ type Leases struct {
 
 // NewLeases returns a Leases client for the API server in config.
 func NewLeases(config *rest.Config) (*Leases, error) {
-	scheme := runtime.NewScheme()
-	if err := coordinationv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c := rest.CopyConfig(config)
-	c.APIPath = "/apis"
-	c.GroupVersion = &coordinationv1.SchemeGroupVersion
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
+	rc, err := restClient(config, "/apis", coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme)
 	if err != nil {
 		return nil, fmt.Errorf("coordination/v1 client: %w", err)
 	}
