@@ -84,7 +84,7 @@ func run(ctx context.Context, o options) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	// As kube-scheduler: the apiserver encodes each pod's watch events
-	// once per format, and protobuf costs it and us far less than JSON.
+	// once per format, and protobuf costs it and us less than JSON.
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := kubernetes.NewForConfig(cfg)
