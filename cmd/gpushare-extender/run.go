@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -48,6 +49,29 @@ func (o *options) check() ([]string, *tls.Config, error) {
 	return schedulers, tlsConfig, nil
 }
 
+// clientConfig is the configuration of the extender's client of
+// kube-apiserver, which it sets as kube-scheduler sets its own.
+func (o *options) clientConfig() (*rest.Config, error) {
+	// --kubeconfig, else $KUBECONFIG, else in-cluster.
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	// The apiserver encodes each pod's watch events once per format, and
+	// protobuf costs it and us less than JSON.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	// No gzip: a client that accepts it gets its informers' watch streams
+	// compressed, event by event, for as long as they last. The extender
+	// runs beside the control plane, where compressing costs more CPU,
+	// on both ends, than the bytes it saves are worth.
+	cfg.DisableCompression = true
+	return cfg, nil
+}
+
 func run(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	schedulers, tlsConfig, err := o.check()
@@ -75,18 +99,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	// As kube-scheduler: --kubeconfig, else $KUBECONFIG, else in-cluster.
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	cfg, err := o.clientConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
-	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	// As kube-scheduler: the apiserver encodes each pod's watch events
-	// once per format, and protobuf costs it and us less than JSON.
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
