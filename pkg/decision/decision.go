@@ -41,14 +41,13 @@ func Rank(nodes []Rated) {
 	slices.SortFunc(nodes, func(a, b Rated) int { return better(a.Rating, b.Rating) })
 }
 
-// Best returns the node Rank would put first; the zero Rated if there
-// are none.
-func Best(rated map[string]alloc.Rating) Rated {
+// Best returns the node Rank would put first, the first named of equals;
+// the zero Rated if there are none.
+func Best(rated []Rated) Rated {
 	var best Rated
-	first := true
-	for n, r := range rated {
-		if c := better(r, best.Rating); first || c < 0 || c == 0 && n < best.Node {
-			best, first = Rated{Node: n, Rating: r}, false
+	for i, r := range rated {
+		if c := better(r.Rating, best.Rating); i == 0 || c < 0 || c == 0 && r.Node < best.Node {
+			best = r
 		}
 	}
 	return best

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,11 +70,11 @@ type Server struct {
 	passed passedNodes
 }
 
-// filtered is one filter call's ratings of the nodes that passed.
+// filtered is one filter call's ratings of the nodes that fit.
 type filtered struct {
 	pod types.UID
 	at  time.Time
-	fit map[string]alloc.Rating
+	fit []decision.Rated
 }
 
 // reuseFor is how long prioritize may reuse a filter's ratings. The two
@@ -81,7 +82,7 @@ type filtered struct {
 // rank nodes (bind checks the placement again under the cache's lock).
 const reuseFor = 5 * time.Second
 
-func (s *Server) remember(pod types.UID, fit map[string]alloc.Rating) {
+func (s *Server) remember(pod types.UID, fit []decision.Rated) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = &filtered{pod: pod, at: time.Now(), fit: fit}
@@ -90,20 +91,24 @@ func (s *Server) remember(pod types.UID, fit map[string]alloc.Rating) {
 // recall returns the ratings of exactly names (later filters may have
 // dropped some of the nodes this one passed) from the latest filter of
 // pod, or nil when it did not rate them all.
-func (s *Server) recall(pod types.UID, names []string) map[string]alloc.Rating {
+func (s *Server) recall(pod types.UID, names []string) []decision.Rated {
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
 	if last == nil || pod == "" || last.pod != pod || time.Since(last.at) > reuseFor {
 		return nil
 	}
-	fit := make(map[string]alloc.Rating, len(names))
+	byNode := make(map[string]alloc.Rating, len(last.fit))
+	for _, r := range last.fit {
+		byNode[r.Node] = r.Rating
+	}
+	fit := make([]decision.Rated, 0, len(names))
 	for _, n := range names {
-		rating, ok := last.fit[n]
+		rating, ok := byNode[n]
 		if !ok {
 			return nil
 		}
-		fit[n] = rating
+		fit = append(fit, decision.Rated{Node: n, Rating: rating})
 	}
 	return fit
 }
@@ -147,6 +152,13 @@ type argsHead struct {
 
 // decodeCall decodes a filter or prioritize call.
 func (s *Server) decodeCall(body []byte) (*call, error) {
+	if s.Pods != nil {
+		if a, ok := scanArgs(body); ok && a.resourceVersion != "" {
+			if pod, err := s.Pods.Pods(a.namespace).Get(a.name); err == nil && string(pod.UID) == a.uid && pod.ResourceVersion == a.resourceVersion {
+				return &call{pod: pod, names: a.names}, nil
+			}
+		}
+	}
 	var head argsHead
 	if err := decode(body, &head); err != nil {
 		return nil, err
@@ -183,9 +195,17 @@ func isNull(raw json.RawMessage) bool {
 }
 
 // place rates the pod on each named node with placer's Rater, which
-// rates nodes of one shape once.
-func (s *Server) place(names []string, placer *alloc.Placer, req *alloc.PodRequest) (map[string]alloc.Rating, map[string]*alloc.Unfit, map[string]error) {
-	fit := make(map[string]alloc.Rating, len(names))
+// rates nodes of one shape once. The nodes that fit come in names'
+// order, in a slice: kube-scheduler names hundreds of nodes per call,
+// and a map of them cost more than the rest of the call's bookkeeping.
+func (s *Server) place(names []string, placer *alloc.Placer, req *alloc.PodRequest) ([]decision.Rated, map[string]*alloc.Unfit, map[string]error) {
+	var fit []decision.Rated
+	if p, ok := ratings.Get().(*[]decision.Rated); ok {
+		fit = (*p)[:0]
+	}
+	if cap(fit) < len(names) {
+		fit = make([]decision.Rated, 0, len(names))
+	}
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
 	r := placer.NewRater(req, s.Seed)
@@ -199,7 +219,7 @@ func (s *Server) place(names []string, placer *alloc.Placer, req *alloc.PodReque
 			unfit[name] = u
 			return
 		}
-		fit[name] = rating
+		fit = append(fit, decision.Rated{Node: name, Rating: rating})
 	})
 	return fit, unfit, outside
 }
@@ -227,7 +247,6 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		return c.finish(res, c.names), nil
 	}
 	fit, unfit, outside := s.place(c.names, placer, req)
-	s.remember(c.pod.UID, fit)
 	for n, err := range outside {
 		if reason, resolvable := decision.OutsideReason(err); resolvable {
 			res.FailedNodes[n] = reason
@@ -255,35 +274,51 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 			res.FailedAndUnresolvableNodes[n] = reason
 		}
 	}
-	keep := fit
 	limit := s.MaxNodes
 	if s.BestOnly && !softPreferences(c.pod) {
 		limit = 1
 	}
-	if limit > 0 && len(fit) > limit {
+	passed := make([]string, 0, min(len(fit), max(limit, 1)))
+	switch {
+	case limit <= 0 || len(fit) <= limit:
+		for _, r := range fit {
+			passed = append(passed, r.Node)
+		}
+	case limit == 1:
+		// The best alone: no need to rank the rest.
+		passed = append(passed, decision.Best(fit).Node)
+	default:
 		// Only the best go on to scoring: kube-scheduler's own filters
 		// have passed every node named here, so any of them may be
-		// chosen, and the policy's choice is among the best.
-		keep = make(map[string]alloc.Rating, limit)
-		if limit == 1 {
-			// The best alone: no need to rank the rest.
-			best := decision.Best(fit)
-			keep[best.Node] = best.Rating
-		} else {
-			for _, r := range rank(fit)[:limit] {
-				keep[r.Node] = r.Rating
+		// chosen, and the policy's choice is among the best. They are
+		// passed in the order named; a name given twice counts once.
+		keep := make(map[string]bool, limit)
+		for _, r := range rank(fit) {
+			if len(keep) == limit {
+				break
+			}
+			keep[r.Node] = true
+		}
+		for _, r := range fit {
+			if keep[r.Node] {
+				passed = append(passed, r.Node)
+				delete(keep, r.Node)
 			}
 		}
 	}
-	passed := make([]string, 0, len(keep))
-	for _, n := range c.names {
-		if _, ok := keep[n]; ok {
-			passed = append(passed, n)
-		}
-	}
 	s.passed.put(c.pod.UID, passed)
+	if len(passed) > 1 {
+		// kube-scheduler calls prioritize next, with these nodes.
+		s.remember(c.pod.UID, fit)
+	} else {
+		// It calls nothing more for this cycle; the ratings are done.
+		ratings.Put(&fit)
+	}
 	return c.finish(res, passed), nil
 }
+
+// ratings holds place's slices of ratings, for reuse.
+var ratings sync.Pool
 
 // softPreferences reports whether kube-scheduler's scoring could serve a
 // preference of the pod's own: preferred node or pod (anti-)affinity, or
@@ -327,12 +362,9 @@ func (c *call) finish(res *extenderv1.ExtenderFilterResult, passed []string) *ex
 	return res
 }
 
-// rank orders the rated nodes best first, as the plugin does.
-func rank(fit map[string]alloc.Rating) []decision.Rated {
-	out := make([]decision.Rated, 0, len(fit))
-	for n, r := range fit {
-		out = append(out, decision.Rated{Node: n, Rating: r})
-	}
+// rank returns the rated nodes best first, as the plugin orders them.
+func rank(fit []decision.Rated) []decision.Rated {
+	out := slices.Clone(fit)
 	decision.Rank(out)
 	return out
 }

@@ -9,9 +9,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/decision"
 )
 
@@ -160,5 +164,74 @@ func TestHostileCalls(t *testing.T) {
 				t.Errorf("a hostile call booked %v or bound the pod to %q", p, ts.boundTo("p"))
 			}
 		})
+	}
+}
+
+// TestFilterKeepsTheBest: with MaxNodes 2 and BestOnly off, filter
+// passes the two nodes whose GPUs are already in use over the idle ones,
+// in the order kube-scheduler named them, a name given twice once; with
+// BestOnly, one of those two alone.
+func TestFilterKeepsTheBest(t *testing.T) {
+	for _, bestOnly := range []bool{false, true} {
+		ts := newTestServer(t)
+		ts.MaxNodes, ts.BestOnly = 2, bestOnly
+		for _, name := range []string{"n3", "n4"} {
+			n, err := controlplane.NodeSpec{Name: name, Model: "NVIDIA GPU", MemoryMiB: 16384, Count: 1}.Node()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts.Cache.SetNode(n)
+		}
+		for node, mib := range map[string]int64{"n1": 8192, "n3": 12288} {
+			if err := ts.Cache.Assume(types.UID("busy-"+node), "default/busy-"+node, &alloc.Placement{Node: node,
+				Booked: []alloc.Assignment{{GPU: 0, UUID: "GPU-" + node + "-0", Usage: alloc.Usage{MemoryMiB: mib}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := ts.filter(t, pod("small", 1024), "n4", "n3", "n2", "n1", "n3")
+		switch {
+		case !bestOnly && !slices.Equal(got, []string{"n3", "n1"}):
+			t.Errorf("MaxNodes 2: passed %v, want [n3 n1]", got)
+		case bestOnly && (len(got) != 1 || got[0] != "n1" && got[0] != "n3"):
+			t.Errorf("BestOnly: passed %v, want n1 or n3 alone", got)
+		}
+	}
+}
+
+// TestFilterKubeSchedulerBody: a call as kube-scheduler writes it, for a
+// pod the informer holds in the same version, gets the answer the same
+// call in lower-case keys gets (which encoding/json decodes).
+func TestFilterKubeSchedulerBody(t *testing.T) {
+	p := pod("small", 1024)
+	p.ResourceVersion = "42"
+	ts := newTestServer(t)
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := indexer.Add(p); err != nil {
+		t.Fatal(err)
+	}
+	ts.Pods = corelisters.NewPodLister(indexer)
+	ts.handler = ts.Handler()
+	if err := ts.Cache.Assume("busy", "default/busy", &alloc.Placement{Node: "n2",
+		Booked: []alloc.Assignment{{GPU: 0, UUID: "GPU-n2-0", Usage: alloc.Usage{MemoryMiB: 16384}}}}); err != nil {
+		t.Fatal(err)
+	}
+	answers := make([]string, 2)
+	for i, body := range [][]byte{
+		kubeSchedulerArgs(t, "n2", "n1", "n9"),
+		[]byte(strings.NewReplacer(`"Pod"`, `"pod"`, `"NodeNames"`, `"nodenames"`).Replace(string(kubeSchedulerArgs(t, "n2", "n1", "n9")))),
+	} {
+		w := ts.post("filter", body)
+		if w.Code != http.StatusOK {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		answers[i] = w.Body.String()
+	}
+	if answers[0] != answers[1] {
+		t.Errorf("kube-scheduler's body: %s\nlower-case keys: %s", answers[0], answers[1])
+	}
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal([]byte(answers[0]), &res); err != nil || res.NodeNames == nil || !slices.Equal(*res.NodeNames, []string{"n1"}) ||
+		!strings.HasPrefix(res.FailedNodes["n2"], "InsufficientGPUMemory") || res.FailedAndUnresolvableNodes["n9"] != decision.ReasonNotGPUShareNode {
+		t.Errorf("answer %s, want n1 passed, n2 full, n9 outside gpushare", answers[0])
 	}
 }
