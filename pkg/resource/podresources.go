@@ -1,6 +1,8 @@
 package resource
 
 import (
+	"math"
+
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	podresource "k8s.io/component-helpers/resource"
@@ -22,6 +24,49 @@ import (
 // as they would once created; and each amount is first rounded up to a
 // whole milli-CPU or byte, so the sum is one of whole numbers.
 func effectiveCPUMemory(spec *corev1.PodSpec) (cpuMilli, memoryMiB int64) {
+	if cpu, mem, ok := containersCPUMemory(spec); ok {
+		return cpu, mem
+	}
+	return podRequestsCPUMemory(spec)
+}
+
+// containersCPUMemory is effectiveCPUMemory for the usual pod: no init
+// containers, no overhead, no pod-level resources, where the effective
+// request is the containers' sum. It adds the amounts as integers: the
+// schedulers ask for each GPU pod's request once or twice per cycle, and
+// PodRequests's lists of Quantities cost as much as a tenth of a filter
+// call. False for any other pod, or amounts whose sum would overflow.
+func containersCPUMemory(spec *corev1.PodSpec) (cpuMilli, memoryMiB int64, ok bool) {
+	if len(spec.InitContainers) > 0 || len(spec.Overhead) > 0 || spec.Resources != nil {
+		return 0, 0, false
+	}
+	var bytes int64
+	for i := range spec.Containers {
+		r := &spec.Containers[i].Resources
+		for _, name := range [...]corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			q, set := r.Requests[name]
+			if !set {
+				if q, set = r.Limits[name]; !set {
+					continue
+				}
+			}
+			sum, v := &bytes, q.Value()
+			if name == corev1.ResourceCPU {
+				sum, v = &cpuMilli, q.MilliValue()
+			}
+			if v < 0 || *sum > math.MaxInt64-v {
+				return 0, 0, false
+			}
+			*sum += v
+		}
+	}
+	const mib = 1 << 20
+	return cpuMilli, bytes/mib + min(bytes%mib, 1), true
+}
+
+// podRequestsCPUMemory is effectiveCPUMemory for any pod, through
+// PodRequests.
+func podRequestsCPUMemory(spec *corev1.PodSpec) (cpuMilli, memoryMiB int64) {
 	pod := &corev1.Pod{Spec: corev1.PodSpec{
 		InitContainers: make([]corev1.Container, len(spec.InitContainers)),
 		Containers:     make([]corev1.Container, len(spec.Containers)),

@@ -160,7 +160,8 @@ func TestEffectiveCPUMemory(t *testing.T) {
 
 // TestEffectiveCPUMemoryMatchesReference compares the two on random pods
 // mixing init, sidecar and app containers, limits, overhead and pod-level
-// requests.
+// requests, and also PodRequests's sum on each, and the containers' sum
+// where it applies (plain pods among them).
 func TestEffectiveCPUMemoryMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	cpus := []string{"", "0", "1m", "0.0004", "100m", "250m", "1", "1.5", "4"}
@@ -184,9 +185,10 @@ func TestEffectiveCPUMemoryMatchesReference(t *testing.T) {
 		}
 		return rr
 	}
+	summed := 0
 	for i := range 2000 {
 		b := makePod(fmt.Sprint(i))
-		for j := range r.IntN(4) {
+		for j := range r.IntN(4) - r.IntN(2) {
 			if r.IntN(2) == 0 {
 				b.sidecar(fmt.Sprint("s", j), resources())
 			} else {
@@ -206,6 +208,14 @@ func TestEffectiveCPUMemoryMatchesReference(t *testing.T) {
 		}
 		milli, mebis := effectiveCPUMemory(spec)
 		refMilli, refMebis := referenceCPUMemory(spec)
+		// Both ways to the sum: the containers' alone where it applies,
+		// PodRequests for any pod.
+		if m, mi := podRequestsCPUMemory(spec); m != milli || mi != mebis {
+			t.Fatalf("pod %d: PodRequests gives %dm, %dMi, effectiveCPUMemory %dm, %dMi", i, m, mi, milli, mebis)
+		}
+		if _, _, ok := containersCPUMemory(spec); ok {
+			summed++
+		}
 		if milli != refMilli || mebis != refMebis {
 			var desc []string
 			for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
@@ -214,5 +224,8 @@ func TestEffectiveCPUMemoryMatchesReference(t *testing.T) {
 			t.Fatalf("pod %d: effectiveCPUMemory() = %dm, %dMi, the hand-written sum %dm, %dMi\ncontainers: %s\noverhead: %v\npod resources: %v",
 				i, milli, mebis, refMilli, refMebis, strings.Join(desc, "; "), spec.Overhead, spec.Resources)
 		}
+	}
+	if summed < 100 {
+		t.Errorf("only %d of 2000 pods summed their containers alone", summed)
 	}
 }
