@@ -33,6 +33,8 @@ type Cache struct {
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
+	// lastRead is the last entry the latest ReadEach read.
+	lastRead atomic.Pointer[nodeEntry]
 	// objects holds each entry by the Node object it was last set from,
 	// the object kube-scheduler's snapshot hands Filter (ReadNode).
 	objects map[*corev1.Node]*nodeEntry
@@ -112,6 +114,14 @@ type Options struct {
 const LiveStaleAfter = 3 * time.Minute
 
 type nodeEntry struct {
+	// name is the node's name, the entry's key in Cache.nodes; gone is
+	// set once the entry is no longer there.
+	name string
+	gone bool
+	// after is the entry that followed this one in the latest ReadEach
+	// that read both: callers name nodes in an order of their own, the
+	// same from call to call.
+	after atomic.Pointer[nodeEntry]
 	// object is the Node the entry was last set from, and source what
 	// of it the inventory was read from.
 	object *corev1.Node

@@ -3,6 +3,7 @@ package cache_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -937,6 +938,88 @@ func TestReadEach(t *testing.T) {
 	}
 	if !errors.Is(missing, cache.ErrNodeGone) {
 		t.Errorf("unknown node: %v, want ErrNodeGone", missing)
+	}
+}
+
+// TestReadEachOrders: ReadEach hands over what Read does for each name,
+// whether the names come in the order of earlier calls (which it follows
+// without the map) or not, after nodes change inventory, leave and come
+// back, and with calls running at once.
+func TestReadEachOrders(t *testing.T) {
+	c, _ := newCache(t)
+	const nodes = 40
+	order := make([]string, nodes)
+	gpus := make([]int, nodes)
+	set := func(i int) {
+		mib := make([]int64, gpus[i])
+		for g := range mib {
+			mib[g] = 16384
+		}
+		c.SetNode(gpuNode(t, order[i], mib...))
+	}
+	for i := range order {
+		order[i] = fmt.Sprintf("node-%02d", i)
+		gpus[i] = 1
+		set(i)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	// check reads names twice at once and compares each answer with Read's.
+	check := func(step int, names []string) {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				type answer struct {
+					name  string
+					state *alloc.NodeState
+					err   error
+				}
+				var got []answer
+				c.ReadEach(names, func(name string, s *alloc.NodeState, err error) {
+					got = append(got, answer{name, s, err})
+				})
+				if len(got) != len(names) {
+					t.Errorf("step %d: %d answers for %d names", step, len(got), len(names))
+				}
+				for i, a := range got {
+					var want *alloc.NodeState
+					wantErr := c.Read(a.name, func(s *alloc.NodeState) { want = s })
+					if a.name != names[i] || a.state != want || (a.err == nil) != (wantErr == nil) {
+						t.Errorf("step %d, %s: ReadEach gave %s %p (%v), Read %p (%v)", step, names[i], a.name, a.state, a.err, want, wantErr)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	next := 0
+	for step := range 300 {
+		var names []string
+		switch rng.IntN(4) {
+		case 0:
+			// Shuffled, with a name of no node among them.
+			names = slices.Clone(order[:10+rng.IntN(20)])
+			rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+			names = append(names, "node-99")
+		default:
+			// A window of the order, going round, less a node or two.
+			for k := range 12 {
+				if rng.IntN(8) > 0 {
+					names = append(names, order[(next+k)%nodes])
+				}
+			}
+			next = (next + 12) % nodes
+		}
+		check(step, names)
+		switch i := rng.IntN(nodes); rng.IntN(6) {
+		case 0:
+			// A new inventory: a new entry under the same name.
+			gpus[i] = 1 + gpus[i]%3
+			set(i)
+		case 1:
+			c.RemoveNode(order[i])
+			check(step, names)
+			set(i)
+		}
 	}
 }
 

@@ -48,7 +48,8 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	// informer's store, while the copies, made one after another, lie
 	// together. Filter looks up hundreds of nodes per pod by name, and
 	// reading each key's bytes from afar cost more than rating the node.
-	c.nodes[strings.Clone(n.Name)] = e
+	e.name = strings.Clone(n.Name)
+	c.nodes[e.name] = e
 	c.setObject(e, n)
 	c.countGPUs(node, 1)
 	for uid, p := range c.pods {
@@ -132,6 +133,9 @@ func (c *Cache) dropNode(name string) {
 		c.countGPUs(e.inventory, -1)
 		delete(c.nodes, name)
 		delete(c.objects, e.object)
+		// ReadEach's hints may still point here; this one leads nowhere.
+		e.gone = true
+		e.after.Store(nil)
 	}
 }
 
