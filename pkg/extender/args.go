@@ -15,19 +15,19 @@ const maxDepth = 10000
 
 // scanArgs reads the pod's identity and the node names from an
 // ExtenderArgs body as kube-scheduler writes it (keys as its Go fields
-// are named; nodeCacheCapable: the names, Nodes null), checking the whole body is JSON as
-// encoding/json would. It reports false for anything else: another
-// shape, a key of ours in another case or given twice, a value of ours
-// with escapes or bytes outside printable ASCII, JSON that is not valid;
-// decodeCall then decodes the body with encoding/json, which says what
-// is wrong. The names are substrings of one copy of the body: a call
-// names hundreds of nodes, and decoding them one string each, on top of
-// scanning the body twice, cost more than the rest of the call's
-// decoding.
+// are named; nodeCacheCapable: the names, Nodes null), checking that the
+// whole body is JSON as encoding/json would. It reports false for
+// anything else: another shape, a key of ours in another case or given
+// twice, a value of ours with escapes or bytes outside printable ASCII,
+// JSON that is not valid; decodeCall then decodes the body with
+// encoding/json, which says what is wrong. The names are substrings of
+// one copy of the body: a call names hundreds of nodes, and decoding
+// them one string each, on top of scanning the body twice, cost more
+// than the rest of the call's decoding.
 func scanArgs(body []byte) (quickArgs, bool) {
 	s := scanner{data: string(body)}
 	var a quickArgs
-	var seenPod, seenNodes, seenNames, hasNames bool
+	var seenPod, seenNodes, seenNames bool
 	ok := s.object(0, func(key string) bool {
 		switch key {
 		case "Pod":
@@ -47,12 +47,11 @@ func scanArgs(body []byte) (quickArgs, bool) {
 				return false
 			}
 			seenNames = true
-			hasNames = true
 			return s.names(&a.names)
 		}
 		return !foldsTo(key, "pod", "nodes", "nodenames") && s.value(1)
 	})
-	if !ok || !seenPod || !hasNames {
+	if !ok || !seenPod || !seenNames {
 		return quickArgs{}, false
 	}
 	s.space()
