@@ -175,30 +175,41 @@ func (s *scanner) names(out *[]string) bool {
 	if s.next() != '[' {
 		return false
 	}
-	s.i++
 	// A comma per name after the first, unless names hold commas or ']'.
 	n := len(s.data) - s.i
 	if end := strings.IndexByte(s.data[s.i:], ']'); end >= 0 {
 		n = end
 	}
 	names := make([]string, 0, strings.Count(s.data[s.i:s.i+n], ",")+1)
+	ok := s.array(1, func() bool {
+		name, ok := s.plain()
+		names = append(names, name)
+		return ok
+	})
+	*out = names
+	return ok
+}
+
+// array reads an array, calling elem for each element; elem reads it
+// and reports whether it was well formed.
+func (s *scanner) array(depth int, elem func() bool) bool {
+	if depth >= maxDepth || s.next() != '[' {
+		return false
+	}
+	s.i++
 	if s.next() == ']' {
 		s.i++
-		*out = names
 		return true
 	}
 	for {
-		n, ok := s.plain()
-		if !ok {
+		if !elem() {
 			return false
 		}
-		names = append(names, n)
 		switch s.next() {
 		case ',':
 			s.i++
 		case ']':
 			s.i++
-			*out = names
 			return true
 		default:
 			return false
@@ -280,28 +291,7 @@ func (s *scanner) value(depth int) bool {
 	case c == '{':
 		return s.object(depth, func(string) bool { return s.value(depth + 1) })
 	case c == '[':
-		if depth >= maxDepth {
-			return false
-		}
-		s.i++
-		if s.next() == ']' {
-			s.i++
-			return true
-		}
-		for {
-			if !s.value(depth + 1) {
-				return false
-			}
-			switch s.next() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return s.array(depth, func() bool { return s.value(depth + 1) })
 	case c == '"':
 		_, ok := s.str()
 		return ok
