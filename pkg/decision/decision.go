@@ -41,7 +41,7 @@ func Rank(nodes []Rated) {
 	slices.SortFunc(nodes, func(a, b Rated) int { return better(a.Rating, b.Rating) })
 }
 
-// Best returns the node Rank would put first, the first named of equals;
+// Best returns the node Rank would put first, the least name of equals;
 // the zero Rated if there are none.
 func Best(rated []Rated) Rated {
 	var best Rated
