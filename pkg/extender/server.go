@@ -150,25 +150,44 @@ type argsHead struct {
 	NodeNames *[]string
 }
 
+// informerPod returns the pod the informer holds if it is this very
+// version of it, else nil.
+func (s *Server) informerPod(namespace, name, uid, resourceVersion string) *corev1.Pod {
+	if s.Pods == nil || resourceVersion == "" {
+		return nil
+	}
+	pod, err := s.Pods.Pods(namespace).Get(name)
+	if err != nil || string(pod.UID) != uid || pod.ResourceVersion != resourceVersion {
+		return nil
+	}
+	return pod
+}
+
 // decodeCall decodes a filter or prioritize call.
 func (s *Server) decodeCall(body []byte) (*call, error) {
+	// scanArgs first, then encoding/json's head for what it declines;
+	// the whole pod only if the informer does not hold this version.
+	scanned := false
 	if s.Pods != nil {
-		if a, ok := scanArgs(body); ok && a.resourceVersion != "" {
-			if pod, err := s.Pods.Pods(a.namespace).Get(a.name); err == nil && string(pod.UID) == a.uid && pod.ResourceVersion == a.resourceVersion {
+		var a quickArgs
+		if a, scanned = scanArgs(body); scanned {
+			if pod := s.informerPod(a.namespace, a.name, a.uid, a.resourceVersion); pod != nil {
 				return &call{pod: pod, names: a.names}, nil
 			}
 		}
 	}
-	var head argsHead
-	if err := decode(body, &head); err != nil {
-		return nil, err
-	}
-	if head.Pod == nil {
-		return nil, badRequest{errors.New("request has no pod")}
-	}
-	if m := &head.Pod.Metadata; head.NodeNames != nil && isNull(head.Nodes) && s.Pods != nil && m.ResourceVersion != "" {
-		if pod, err := s.Pods.Pods(m.Namespace).Get(m.Name); err == nil && string(pod.UID) == m.UID && pod.ResourceVersion == m.ResourceVersion {
-			return &call{pod: pod, names: *head.NodeNames}, nil
+	if !scanned {
+		var head argsHead
+		if err := decode(body, &head); err != nil {
+			return nil, err
+		}
+		if head.Pod == nil {
+			return nil, badRequest{errors.New("request has no pod")}
+		}
+		if m := &head.Pod.Metadata; head.NodeNames != nil && isNull(head.Nodes) {
+			if pod := s.informerPod(m.Namespace, m.Name, m.UID, m.ResourceVersion); pod != nil {
+				return &call{pod: pod, names: *head.NodeNames}, nil
+			}
 		}
 	}
 	var args extenderv1.ExtenderArgs
