@@ -34,11 +34,11 @@ type GPU struct {
 	MemoryMiB int64
 	// Compute is the compute capacity in percent; zero means FullCompute.
 	Compute int64
-	Healthy bool
 	// NUMANode is the NUMA node the GPU is attached to; -1 if unknown.
 	NUMANode int
 	// Peers lists the indices of GPUs reachable over NVLink.
-	Peers []int
+	Peers   []int
+	Healthy bool
 	// MPS says the GPU runs an NVIDIA MPS server (gpushare-node --mps):
 	// only MPS GPUs take MPS requests. Other requests may share it too,
 	// as plain CUDA contexts beside the server.

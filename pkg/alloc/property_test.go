@@ -393,7 +393,7 @@ func TestShapeCoversNode(t *testing.T) {
 		want []string
 	}{
 		{Node{}, []string{"Name", "CPUMilli", "MemoryMiB", "Mode", "GPUs"}},
-		{GPU{}, []string{"Index", "UUID", "Model", "MemoryMiB", "Compute", "Healthy", "NUMANode", "Peers", "MPS"}},
+		{GPU{}, []string{"Index", "UUID", "Model", "MemoryMiB", "Compute", "NUMANode", "Peers", "Healthy", "MPS"}},
 	} {
 		typ := reflect.TypeOf(c.v)
 		var got []string

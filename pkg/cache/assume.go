@@ -31,13 +31,13 @@ func (c *Cache) assumeLocked(uid types.UID, key string, p *alloc.Placement) erro
 		// Book the old placement again, on its own node.
 		if old != nil {
 			if oe := c.nodes[old.node]; oe != nil {
-				oe.pods[uid] = old
+				oe.pods.set(uid, old)
 				c.book(oe, old)
 			}
 		}
 		return err
 	}
-	e.pods[uid] = entry
+	e.pods.set(uid, entry)
 	c.pods[uid] = entry
 	return nil
 }

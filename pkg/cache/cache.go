@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,11 +141,47 @@ type nodeEntry struct {
 	nodeUsage *gpusharev1.GPUUsage
 	// pods holds every entry on this node, booked or not, so that a new
 	// inventory can be rebuilt with their bookings.
-	pods map[types.UID]*podEntry
+	pods nodePods
 	// over is, per GPU of state.Node, what conflicting bookings hold
 	// beyond state.GPUs: the metrics show it, so that an over-commit is
-	// never hidden.
+	// never hidden. Nil while there is no conflict.
 	over []alloc.Usage
+}
+
+// nodePods are the entries on one node, each with its key in
+// Cache.pods. A node holds a few; a slice holds them in a fraction of the
+// memory of a map, which at thousands of nodes is megabytes.
+type nodePods []nodePod
+
+type nodePod struct {
+	uid   types.UID
+	entry *podEntry
+}
+
+// get returns the entry of uid; nil if there is none.
+func (s nodePods) get(uid types.UID) *podEntry {
+	for _, n := range s {
+		if n.uid == uid {
+			return n.entry
+		}
+	}
+	return nil
+}
+
+// set makes p the entry of uid.
+func (s *nodePods) set(uid types.UID, p *podEntry) {
+	for i := range *s {
+		if (*s)[i].uid == uid {
+			(*s)[i].entry = p
+			return
+		}
+	}
+	*s = append(*s, nodePod{uid: uid, entry: p})
+}
+
+// remove drops the entry of uid.
+func (s *nodePods) remove(uid types.UID) {
+	*s = slices.DeleteFunc(*s, func(n nodePod) bool { return n.uid == uid })
 }
 
 type podEntry struct {
@@ -155,12 +192,17 @@ type podEntry struct {
 	// pod with its record.
 	assumed bool
 	// record is the annotation value the entry came from, so that an
-	// unchanged pod update costs nothing, alloc its parsed form and req
-	// what the pod asks (nil without Options.Requests): the record is
-	// checked against both on each inventory of its node.
+	// unchanged pod update costs nothing, and req what the pod asks (nil
+	// without Options.Requests): the record, as placement, is checked
+	// against req on each inventory of its node. asked is the record's
+	// Asked. alloc is another system's record translated (foreign): it
+	// is placed on the node's GPUs by index at each booking. gpushare's
+	// own record is kept as its text and placement alone, which name
+	// its GPUs by UUID.
 	record string
-	alloc  *gpusharev1.Allocation
 	req    *alloc.PodRequest
+	asked  *gpusharev1.Asked
+	alloc  *gpusharev1.Allocation
 	// pod is kept for reports about the record.
 	pod *corev1.Pod
 	// invalid is set while the record does not fit its node's inventory

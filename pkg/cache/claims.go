@@ -38,7 +38,7 @@ func (c *Cache) SetClaim(rc *resourceapi.ResourceClaim) {
 		}
 		pods++
 		owner = r.UID
-		if p := c.pods[r.UID]; p != nil && p.assumed && p.alloc == nil {
+		if p := c.pods[r.UID]; p != nil && p.assumed {
 			c.unbook(r.UID, p)
 			delete(c.pods, r.UID)
 		}
@@ -66,7 +66,7 @@ func (c *Cache) SetClaim(rc *resourceapi.ResourceClaim) {
 	c.setOwner(rc.UID, p, owner)
 	c.pods[rc.UID] = p
 	if e := c.nodes[node]; e != nil {
-		e.pods[rc.UID] = p
+		e.pods.set(rc.UID, p)
 		c.book(e, p)
 	}
 }

@@ -90,15 +90,15 @@ func (c *Cache) joinLocked(uid types.UID) bool {
 		return false
 	}
 	e := c.nodes[p.node]
-	if e == nil || e.pods[uid] != p {
+	if e == nil || e.pods.get(uid) != p {
 		return false
 	}
 	// The node's state is unchanged: the same booking, held by another.
 	part := types.UID("hold/" + key + "/" + string(uid))
-	delete(e.pods, uid)
+	e.pods.remove(uid)
 	delete(c.pods, uid)
 	entry := &podEntry{key: "hold " + key, node: p.node, placement: p.placement, assumed: true}
-	e.pods[part] = entry
+	e.pods.set(part, entry)
 	c.pods[part] = entry
 	h.parts = append(h.parts, part)
 	return true

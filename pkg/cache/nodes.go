@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
@@ -42,7 +41,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 		c.keepEntry(old, n, src)
 		return
 	}
-	e := &nodeEntry{inventory: node, source: src, pods: make(map[types.UID]*podEntry), nodeUsage: c.nodeUsage(n)}
+	e := &nodeEntry{inventory: node, source: src, nodeUsage: c.nodeUsage(n)}
 	c.dropNode(n.Name)
 	// The key is a copy: the Node object's name lies somewhere in the
 	// informer's store, while the copies, made one after another, lie
@@ -54,7 +53,7 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	c.countGPUs(node, 1)
 	for uid, p := range c.pods {
 		if p.node == n.Name {
-			e.pods[uid] = p
+			e.pods = append(e.pods, nodePod{uid: uid, entry: p})
 		}
 	}
 	c.rebuild(e)
@@ -207,7 +206,7 @@ func (c *Cache) rebuild(e *nodeEntry) {
 	e.state.CPUMilli, e.state.MemoryMiB = r.cpu, r.memoryMi
 	// Live samples are by inventory index; vanished GPUs have none.
 	e.state.Live = live
-	e.over = make([]alloc.Usage, len(node.GPUs))
+	e.over = nil
 	for _, p := range pods {
 		c.book(e, p)
 	}
@@ -225,13 +224,13 @@ func withVanished(inv *alloc.Node, pods []*podEntry) *alloc.Node {
 	n := inv
 	var index map[string]int
 	for _, p := range pods {
-		if p.alloc == nil || p.foreign {
+		if p.record == "" || p.foreign {
 			continue
 		}
 		if index == nil {
 			index = uuidIndex(inv)
 		}
-		for _, ca := range p.alloc.Containers {
+		for _, ca := range p.placement.Containers {
 			for _, g := range ca.GPUs {
 				i, ok := index[g.UUID]
 				if !ok {
@@ -262,10 +261,10 @@ func uuidIndex(n *alloc.Node) map[string]int {
 }
 
 // sortedEntries returns the entries oldest record first (then by key).
-func sortedEntries(pods map[types.UID]*podEntry) []*podEntry {
+func sortedEntries(pods nodePods) []*podEntry {
 	out := make([]*podEntry, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, p)
+		out = append(out, p.entry)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]

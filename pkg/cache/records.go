@@ -33,17 +33,18 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		}
 		p.placement = placement
 	}
-	if p.alloc != nil {
-		a, err := p.alloc, error(nil)
-		if p.foreign {
-			a, err = record.OnNode(a, p.req, e.inventory.GPUs)
-			if err != nil {
-				err = fmt.Errorf("%w: %w", record.Foreign(p.pod), err)
-			}
-		}
+	if p.record != "" {
 		var placement *alloc.Placement
-		if err == nil {
-			placement, err = placeRecord(a, e.state.Node)
+		var err error
+		if p.foreign {
+			var a *gpusharev1.Allocation
+			if a, err = record.OnNode(p.alloc, p.req, e.inventory.GPUs); err != nil {
+				err = fmt.Errorf("%w: %w", record.Foreign(p.pod), err)
+			} else if placement, err = record.PlacementFrom(a, nil); err == nil {
+				placement, err = placeByUUID(placement, e.state.Node)
+			}
+		} else {
+			placement, err = placeByUUID(p.placement, e.state.Node)
 		}
 		if err == nil && p.req != nil {
 			err = alloc.Conform(placement, p.req, e.inventory)
@@ -71,6 +72,9 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		}
 		// A new Node, not a change in place: the core's memo relies on it.
 		n := copyNode(e.state.Node)
+		if e.over == nil {
+			e.over = make([]alloc.Usage, len(n.GPUs))
+		}
 		for _, b := range p.placement.Booked {
 			if b.GPU >= 0 && b.GPU < len(n.GPUs) {
 				n.GPUs[b.GPU].Healthy = false
@@ -83,30 +87,30 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	}
 }
 
-// placeRecord turns a record into a placement on node's GPUs, each named
-// by its UUID: the index a record gives is where the GPU was when it was
-// written, and a driver may renumber GPUs.
-func placeRecord(a *gpusharev1.Allocation, node *alloc.Node) (*alloc.Placement, error) {
-	p, err := record.PlacementFrom(a, nil)
-	if err != nil {
-		return nil, err
-	}
-	if a.Node != node.Name {
-		return nil, fmt.Errorf("allocation is for node %s, not %s", a.Node, node.Name)
+// placeByUUID returns a copy of p, a record's placement, on node's GPUs
+// named by UUID: the index a record gives is where the GPU was when it
+// was written, and a driver may renumber GPUs.
+func placeByUUID(p *alloc.Placement, node *alloc.Node) (*alloc.Placement, error) {
+	if p.Node != node.Name {
+		return nil, fmt.Errorf("allocation is for node %s, not %s", p.Node, node.Name)
 	}
 	index := uuidIndex(node)
-	for ci := range p.Containers {
-		gpus := p.Containers[ci].GPUs
+	out := *p
+	out.Containers = slices.Clone(p.Containers)
+	for ci := range out.Containers {
+		gpus := slices.Clone(out.Containers[ci].GPUs)
 		for k := range gpus {
 			i, ok := index[gpus[k].UUID]
 			if !ok {
-				return nil, fmt.Errorf("container %s: node %s has no GPU with UUID %s", p.Containers[ci].Name, node.Name, gpus[k].UUID)
+				return nil, fmt.Errorf("container %s: node %s has no GPU with UUID %s", out.Containers[ci].Name, node.Name, gpus[k].UUID)
 			}
-			gpus[k].GPU = i
+			// The node's copy of the UUID: the record's can go.
+			gpus[k].GPU, gpus[k].UUID = i, node.GPUs[i].UUID
 		}
+		out.Containers[ci].GPUs = gpus
 	}
-	p.Booked = alloc.Booking(p.Containers)
-	return p, nil
+	out.Booked = alloc.Booking(out.Containers)
+	return &out, nil
 }
 
 // report logs, once per record value, why a pod's record books nothing,
@@ -126,10 +130,10 @@ func (c *Cache) report(pod *corev1.Pod, key, record string, err error) {
 
 func (c *Cache) unbook(uid types.UID, p *podEntry) {
 	e := c.nodes[p.node]
-	if e == nil || e.pods[uid] != p {
+	if e == nil || e.pods.get(uid) != p {
 		return
 	}
-	delete(e.pods, uid)
+	e.pods.remove(uid)
 	if p.invalid {
 		return
 	}
@@ -204,7 +208,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	if old != nil && !old.assumed && !old.invalid {
-		if equalRecords(old.alloc, p.alloc) {
+		if sameRecord(old, p) {
 			old.pod, old.record = pod, value
 			c.noteEdits(pod, old)
 			return
@@ -218,8 +222,8 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	delete(c.refused, pod.UID)
 	c.pods[pod.UID] = p
 	if e := c.nodes[p.node]; e != nil {
-		e.pods[pod.UID] = p
-		if !p.foreign && needsRebuild(e, p.alloc) {
+		e.pods.set(pod.UID, p)
+		if !p.foreign && needsRebuild(e, p.placement) {
 			c.rebuild(e)
 		} else {
 			c.book(e, p)
@@ -232,10 +236,10 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 // annotations are no longer those its record was made for. The record
 // keeps booking its GPUs: the pod's containers run with them.
 func (c *Cache) noteEdits(pod *corev1.Pod, p *podEntry) {
-	if p.alloc == nil || p.alloc.Asked == nil || c.opts.RequestAnnotations == nil || p.invalid {
+	if p.asked == nil || c.opts.RequestAnnotations == nil || p.invalid {
 		return
 	}
-	edited := p.alloc.Asked.Edited(pod.Annotations, c.opts.RequestAnnotations(pod))
+	edited := p.asked.Edited(pod.Annotations, c.opts.RequestAnnotations(pod))
 	if slices.Equal(edited, p.edited) {
 		return
 	}
@@ -297,11 +301,12 @@ var (
 	ErrNoRecord      = errors.New("pod asks for GPUs but holds none")
 )
 
-// needsRebuild reports whether a names a GPU that e's state does not
-// list: the node is then rebuilt with that GPU, vanished.
-func needsRebuild(e *nodeEntry, a *gpusharev1.Allocation) bool {
+// needsRebuild reports whether p, a record's placement, names a GPU
+// that e's state does not list: the node is then rebuilt with that GPU,
+// vanished.
+func needsRebuild(e *nodeEntry, p *alloc.Placement) bool {
 	index := uuidIndex(e.state.Node)
-	for _, ca := range a.Containers {
+	for _, ca := range p.Containers {
 		for _, g := range ca.GPUs {
 			if _, ok := index[g.UUID]; !ok {
 				return true
@@ -311,7 +316,21 @@ func needsRebuild(e *nodeEntry, a *gpusharev1.Allocation) bool {
 	return false
 }
 
-func equalRecords(a, b *gpusharev1.Allocation) bool {
+// sameRecord reports whether the record of p, just parsed, says what
+// old's says: the same allocation, though not the same text.
+func sameRecord(old, p *podEntry) bool {
+	a, b := old.alloc, p.alloc
+	var err error
+	if !old.foreign {
+		if a, err = gpusharev1.ParseAllocation(old.record); err != nil {
+			return false
+		}
+	}
+	if !p.foreign {
+		if b, err = gpusharev1.ParseAllocation(p.record); err != nil {
+			return false
+		}
+	}
 	x, err1 := gpusharev1.Marshal(a)
 	y, err2 := gpusharev1.Marshal(b)
 	return err1 == nil && err2 == nil && x == y
@@ -338,7 +357,7 @@ func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEn
 	if err != nil {
 		return nil, err
 	}
-	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a, pod: pod}
+	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, asked: a.Asked, pod: pod}
 	if c.opts.Requests != nil {
 		req, err := c.opts.Requests(c.asked(pod, a.Asked))
 		if err != nil {
@@ -397,7 +416,7 @@ func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
 		return nil, fmt.Errorf("%w: %w", sys, err)
 	}
 	return &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a,
-		req: req, pod: pod, foreign: true}, nil
+		asked: a.Asked, req: req, pod: pod, foreign: true}, nil
 }
 
 // RemovePod releases whatever a pod held or was assumed to hold, the

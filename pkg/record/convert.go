@@ -3,6 +3,7 @@ package record
 import (
 	"errors"
 	"fmt"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -33,7 +34,9 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 		node.Mode = alloc.WholeCard
 	}
 	for i, g := range inv.GPUs {
-		node.GPUs[i] = alloc.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.Usable(),
+		// Nodes share a few models: each is held once (unique.Make),
+		// not once per GPU of every node.
+		node.GPUs[i] = alloc.GPU{Index: g.Index, UUID: g.UUID, Model: unique.Make(g.Model).Value(), MemoryMiB: g.Usable(),
 			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS}
 	}
 	return node, node.Validate()

@@ -1,0 +1,110 @@
+package cache_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/resource"
+)
+
+// footprintCluster returns the scheduler benchmark's cluster
+// (test/bench/scheduler) with every pod bound: nodes of eight 80 GB GPUs
+// in NVLink pairs over two NUMA nodes, each pod one container with a
+// share of one GPU and its record as gpushare-scheduler writes it.
+func footprintCluster(b *testing.B, nodes, pods int) ([]*corev1.Node, []*corev1.Pod) {
+	b.Helper()
+	ns := make([]*corev1.Node, nodes)
+	for i := range ns {
+		name := fmt.Sprintf("node-%05d", i)
+		inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
+		for g := range 8 {
+			inv.GPUs = append(inv.GPUs, gpusharev1.GPU{Index: g, UUID: uuidOf(name, g), Model: "NVIDIA A100-SXM4-80GB",
+				MemoryMiB: 81920, Healthy: true, NUMANode: g / 4, NVLinkPeers: []int{g ^ 1}})
+		}
+		n := inventoryNode(b, name, inv)
+		res := corev1.ResourceList{
+			corev1.ResourceCPU:    *k8sresource.NewQuantity(64, k8sresource.DecimalSI),
+			corev1.ResourceMemory: *k8sresource.NewQuantity(512<<30, k8sresource.BinarySI),
+			corev1.ResourcePods:   *k8sresource.NewQuantity(250, k8sresource.DecimalSI),
+		}
+		n.Status.Capacity, n.Status.Allocatable = res, res
+		ns[i] = n
+	}
+	sizes := []int64{2048, 4096, 8192, 10240, 20480}
+	ps := make([]*corev1.Pod, pods)
+	for i := range ps {
+		node, gpu, mib := fmt.Sprintf("node-%05d", i%nodes), (i/nodes)%8, sizes[i%len(sizes)]
+		value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
+			Name: "main", Kind: gpusharev1.ContainerApp, GPUs: []gpusharev1.GPUShare{share(node, gpu, mib, 0)},
+		}}, Asked: &gpusharev1.Asked{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps[i] = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: "default",
+				UID: types.UID(fmt.Sprintf("uid-%05d", i)), Annotations: map[string]string{gpusharev1.AllocationAnnotation: value}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "busybox",
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{
+						corev1.ResourceCPU:    k8sresource.MustParse("100m"),
+						corev1.ResourceMemory: k8sresource.MustParse("128Mi"),
+					},
+					Limits: corev1.ResourceList{"gpushare.io/gpu-mem": *k8sresource.NewQuantity(mib, k8sresource.DecimalSI)},
+				}}}},
+		}
+	}
+	return ns, ps
+}
+
+// BenchmarkFootprint reports the heap the cache holds, beyond the
+// informer's objects, for the scheduler benchmark's 5000 nodes and
+// 10,000 bound pods, with the options gpushare-scheduler gives it.
+func BenchmarkFootprint(b *testing.B) {
+	nodes, pods := footprintCluster(b, 5000, 10000)
+	model, err := resource.New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := cache.Options{
+		Requests:           model.PodRequest,
+		RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() },
+		Resources:          resource.PodCPUMemory,
+	}
+	var held uint64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := cache.New(klog.Background(), opts)
+		for _, n := range nodes {
+			c.SetNode(n)
+		}
+		for _, p := range pods {
+			c.SetPod(p)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		var booked int
+		if err := c.Read("node-00000", func(s *alloc.NodeState) {
+			for _, u := range s.GPUs {
+				booked += int(u.MemoryMiB)
+			}
+		}); err != nil || booked == 0 {
+			b.Fatalf("node-00000: %d MiB booked, %v", booked, err)
+		}
+		held = after.HeapAlloc - before.HeapAlloc
+		runtime.KeepAlive(c)
+	}
+	b.ReportMetric(float64(held)/1e6, "MB")
+	b.ReportMetric(0, "ns/op")
+}
