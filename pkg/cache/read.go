@@ -118,17 +118,27 @@ func (c *Cache) nodeErrorLocked(node string) error {
 func (c *Cache) Snapshot() []*alloc.NodeState {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.snapshotLocked(false)
+	return c.snapshotLocked()
 }
 
-// booked returns, per node sorted by name, a copy of its state whose GPU
-// usage includes what conflicting bookings hold, how many records the
-// cache refuses, and how many booked pods' requests were edited after
-// binding: what the metrics show.
-func (c *Cache) booked() (states []*alloc.NodeState, claimed map[string][]int64, refused, edited int) {
+// gpuSample is what the metrics show of one GPU.
+type gpuSample struct {
+	node, model string
+	index       int
+	capacityMiB int64
+	// booked includes what conflicting bookings hold: a GPU that records
+	// over-commit shows more booked than it has.
+	booked     alloc.Usage
+	claimedMiB int64
+}
+
+// samples returns what the metrics show of every GPU, each node's GPUs
+// together and in order, how many records the cache refuses, and how
+// many booked pods' requests were edited after binding.
+func (c *Cache) samples() (gpus []gpuSample, refused, edited int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	claimed = map[string][]int64{}
+	claimed := map[string][]int64{}
 	for _, p := range c.pods {
 		if len(p.edited) > 0 {
 			edited++
@@ -151,13 +161,32 @@ func (c *Cache) booked() (states []*alloc.NodeState, claimed map[string][]int64,
 			}
 		}
 	}
-	return c.snapshotLocked(true), claimed, len(c.refused), edited
+	n := 0
+	for _, e := range c.nodes {
+		n += len(e.state.Node.GPUs)
+	}
+	gpus = make([]gpuSample, 0, n)
+	for name, e := range c.nodes {
+		per := claimed[name]
+		for i, g := range e.state.Node.GPUs {
+			s := gpuSample{node: name, model: g.Model, index: i, capacityMiB: g.MemoryMiB, booked: e.state.GPUs[i]}
+			if i < len(e.over) {
+				s.booked.MemoryMiB += e.over[i].MemoryMiB
+				s.booked.Compute += e.over[i].Compute
+			}
+			if i < len(per) {
+				s.claimedMiB = per[i]
+			}
+			gpus = append(gpus, s)
+		}
+	}
+	return gpus, len(c.refused), edited
 }
 
-func (c *Cache) snapshotLocked(withConflicts bool) []*alloc.NodeState {
+func (c *Cache) snapshotLocked() []*alloc.NodeState {
 	out := make([]*alloc.NodeState, 0, len(c.nodes))
 	for _, e := range c.nodes {
-		out = append(out, e.copyState(withConflicts))
+		out = append(out, e.copyState(false))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node.Name < out[j].Node.Name })
 	return out
