@@ -17,24 +17,23 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // footprintCluster returns the scheduler benchmark's cluster
-// (test/bench/scheduler) with every pod bound: nodes of eight 80 GB GPUs
-// in NVLink pairs over two NUMA nodes, each pod one container with a
-// share of one GPU and its record as gpushare-scheduler writes it.
+// (test/bench/scheduler) with every pod bound: its nodes, of eight 80 GB
+// GPUs, each pod one container with a share of one GPU and its record as
+// gpushare-scheduler writes it.
 func footprintCluster(b *testing.B, nodes, pods int) ([]*corev1.Node, []*corev1.Pod) {
 	b.Helper()
 	ns := make([]*corev1.Node, nodes)
 	for i := range ns {
-		name := fmt.Sprintf("node-%05d", i)
-		inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared}
-		for g := range 8 {
-			inv.GPUs = append(inv.GPUs, gpusharev1.GPU{Index: g, UUID: uuidOf(name, g), Model: "NVIDIA A100-SXM4-80GB",
-				MemoryMiB: 81920, Healthy: true, NUMANode: g / 4, NVLinkPeers: []int{g ^ 1}})
+		spec := controlplane.NodeSpec{Name: fmt.Sprintf("node-%05d", i), Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Count: 8}
+		n, err := spec.Node()
+		if err != nil {
+			b.Fatal(err)
 		}
-		n := inventoryNode(b, name, inv)
 		res := corev1.ResourceList{
 			corev1.ResourceCPU:    *k8sresource.NewQuantity(64, k8sresource.DecimalSI),
 			corev1.ResourceMemory: *k8sresource.NewQuantity(512<<30, k8sresource.BinarySI),
@@ -69,6 +68,17 @@ func footprintCluster(b *testing.B, nodes, pods int) ([]*corev1.Node, []*corev1.
 	return ns, ps
 }
 
+// filled returns c with nodes and pods set, nodes first.
+func filled(c *cache.Cache, nodes []*corev1.Node, pods []*corev1.Pod) *cache.Cache {
+	for _, n := range nodes {
+		c.SetNode(n)
+	}
+	for _, p := range pods {
+		c.SetPod(p)
+	}
+	return c
+}
+
 // BenchmarkFootprint reports the heap the cache holds, beyond the
 // informer's objects, for the scheduler benchmark's 5000 nodes and
 // 10,000 bound pods, with the options gpushare-scheduler gives it.
@@ -88,13 +98,7 @@ func BenchmarkFootprint(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		c := cache.New(klog.Background(), opts)
-		for _, n := range nodes {
-			c.SetNode(n)
-		}
-		for _, p := range pods {
-			c.SetPod(p)
-		}
+		c := filled(cache.New(klog.Background(), opts), nodes, pods)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		var booked int
@@ -117,13 +121,7 @@ func BenchmarkFootprint(b *testing.B) {
 // scheduler does: four gauges per GPU, 160,000 in all.
 func BenchmarkScrape(b *testing.B) {
 	nodes, pods := footprintCluster(b, 5000, 10000)
-	c := cache.New(klog.Background(), cache.Options{})
-	for _, n := range nodes {
-		c.SetNode(n)
-	}
-	for _, p := range pods {
-		c.SetPod(p)
-	}
+	c := filled(cache.New(klog.Background(), cache.Options{}), nodes, pods)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(cache.NewCollector(c))
 	for b.Loop() {

@@ -92,7 +92,7 @@ func gpuNode(t *testing.T, name string, mib ...int64) *corev1.Node {
 	return inventoryNode(t, name, inventory(name, gpusharev1.ModeShared, mib...))
 }
 
-func inventoryNode(t testing.TB, name string, inv *gpusharev1.GPUInventory) *corev1.Node {
+func inventoryNode(t *testing.T, name string, inv *gpusharev1.GPUInventory) *corev1.Node {
 	t.Helper()
 	value, err := gpusharev1.Marshal(inv)
 	if err != nil {
