@@ -156,6 +156,26 @@ func TestRealNodeDRA(t *testing.T) {
 			bigUUID = record(t, &p).Containers[0].GPUs[0].UUID
 		}
 	}
+	// Before the claim: one allocated against the slice as it was
+	// would be refused by the node instead, a race this test is not about.
+	err = waitFor(time.Minute, func() (bool, error) {
+		list, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, sl := range list.Items {
+			for _, d := range sl.Spec.Devices {
+				if sl.Spec.Driver == dra.Driver && *d.Attributes[dra.AttrUUID].StringValue == bigUUID {
+					free := d.Capacity[dra.Memory].Value
+					return free.Value()>>20 == *d.Attributes[dra.AttrMemoryMiB].IntValue-30000, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("the slice does not take big's 30000 MiB off its GPU's memory for claims: %v", err)
+	}
 	over := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "over", Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
 		Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
 			DeviceClassName: "gpu.gpushare.io",
@@ -174,24 +194,6 @@ func TestRealNodeDRA(t *testing.T) {
 	}}
 	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, overPod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	err = waitFor(time.Minute, func() (bool, error) {
-		list, err := rc.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, sl := range list.Items {
-			for _, d := range sl.Spec.Devices {
-				if sl.Spec.Driver == dra.Driver && *d.Attributes[dra.AttrUUID].StringValue == bigUUID {
-					free := d.Capacity[dra.Memory].Value
-					return free.Value()>>20 == *d.Attributes[dra.AttrMemoryMiB].IntValue-30000, nil
-				}
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Errorf("the slice does not take big's 30000 MiB off its GPU's memory for claims: %v", err)
 	}
 	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "over", "FailedScheduling", "claim")
 	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "over", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
