@@ -140,25 +140,35 @@ func (d *Daemon) runOnce(ctx context.Context, check time.Duration) error {
 			return fmt.Errorf("exited: %w: %s", err, tail(out.String()))
 		case <-tick.C:
 			if err := d.Healthy(ctx); err != nil {
+				if ctx.Err() != nil {
+					// The check failed because ctx ended while it ran:
+					// shut down as cleanly as when ctx ends between checks.
+					return d.quit(c, exited)
+				}
 				_ = c.Process.Kill()
 				return errors.Join(err, <-exited)
 			}
 		case <-ctx.Done():
-			// A clean shutdown: the daemon tells its servers to finish.
-			quit, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if _, err := d.command(quit, "quit"); err != nil {
-				d.Logger.Error(err, "Asking the MPS control daemon to quit")
-			}
-			select {
-			case err := <-exited:
-				d.Logger.Info("MPS control daemon stopped", "exit", err)
-				return nil
-			case <-quit.Done():
-				_ = c.Process.Kill()
-				return errors.Join(errors.New("MPS control daemon did not quit in 10 s; killed"), <-exited)
-			}
+			return d.quit(c, exited)
 		}
+	}
+}
+
+// quit asks the daemon c to quit, which tells its servers to finish, and
+// kills it if it has not exited within 10 s.
+func (d *Daemon) quit(c *exec.Cmd, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.command(ctx, "quit"); err != nil {
+		d.Logger.Error(err, "Asking the MPS control daemon to quit")
+	}
+	select {
+	case err := <-exited:
+		d.Logger.Info("MPS control daemon stopped", "exit", err)
+		return nil
+	case <-ctx.Done():
+		_ = c.Process.Kill()
+		return errors.Join(errors.New("MPS control daemon did not quit in 10 s; killed"), <-exited)
 	}
 }
 

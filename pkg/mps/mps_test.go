@@ -15,7 +15,8 @@ import (
 
 // fakeControl stands in for nvidia-cuda-mps-control: "-f" runs until a
 // "quit" command; the client answers get_server_list while the daemon
-// runs and the test has not made it hang.
+// runs and the test has not made it hang, after 2 s if the test made it
+// slow, and counts the checks it was asked.
 const fakeControl = `#!/bin/sh
 if [ "$1" = "-f" ]; then
   echo $$ > "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid"
@@ -31,7 +32,10 @@ pid=$(cat "$CUDA_MPS_PIPE_DIRECTORY/daemon.pid" 2>/dev/null) || exit 1
 kill -0 "$pid" 2>/dev/null || exit 1
 [ -f "$CUDA_MPS_PIPE_DIRECTORY/hang" ] && exit 1
 case "$cmd" in
-  get_server_list) exit 0 ;;
+  get_server_list)
+    echo check >> "$CUDA_MPS_LOG_DIRECTORY/checks"
+    [ -f "$CUDA_MPS_PIPE_DIRECTORY/slow" ] && sleep 2
+    exit 0 ;;
   quit) touch "$CUDA_MPS_PIPE_DIRECTORY/quit"; exit 0 ;;
 esac
 exit 1
@@ -118,6 +122,25 @@ func (f *fixture) healthyThenQuit(t *testing.T) {
 func TestCleanShutdown(t *testing.T) {
 	f := start(t)
 	f.healthyThenQuit(t)
+}
+
+// TestQuitDuringCheck stops the supervisor while a health check is under
+// way: the check fails because of that, and the daemon must still be
+// asked to quit, not killed as unresponsive.
+func TestQuitDuringCheck(t *testing.T) {
+	f := start(t)
+	if err := os.WriteFile(filepath.Join(f.d.PipeDir, "slow"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.waitLines(t, "checks", f.lines("checks")+1)
+	f.cancel()
+	if err := <-f.done; err != nil {
+		t.Fatal(err)
+	}
+	f.done <- nil // for the cleanup
+	if f.lines("quits") != 1 {
+		t.Errorf("the daemon was not asked to quit")
+	}
 }
 
 func TestRestartWhenKilled(t *testing.T) {
