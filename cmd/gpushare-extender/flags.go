@@ -27,7 +27,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 		"nodeCacheCapable: false sends whole Node objects: raise it for large clusters")
 	fs.IntVar(&o.maxInflight, "max-requests-inflight", extender.DefaultMaxInflight, "most filter and prioritize calls served at once; more get 429 with Retry-After before their body is read. "+
 		"Memory for bodies is at most about this times --max-request-bytes")
-	fs.IntVar(&o.maxBinds, "max-binds-inflight", extender.DefaultMaxBindsInflight, "most bind calls served at once; more get 429 with Retry-After")
+	fs.IntVar(&o.maxBinds, "max-binds-inflight", extender.DefaultMaxBindsInflight, "most bind calls served at once; up to 8 times as many more wait for a slot, and more still get 429 with Retry-After")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "queries per second to the apiserver")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "burst of queries to the apiserver")
 	fs.IntVar(&o.maxNodes, "max-filtered-nodes", 100, "most nodes filter passes on to scoring, the best by the node policy; 0 passes every node that fits")

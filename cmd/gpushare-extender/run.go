@@ -133,6 +133,7 @@ func run(ctx context.Context, o options) error {
 	servers := o.servers(srv, reg, tlsConfig)
 
 	go gpucache.RunExpiry(ctx, cache)
+	go srv.RunExpiry(ctx)
 	go gpucache.WatchLeases(ctx, cache, client, nil)
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {

@@ -87,10 +87,19 @@ func (s *Server) admit(pod *corev1.Pod, node string) error {
 	return nil
 }
 
-func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) error {
+func (s *Server) bindPod(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (err error) {
 	pod, err := s.pod(ctx, args)
 	if err != nil {
 		return err
+	}
+	if s.reserved.take(pod.UID) {
+		// What filter reserved is placed again below, under the cache's
+		// lock, or forgotten if the bind fails.
+		defer func() {
+			if err != nil {
+				s.Cache.Forget(pod.UID)
+			}
+		}()
 	}
 	if args.PodUID != "" && pod.UID != args.PodUID {
 		return fmt.Errorf("pod %s/%s has UID %s, not %s: it was replaced", args.PodNamespace, args.PodName, pod.UID, args.PodUID)

@@ -7,8 +7,8 @@ import (
 )
 
 // FuzzHandler: arbitrary bodies to filter, prioritize and bind never
-// panic and never get a 5xx; bad input gets 4xx; a bind that did not
-// bind leaves no booking. Before each input, filter has passed pod
+// panic and never get a 5xx; bad input gets 4xx; a pod that is not bound
+// books nothing beyond the reservation of its latest filter call. Before each input, filter has passed pod
 // "gpu" on n1 and pod "plain" on n2, so a fuzzed bind can also succeed.
 func FuzzHandler(f *testing.F) {
 	verbs := []string{"filter", "prioritize", "bind"}
@@ -47,11 +47,18 @@ func FuzzHandler(f *testing.F) {
 		}
 		for _, p := range []string{"gpu", "plain"} {
 			node := ts.boundTo(p)
-			held, _ := ts.Cache.Holding(pod(p, 0).UID)
+			uid := pod(p, 0).UID
+			held, assumed := ts.Cache.Holding(uid)
 			if held != nil && node == "" {
-				t.Fatalf("pod %s is not bound but books %v", p, held)
+				// Only what its latest filter call reserved.
+				if !assumed || !ts.reserved.holds(uid) {
+					t.Fatalf("pod %s is not bound but books %v, not as a reservation", p, held)
+				}
+				if passed, _ := ts.passed.check(uid, held.Node); !passed {
+					t.Fatalf("pod %s is not bound but books %v, on a node its latest filter did not pass", p, held)
+				}
 			}
-			if held != nil && held.Node != node {
+			if held != nil && node != "" && held.Node != node {
 				t.Fatalf("pod %s is bound to %s but books %s", p, node, held.Node)
 			}
 			if want := map[string]string{"gpu": "n1", "plain": "n2"}[p]; node != "" && node != want {

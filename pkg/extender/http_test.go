@@ -2,11 +2,13 @@ package extender
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBodyBounds: a body larger than the bound gets 413, whether its
@@ -120,4 +122,92 @@ func TestInflightBound(t *testing.T) {
 	}
 	close(gates[1].release)
 	<-done
+}
+
+// TestBindsWaitForASlot: a bind beyond MaxBindsInflight waits for a slot,
+// its body unread, and is served once one frees; BindsQueuedPerSlot per
+// slot wait, and the next gets 429 with Retry-After at once; a bind whose
+// caller gives up while it waits gets 429 and frees its place.
+func TestBindsWaitForASlot(t *testing.T) {
+	ts := newTestServer(t)
+	ts.MaxBindsInflight = 1
+	ts.handler = ts.Handler()
+	send := func(ctx context.Context, body io.Reader) *httptest.ResponseRecorder {
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/gpushare-scheduler/bind", body)
+		r.ContentLength = -1
+		w := httptest.NewRecorder()
+		ts.handler.ServeHTTP(w, r)
+		return w
+	}
+	holder := newGate()
+	held := make(chan *httptest.ResponseRecorder, 1)
+	go func() { held <- send(context.Background(), holder) }()
+	<-holder.read
+	// A waiter that gives up.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan *httptest.ResponseRecorder, 1)
+	quitter := newGate()
+	go func() { gaveUp <- send(ctx, quitter) }()
+	waitFor(t, "the first waiter to queue", func() bool { return len(ts.binds.queue) == 1 })
+	cancel()
+	if w := <-gaveUp; w.Code != http.StatusTooManyRequests {
+		t.Errorf("a bind whose caller gave up while waiting: %d; want 429", w.Code)
+	}
+	waiters := make([]*gate, BindsQueuedPerSlot)
+	served := make(chan *httptest.ResponseRecorder, len(waiters))
+	for i := range waiters {
+		waiters[i] = newGate()
+		go func() { served <- send(context.Background(), waiters[i]) }()
+	}
+	waitFor(t, "every waiter to queue", func() bool { return len(ts.binds.queue) == BindsQueuedPerSlot })
+	over := newGate()
+	if w := send(context.Background(), over); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("a bind beyond the queue: %d, Retry-After %q; want 429 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	for _, g := range append(waiters, quitter, over) {
+		select {
+		case <-g.read:
+			t.Fatal("a bind without a slot had its body read")
+		default:
+		}
+	}
+	close(holder.release)
+	if w := <-held; w.Code != http.StatusBadRequest {
+		t.Errorf("the bind holding the slot: %d %s; want 400 (served)", w.Code, w.Body)
+	}
+	for range waiters {
+		// Each waiter reads its body when it gets the slot: let it.
+		var g *gate
+		waitFor(t, "a waiter to get the slot", func() bool {
+			for _, w := range waiters {
+				select {
+				case <-w.read:
+					select {
+					case <-w.release:
+					default:
+						g = w
+						return true
+					}
+				default:
+				}
+			}
+			return false
+		})
+		close(g.release)
+		if w := <-served; w.Code != http.StatusBadRequest {
+			t.Errorf("a bind that waited: %d %s; want 400 (served)", w.Code, w.Body)
+		}
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -42,7 +42,8 @@ type Server struct {
 	MaxBodyBytes int64
 	// MaxInflight bounds filter and prioritize calls in flight, and
 	// MaxBindsInflight bind calls; DefaultMaxInflight and
-	// DefaultMaxBindsInflight if 0. Calls beyond get 429.
+	// DefaultMaxBindsInflight if 0. Calls beyond get 429, but for up to
+	// BindsQueuedPerSlot binds per slot, which wait for one.
 	MaxInflight, MaxBindsInflight int
 	// SchedulerNames are the schedulers whose pods bind binds: the
 	// profiles of the KubeSchedulerConfiguration that calls this
@@ -68,6 +69,30 @@ type Server struct {
 	// passed is what the latest filter of each pod passed; bind refuses
 	// other nodes.
 	passed passedNodes
+	// reserved holds the placements filter assumed for pods it passed on
+	// one node alone, until their binds.
+	reserved reservations
+	// binds bounds the bind calls the latest Handler serves at once.
+	binds *limit
+}
+
+// ExpireReservations forgets the placements filter assumed for pods
+// whose bind has not come within ReservationTTL. Filter calls do it too;
+// RunExpiry does it while none come.
+func (s *Server) ExpireReservations() { s.reserved.expire(s.Cache) }
+
+// RunExpiry calls ExpireReservations every ReservationTTL until ctx ends.
+func (s *Server) RunExpiry(ctx context.Context) {
+	t := time.NewTicker(ReservationTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.ExpireReservations()
+		}
+	}
 }
 
 // filtered is one filter call's ratings of the nodes that fit.
@@ -249,6 +274,9 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	res := &extenderv1.ExtenderFilterResult{FailedNodes: map[string]string{}, FailedAndUnresolvableNodes: map[string]string{}}
+	// What an earlier cycle reserved for the pod is not counted against
+	// it in this one.
+	s.reserved.drop(s.Cache, c.pod.UID)
 	req, err := decision.Request(s.Model, c.pod)
 	var placer *alloc.Placer
 	if err == nil && req != nil {
@@ -326,6 +354,13 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		}
 	}
 	s.passed.put(c.pod.UID, passed)
+	if len(passed) == 1 && s.reservable(c.pod) {
+		// kube-scheduler binds the pod to this node or to none, and
+		// filters the next pods before the bind call arrives.
+		if err := s.reserved.reserve(s.Cache, c.pod.UID, placer, passed[0], req); err != nil {
+			s.Logger.V(2).Info("Not reserving the pod's GPUs until its bind", "pod", klog.KObj(c.pod), "node", passed[0], "err", err)
+		}
+	}
 	if len(passed) > 1 {
 		// kube-scheduler calls prioritize next, with these nodes.
 		s.remember(c.pod.UID, fit)
@@ -334,6 +369,21 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		ratings.Put(&fit)
 	}
 	return c.finish(res, passed), nil
+}
+
+// reservable reports whether filter may hold GPUs for pod until its bind:
+// a pod of this extender's schedulers, not bound, that the informer holds
+// (when the server has one), so that a call naming a made-up pod holds
+// nothing.
+func (s *Server) reservable(pod *corev1.Pod) bool {
+	if pod.UID == "" || pod.Spec.NodeName != "" || !slices.Contains(s.SchedulerNames, pod.Spec.SchedulerName) {
+		return false
+	}
+	if s.Pods == nil {
+		return true
+	}
+	held, err := s.Pods.Pods(pod.Namespace).Get(pod.Name)
+	return err == nil && held.UID == pod.UID && held.Spec.NodeName == ""
 }
 
 // ratings holds place's slices of ratings, for reuse.
