@@ -3,10 +3,12 @@
 # from the seed corpus, for `make fuzz`.
 #
 # Go 1.26's fuzz coordinator can fail a target with "context deadline
-# exceeded" at the end of -fuzztime on a busy machine, having found
-# nothing (golang/go#75804, fixed in Go 1.27). A target that fails that
-# way and wrote no failing input under testdata/fuzz is run once more;
-# any other failure, or that one twice, fails.
+# exceeded" at the end of a -fuzztime duration on a busy machine, having
+# found nothing (golang/go#75804, fixed in Go 1.27): it races its own
+# deadline. A target that fails that way and wrote no failing input under
+# testdata/fuzz is run once more for as many inputs as the failed run
+# tried (-fuzztime Nx), which sets no deadline to race; any other
+# failure, or a second one, fails.
 # Usage: FUZZTIME=10s [FUZZMINIMIZETIME=100x] hack/fuzz.sh PACKAGE...
 set -euo pipefail
 go=${GO:-go}
@@ -21,18 +23,21 @@ minimize=${FUZZMINIMIZETIME:-100x}
 "$go" clean -fuzzcache
 for pkg in "$@"; do
 	for target in $("$go" test -list '^Fuzz' "$pkg" | grep '^Fuzz'); do
+		budget=$fuzztime
 		for try in 1 2; do
-			echo "fuzz $pkg $target"
+			echo "fuzz $pkg $target ($budget)"
 			corpus="$pkg/testdata/fuzz/$target"
 			before=$(find "$corpus" -type f 2>/dev/null | sort || true)
 			log=$(mktemp)
-			if "$go" test -run '^$' -fuzz "^$target$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" "$pkg" 2>&1 | tee "$log"; then
+			if "$go" test -run '^$' -fuzz "^$target$" -fuzztime "$budget" -fuzzminimizetime "$minimize" "$pkg" 2>&1 | tee "$log"; then
 				rm -f "$log"
 				break
 			fi
 			after=$(find "$corpus" -type f 2>/dev/null | sort || true)
 			if [[ $try == 1 && $before == "$after" ]] && grep -q '^    context deadline exceeded$' "$log"; then
-				echo "fuzz $pkg $target: the coordinator's deadline race (golang/go#75804), no failing input: once more"
+				execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*' || true)
+				budget="$(( ${execs:-0} > 1000 ? ${execs:-0} : 1000 ))x"
+				echo "fuzz $pkg $target: the coordinator's deadline race (golang/go#75804), no failing input: once more, for $budget"
 				rm -f "$log"
 				continue
 			fi
