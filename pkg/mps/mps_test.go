@@ -109,6 +109,13 @@ func (f *fixture) healthyThenQuit(t *testing.T) {
 	if err := f.d.Healthy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	f.stopAsked(t)
+}
+
+// stopAsked stops the supervisor and checks that the daemon was asked to
+// quit.
+func (f *fixture) stopAsked(t *testing.T) {
+	t.Helper()
 	f.cancel()
 	if err := <-f.done; err != nil {
 		t.Fatal(err)
@@ -133,14 +140,7 @@ func TestQuitDuringCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitLines(t, "checks", f.lines("checks")+1)
-	f.cancel()
-	if err := <-f.done; err != nil {
-		t.Fatal(err)
-	}
-	f.done <- nil // for the cleanup
-	if f.lines("quits") != 1 {
-		t.Errorf("the daemon was not asked to quit")
-	}
+	f.stopAsked(t)
 }
 
 func TestRestartWhenKilled(t *testing.T) {
