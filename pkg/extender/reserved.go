@@ -121,10 +121,3 @@ func (r *reservations) expireLocked(c *gpucache.Cache, now time.Time) {
 	}
 	r.order = r.order[n:]
 }
-
-// held is the number of reservations held.
-func (r *reservations) held() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.at)
-}

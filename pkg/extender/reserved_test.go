@@ -22,6 +22,13 @@ func (r *reservations) holds(uid types.UID) bool {
 	return ok
 }
 
+// held is the number of reservations held.
+func (r *reservations) held() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.at)
+}
+
 // clock makes ts's reservations read the returned time.
 func clock(ts *testServer) *time.Time {
 	now := time.Unix(1_800_000_000, 0)
