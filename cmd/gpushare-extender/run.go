@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -111,7 +112,7 @@ func run(ctx context.Context, o options) error {
 		logger.Info("Not booking the GPU record of a pod", "pod", klog.KObj(pod), "err", err)
 	}, Resources: resource.PodCPUMemory, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }})
 	policy.Follow(cache)
-	factory := informers.NewSharedInformerFactory(client, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
 	cacheSynced, err := gpucache.Watch(cache, factory)
 	if err != nil {
 		return err
@@ -152,6 +153,18 @@ func run(ctx context.Context, o options) error {
 		"urlPrefix", o.prefix, "schedulers", schedulers, "nodePolicy", args.NodePolicy, "learnsWorkload", policy.Learns(),
 		"resources", model.Names())
 	return serve(ctx, servers)
+}
+
+// dropManagedFields removes an object's managedFields before its informer
+// stores it, as kube-scheduler does for its pods: nothing in the extender
+// reads them, and with them every pod the informer holds is larger by
+// an entry per writer. It passes anything without object metadata (a
+// deletion tombstone) as it is.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // learnWorkload has policy learn the workload from the pods of the
