@@ -13,6 +13,8 @@
 //     gpushare's scheduling.
 //   - extender: kube-scheduler with gpushare-extender and
 //     deploy/extender-scheduler-config.yaml; pods ask gpushare.io/gpu-mem.
+//   - gpushare-watch: gpushare, with a gpushare-extender beside it that
+//     no scheduler calls: what the extender's watches alone cost.
 //   - dra, dra-stock: pods ask the same memory through ResourceClaims, with
 //     gpushare-scheduler or stock kube-scheduler's DRA allocator (dra.go).
 //
@@ -101,7 +103,7 @@ func main() {
 	)
 	flag.StringVar(&nodes, "nodes", "1000,5000", "node counts, comma-separated")
 	flag.IntVar(&o.pods, "pods", 10000, "pods per run")
-	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); dra, dra-stock (GPU memory through ResourceClaims)")
+	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); gpushare-watch (gpushare beside an extender no scheduler calls); dra, dra-stock (GPU memory through ResourceClaims)")
 	flag.IntVar(&o.qps, "qps", 5000, "client QPS and burst of every scheduler and of the extender")
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
@@ -120,8 +122,8 @@ func main() {
 	}
 	o.modes = strings.Split(modes, ",")
 	for _, m := range o.modes {
-		if !slices.Contains([]string{"gpushare", "stock", "stock-record", "extender", "dra", "dra-stock"}, m) {
-			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, stock-record, extender, dra, dra-stock)", m))
+		if !slices.Contains([]string{"gpushare", "stock", "stock-record", "extender", "gpushare-watch", "dra", "dra-stock"}, m) {
+			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, stock-record, extender, gpushare-watch, dra, dra-stock)", m))
 		}
 	}
 	if err := os.Chdir(root); err != nil {
@@ -189,7 +191,7 @@ func median(rs []Result) Result {
 }
 
 func printTable(results []Result) {
-	fmt.Printf("%-9s %6s %6s %9s %12s %8s %8s %9s %10s\n", "mode", "nodes", "pods", "pods/s", "median/s", "seconds", "RSS MiB", "peak MiB", "vs stock")
+	fmt.Printf("%-14s %6s %6s %9s %12s %8s %8s %9s %10s\n", "mode", "nodes", "pods", "pods/s", "median/s", "seconds", "RSS MiB", "peak MiB", "vs stock")
 	for _, r := range results {
 		ratio := ""
 		for _, s := range results {
@@ -197,7 +199,7 @@ func printTable(results []Result) {
 				ratio = fmt.Sprintf("%.2f", r.PodsPerSecond/s.PodsPerSecond)
 			}
 		}
-		fmt.Printf("%-9s %6d %6d %9.1f %12.1f %8.1f %8.0f %9.0f %10s\n", r.Mode, r.Nodes, r.Pods, r.PodsPerSecond,
+		fmt.Printf("%-14s %6d %6d %9.1f %12.1f %8.1f %8.0f %9.0f %10s\n", r.Mode, r.Nodes, r.Pods, r.PodsPerSecond,
 			r.MedianPerSecond, r.Seconds, r.RSSMiB, r.PeakRSSMiB, ratio)
 	}
 }
@@ -398,7 +400,7 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		return limit(b), nil
 	}
 	switch mode {
-	case "gpushare", "dra":
+	case "gpushare", "gpushare-watch", "dra":
 		config, err := read("deploy/scheduler-config.yaml")
 		if err != nil {
 			return nil, nil, err
@@ -410,6 +412,13 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		s, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", filepath.Join(o.bin, "gpushare-scheduler"), kubeconfig, config, "--v=1")
 		if err != nil {
 			return nil, nil, err
+		}
+		if mode == "gpushare-watch" {
+			ext, err := idleExtender(ctx, c, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			return []*controlplane.Process{s.Process, ext}, []string{s.URL}, nil
 		}
 		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
 	case "stock", "stock-record", "dra-stock":
@@ -478,6 +487,35 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		}
 		return []*controlplane.Process{s.Process, ext}, []string{s.URL, base}, nil
 	}
+}
+
+// idleExtender starts a gpushare-extender that no scheduler calls, with
+// the bench's client rate limit, serving plain HTTP on loopback: its
+// informers watch the cluster as a serving extender's do.
+func idleExtender(ctx context.Context, c *controlplane.Cluster, o options) (*controlplane.Process, error) {
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	health, err := controlplane.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := account(ctx, c, "extender")
+	if err != nil {
+		return nil, err
+	}
+	ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), "--kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--healthz-port="+strconv.Itoa(health),
+		"--config=deploy/extender-config.yaml", "--insecure-serve-unauthenticated",
+		"--kube-api-qps="+strconv.Itoa(o.qps), "--kube-api-burst="+strconv.Itoa(o.qps), "-v=1")
+	if err != nil {
+		return nil, err
+	}
+	if err := controlplane.WaitHTTP(ctx, ext, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
+		return nil, err
+	}
+	return ext, nil
 }
 
 // profile saves the profile a scheduler serves at url (its pprof
