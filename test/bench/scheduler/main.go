@@ -96,6 +96,9 @@ type Result struct {
 	CPUPerPod map[string]float64 `json:"cpu_ms_per_pod"`
 }
 
+// knownModes are the schedulers --modes may name.
+var knownModes = []string{"gpushare", "stock", "stock-record", "extender", "gpushare-watch", "dra", "dra-stock"}
+
 func main() {
 	var (
 		o                  options
@@ -122,8 +125,8 @@ func main() {
 	}
 	o.modes = strings.Split(modes, ",")
 	for _, m := range o.modes {
-		if !slices.Contains([]string{"gpushare", "stock", "stock-record", "extender", "gpushare-watch", "dra", "dra-stock"}, m) {
-			fail(fmt.Errorf("--modes: unknown mode %q (known: gpushare, stock, stock-record, extender, gpushare-watch, dra, dra-stock)", m))
+		if !slices.Contains(knownModes, m) {
+			fail(fmt.Errorf("--modes: unknown mode %q (known: %s)", m, strings.Join(knownModes, ", ")))
 		}
 	}
 	if err := os.Chdir(root); err != nil {
@@ -414,7 +417,9 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 			return nil, nil, err
 		}
 		if mode == "gpushare-watch" {
-			ext, err := idleExtender(ctx, c, o)
+			// An extender no scheduler calls, on plain HTTP: its
+			// informers watch the cluster as a serving one's do.
+			ext, _, err := startExtender(ctx, c, o, "--insecure-serve-unauthenticated")
 			if err != nil {
 				return nil, nil, err
 			}
@@ -428,14 +433,6 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		}
 		return []*controlplane.Process{s.Process}, []string{s.URL}, nil
 	default:
-		port, err := controlplane.FreePort()
-		if err != nil {
-			return nil, nil, err
-		}
-		health, err := controlplane.FreePort()
-		if err != nil {
-			return nil, nil, err
-		}
 		// Mutual TLS, as deployed: a CA for this run issues the
 		// extender's serving certificate and kube-scheduler's client one.
 		tlsDir := filepath.Join(c.Dir, "gpushare-extender")
@@ -457,24 +454,13 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		if _, _, err := ca.IssueFiles(tlsDir, "scheduler", "kube-scheduler"); err != nil {
 			return nil, nil, err
 		}
-		base := "https://127.0.0.1:" + strconv.Itoa(port)
-		kubeconfig, err := account(ctx, c, "extender")
-		if err != nil {
-			return nil, nil, err
-		}
-		args := append([]string{"--kubeconfig=" + kubeconfig,
-			"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
-			"--config=deploy/extender-config.yaml",
+		ext, port, err := startExtender(ctx, c, o, append([]string{
 			"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--client-ca-file=" + caFile,
-			"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1", "--profiling=" + strconv.FormatBool(o.profile != "")},
-			o.extenderFlags...)
-		ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), args...)
+			"--profiling=" + strconv.FormatBool(o.profile != "")}, o.extenderFlags...)...)
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := controlplane.WaitHTTP(ctx, ext, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
-			return nil, nil, err
-		}
+		base := "https://127.0.0.1:" + strconv.Itoa(port)
 		config, err := read("deploy/extender-scheduler-config.yaml")
 		if err != nil {
 			return nil, nil, err
@@ -489,33 +475,34 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 	}
 }
 
-// idleExtender starts a gpushare-extender that no scheduler calls, with
-// the bench's client rate limit, serving plain HTTP on loopback: its
-// informers watch the cluster as a serving extender's do.
-func idleExtender(ctx context.Context, c *controlplane.Cluster, o options) (*controlplane.Process, error) {
+// startExtender starts gpushare-extender on loopback with the bench's
+// client rate limit, flags added, and returns it once healthy, with the
+// port it serves the verbs on.
+func startExtender(ctx context.Context, c *controlplane.Cluster, o options, flags ...string) (*controlplane.Process, int, error) {
 	port, err := controlplane.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	health, err := controlplane.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	kubeconfig, err := account(ctx, c, "extender")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), "--kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--healthz-port="+strconv.Itoa(health),
-		"--config=deploy/extender-config.yaml", "--insecure-serve-unauthenticated",
-		"--kube-api-qps="+strconv.Itoa(o.qps), "--kube-api-burst="+strconv.Itoa(o.qps), "-v=1")
+	args := append([]string{"--kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
+		"--config=deploy/extender-config.yaml",
+		"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1"}, flags...)
+	ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), args...)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := controlplane.WaitHTTP(ctx, ext, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return ext, nil
+	return ext, port, nil
 }
 
 // profile saves the profile a scheduler serves at url (its pprof
