@@ -22,7 +22,10 @@
 // have no kubelet or kwok: the node lifecycle controller is off so that
 // they stay schedulable. Throughput is the pods bound over the time from
 // the first bind to the last; RSS is the scheduler's (and the extender's)
-// resident memory once every pod is bound, and its peak.
+// resident memory once every pod is bound, and its peak. Each run also
+// gives every process's CPU time per pod, and the mean wall time of the
+// scheduler's scheduling algorithm, which it runs one pod at a time: with
+// the extender, that includes the filter call's round trip.
 package main
 
 import (
@@ -99,6 +102,15 @@ type Result struct {
 	// span PodsPerSecond is measured over: without the schedulers'
 	// start and first list of the cluster.
 	BindCPUPerPod map[string]float64 `json:"bind_cpu_ms_per_pod"`
+	// AlgorithmMs is the mean of the scheduler's
+	// scheduler_scheduling_algorithm_duration_seconds: the wall time of
+	// each pod's filtering and scoring (and the extender's filter call),
+	// which the scheduler does one pod at a time.
+	AlgorithmMs float64 `json:"algorithm_ms,omitempty"`
+	// ExtenderFilterMs is the mean time the extender spent serving a
+	// filter call (gpushare_extender_request_duration_seconds), from its
+	// handler's start to the end of its answer.
+	ExtenderFilterMs float64 `json:"extender_filter_ms,omitempty"`
 }
 
 // knownModes are the schedulers --modes may name.
@@ -340,6 +352,18 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 			r.BindCPUPerPod[name] = math.Round(float64((t-first[name])/time.Microsecond)/float64(o.pods-1)) / 1000
 		}
 	}
+	if b, err := get(c, urls[0]+"/metrics", false); err == nil {
+		r.AlgorithmMs, _ = meanSeconds(b, "scheduler_scheduling_algorithm_duration_seconds")
+	} else {
+		progress("reading the scheduler's metrics: %v", err)
+	}
+	if mode == "extender" {
+		if b, err := get(c, urls[1]+"/metrics", true); err == nil {
+			r.ExtenderFilterMs, _ = meanSeconds(b, "gpushare_extender_request_duration_seconds", `verb="filter"`)
+		} else {
+			progress("reading the extender's metrics: %v", err)
+		}
+	}
 	for _, p := range procs {
 		rss, peak, err := memory(p.Cmd.Process.Pid)
 		if err != nil {
@@ -358,8 +382,12 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 			profile(c, url+"/debug/pprof/heap?gc=1", profilePath(i, "-heap"), i == 1)
 		}
 	}
-	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB, CPU ms per pod %s; from the first bind %s",
-		mode, nodes, r.PodsPerSecond, r.RSSMiB, cpuLine(r.CPUPerPod), cpuLine(r.BindCPUPerPod))
+	filter := ""
+	if r.ExtenderFilterMs > 0 {
+		filter = fmt.Sprintf(", the extender serving its filter call %.2f", r.ExtenderFilterMs)
+	}
+	progress("%s, %d nodes: %.1f pods/s, RSS %.0f MiB, CPU ms per pod %s; from the first bind %s; scheduling algorithm %.2f ms per pod%s",
+		mode, nodes, r.PodsPerSecond, r.RSSMiB, cpuLine(r.CPUPerPod), cpuLine(r.BindCPUPerPod), r.AlgorithmMs, filter)
 	return r, nil
 }
 
@@ -527,10 +555,20 @@ func startExtender(ctx context.Context, c *controlplane.Cluster, o options, flag
 // handler's) to path. The extender asks for a client certificate: it gets
 // kube-scheduler's.
 func profile(c *controlplane.Cluster, url, path string, extender bool) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	b, err := get(c, url, extender)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o600)
+	}
 	if err != nil {
 		progress("profile: %v", err)
-		return
+	}
+}
+
+// get returns what a scheduler serves at url.
+func get(c *controlplane.Cluster, url string, extender bool) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	config := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback test scheduler
@@ -538,28 +576,60 @@ func profile(c *controlplane.Cluster, url, path string, extender bool) {
 		dir := filepath.Join(c.Dir, "gpushare-extender")
 		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "scheduler.crt"), filepath.Join(dir, "scheduler.key"))
 		if err != nil {
-			progress("profile: %v", err)
-			return
+			return nil, err
 		}
 		config.Certificates = []tls.Certificate{cert}
 	}
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: config}}
 	resp, err := client.Do(req)
 	if err != nil {
-		progress("profile: %v", err)
-		return
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err == nil && resp.StatusCode != http.StatusOK {
 		err = fmt.Errorf("%s: %s", resp.Status, b)
 	}
-	if err == nil {
-		err = os.WriteFile(path, b, 0o600)
+	return b, err
+}
+
+// meanSeconds returns, in ms, the mean of the histogram name in the
+// Prometheus text exposition b, over the series whose labels hold every
+// one of match: its _sum over its _count.
+func meanSeconds(b []byte, name string, match ...string) (float64, bool) {
+	var sum, count float64
+	for line := range strings.Lines(string(b)) {
+		rest, isSum := strings.CutPrefix(line, name+"_sum")
+		if !isSum {
+			var isCount bool
+			if rest, isCount = strings.CutPrefix(line, name+"_count"); !isCount {
+				continue
+			}
+		}
+		labels, value, ok := strings.Cut(strings.TrimSpace(rest), " ")
+		if !ok {
+			labels, value = "", labels
+		}
+		if !strings.HasPrefix(labels, "{") && labels != "" {
+			continue // another metric whose name starts with this one's
+		}
+		if slices.ContainsFunc(match, func(m string) bool { return !strings.Contains(labels, m) }) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		if isSum {
+			sum += v
+		} else {
+			count += v
+		}
 	}
-	if err != nil {
-		progress("profile: %v", err)
+	if count == 0 {
+		return 0, false
 	}
+	return 1000 * sum / count, true
 }
 
 // bindWatch records when each pod is first seen bound.

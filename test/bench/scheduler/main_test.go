@@ -1,0 +1,39 @@
+package main
+
+import "testing"
+
+func TestMeanSeconds(t *testing.T) {
+	exposition := []byte(`# HELP scheduler_scheduling_algorithm_duration_seconds [ALPHA] Scheduling algorithm latency in seconds
+# TYPE scheduler_scheduling_algorithm_duration_seconds histogram
+scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.001"} 3
+scheduler_scheduling_algorithm_duration_seconds_sum 0.05
+scheduler_scheduling_algorithm_duration_seconds_count 10
+scheduler_scheduling_algorithm_duration_seconds_total_sum 99
+gpushare_extender_request_duration_seconds_sum{result="ok",verb="bind"} 40
+gpushare_extender_request_duration_seconds_count{result="ok",verb="bind"} 10
+gpushare_extender_request_duration_seconds_sum{result="ok",verb="filter"} 0.012
+gpushare_extender_request_duration_seconds_count{result="ok",verb="filter"} 4
+gpushare_extender_request_duration_seconds_sum{result="too_many",verb="filter"} 0
+gpushare_extender_request_duration_seconds_count{result="too_many",verb="filter"} 2
+`)
+	for _, tc := range []struct {
+		name   string
+		metric string
+		match  []string
+		want   float64
+		ok     bool
+	}{
+		{"unlabelled", "scheduler_scheduling_algorithm_duration_seconds", nil, 5, true},
+		{"every filter call", "gpushare_extender_request_duration_seconds", []string{`verb="filter"`}, 2, true},
+		{"answered filter calls", "gpushare_extender_request_duration_seconds", []string{`verb="filter"`, `result="ok"`}, 3, true},
+		{"absent", "scheduler_e2e_scheduling_duration_seconds", nil, 0, false},
+		{"no series matches", "gpushare_extender_request_duration_seconds", []string{`verb="prioritize"`}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := meanSeconds(exposition, tc.metric, tc.match...)
+			if ok != tc.ok || got < tc.want-1e-9 || got > tc.want+1e-9 {
+				t.Errorf("meanSeconds(%s, %q) = %v, %v; want %v, %v", tc.metric, tc.match, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
