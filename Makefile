@@ -70,7 +70,7 @@ test: lint unit gpu-check-fake fuzz integration chart-test node-test image-test 
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
 
 # The GPU check (docs/gpu-check.md): the node daemon's NVML, health
 # events, usage sampling and MPS supervisor on this machine's GPUs
