@@ -352,18 +352,6 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 			r.BindCPUPerPod[name] = math.Round(float64((t-first[name])/time.Microsecond)/float64(o.pods-1)) / 1000
 		}
 	}
-	if b, err := get(c, urls[0]+"/metrics", false); err == nil {
-		r.AlgorithmMs, _ = meanSeconds(b, "scheduler_scheduling_algorithm_duration_seconds")
-	} else {
-		progress("reading the scheduler's metrics: %v", err)
-	}
-	if mode == "extender" {
-		if b, err := get(c, urls[1]+"/metrics", true); err == nil {
-			r.ExtenderFilterMs, _ = meanSeconds(b, "gpushare_extender_request_duration_seconds", `verb="filter"`)
-		} else {
-			progress("reading the extender's metrics: %v", err)
-		}
-	}
 	for _, p := range procs {
 		rss, peak, err := memory(p.Cmd.Process.Pid)
 		if err != nil {
@@ -380,6 +368,21 @@ func runOne(o options, tools controlplane.Tools, mode string, nodes int) (Result
 		for i, url := range urls {
 			profile(c, url+"/metrics", metricsPath(i, ""), i == 1)
 			profile(c, url+"/debug/pprof/heap?gc=1", profilePath(i, "-heap"), i == 1)
+		}
+	}
+	// After RSS and the profiles' metrics: a scrape of
+	// gpushare-scheduler's metrics allocates tens of MB at 5000 nodes
+	// (docs/benchmarks.md).
+	if b, err := get(c, urls[0]+"/metrics", false); err == nil {
+		r.AlgorithmMs, _ = histogramMeanMs(b, "scheduler_scheduling_algorithm_duration_seconds")
+	} else {
+		progress("reading the scheduler's metrics: %v", err)
+	}
+	if mode == "extender" {
+		if b, err := get(c, urls[1]+"/metrics", true); err == nil {
+			r.ExtenderFilterMs, _ = histogramMeanMs(b, "gpushare_extender_request_duration_seconds", `verb="filter"`)
+		} else {
+			progress("reading the extender's metrics: %v", err)
 		}
 	}
 	filter := ""
@@ -593,10 +596,10 @@ func get(c *controlplane.Cluster, url string, extender bool) ([]byte, error) {
 	return b, err
 }
 
-// meanSeconds returns, in ms, the mean of the histogram name in the
+// histogramMeanMs returns, in ms, the mean of the histogram name in the
 // Prometheus text exposition b, over the series whose labels hold every
 // one of match: its _sum over its _count.
-func meanSeconds(b []byte, name string, match ...string) (float64, bool) {
+func histogramMeanMs(b []byte, name string, match ...string) (float64, bool) {
 	var sum, count float64
 	for line := range strings.Lines(string(b)) {
 		rest, isSum := strings.CutPrefix(line, name+"_sum")

@@ -2,7 +2,7 @@ package main
 
 import "testing"
 
-func TestMeanSeconds(t *testing.T) {
+func TestHistogramMeanMs(t *testing.T) {
 	exposition := []byte(`# HELP scheduler_scheduling_algorithm_duration_seconds [ALPHA] Scheduling algorithm latency in seconds
 # TYPE scheduler_scheduling_algorithm_duration_seconds histogram
 scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.001"} 3
@@ -30,9 +30,9 @@ gpushare_extender_request_duration_seconds_count{result="too_many",verb="filter"
 		{"no series matches", "gpushare_extender_request_duration_seconds", []string{`verb="prioritize"`}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := meanSeconds(exposition, tc.metric, tc.match...)
+			got, ok := histogramMeanMs(exposition, tc.metric, tc.match...)
 			if ok != tc.ok || got < tc.want-1e-9 || got > tc.want+1e-9 {
-				t.Errorf("meanSeconds(%s, %q) = %v, %v; want %v, %v", tc.metric, tc.match, got, ok, tc.want, tc.ok)
+				t.Errorf("histogramMeanMs(%s, %q) = %v, %v; want %v, %v", tc.metric, tc.match, got, ok, tc.want, tc.ok)
 			}
 		})
 	}
