@@ -13,6 +13,9 @@
 //     gpushare's scheduling.
 //   - extender: kube-scheduler with gpushare-extender and
 //     deploy/extender-scheduler-config.yaml; pods ask gpushare.io/gpu-mem.
+//   - extender-null: kube-scheduler with the same configuration and
+//     nullextender, which passes each pod on the first node named and
+//     binds it: the floor under any extender's pods/s.
 //   - gpushare-watch: gpushare, with a gpushare-extender beside it that
 //     no scheduler calls: what the extender's watches alone cost.
 //   - dra, dra-stock: pods ask the same memory through ResourceClaims, with
@@ -114,7 +117,7 @@ type Result struct {
 }
 
 // knownModes are the schedulers --modes may name.
-var knownModes = []string{"gpushare", "stock", "stock-record", "extender", "gpushare-watch", "dra", "dra-stock"}
+var knownModes = []string{"gpushare", "stock", "stock-record", "extender", "extender-null", "gpushare-watch", "dra", "dra-stock"}
 
 func main() {
 	var (
@@ -123,7 +126,7 @@ func main() {
 	)
 	flag.StringVar(&nodes, "nodes", "1000,5000", "node counts, comma-separated")
 	flag.IntVar(&o.pods, "pods", 10000, "pods per run")
-	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); gpushare-watch (gpushare beside an extender no scheduler calls); dra, dra-stock (GPU memory through ResourceClaims)")
+	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); extender-null (kube-scheduler with an extender that does nothing: the floor of any extender); gpushare-watch (gpushare beside an extender no scheduler calls); dra, dra-stock (GPU memory through ResourceClaims)")
 	flag.IntVar(&o.qps, "qps", 5000, "client QPS and burst of every scheduler and of the extender")
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
@@ -167,7 +170,7 @@ func fail(err error) {
 }
 
 func run(o options) error {
-	build := exec.Command("go", "build", "-o", o.bin+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender")
+	build := exec.Command("go", "build", "-o", o.bin+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender", "./test/bench/scheduler/nullextender")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("building: %w", err)
@@ -503,9 +506,15 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		if _, _, err := ca.IssueFiles(tlsDir, "scheduler", "kube-scheduler"); err != nil {
 			return nil, nil, err
 		}
-		ext, port, err := startExtender(ctx, c, o, append([]string{
-			"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--client-ca-file=" + caFile,
-			"--profiling=" + strconv.FormatBool(o.profile != "")}, o.extenderFlags...)...)
+		tlsFlags := []string{"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--client-ca-file=" + caFile}
+		var ext *controlplane.Process
+		var port int
+		if mode == "extender-null" {
+			ext, port, err = startNullExtender(ctx, c, o, tlsFlags)
+		} else {
+			ext, port, err = startExtender(ctx, c, o, append(append(tlsFlags,
+				"--profiling="+strconv.FormatBool(o.profile != "")), o.extenderFlags...)...)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -545,6 +554,34 @@ func startExtender(ctx context.Context, c *controlplane.Cluster, o options, flag
 		"--config=deploy/extender-config.yaml",
 		"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1"}, flags...)
 	ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := controlplane.WaitHTTP(ctx, ext, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
+		return nil, 0, err
+	}
+	return ext, port, nil
+}
+
+// startNullExtender starts test/bench/scheduler/nullextender on loopback
+// as the extender's service account, with tlsFlags, and returns it once
+// healthy, with the port it serves the verbs on.
+func startNullExtender(ctx context.Context, c *controlplane.Cluster, o options, tlsFlags []string) (*controlplane.Process, int, error) {
+	port, err := controlplane.FreePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	health, err := controlplane.FreePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	kubeconfig, err := account(ctx, c, "extender")
+	if err != nil {
+		return nil, 0, err
+	}
+	args := append([]string{"--kubeconfig=" + kubeconfig, "--port=" + strconv.Itoa(port),
+		"--healthz-port=" + strconv.Itoa(health), "--kube-api-qps=" + strconv.Itoa(o.qps)}, tlsFlags...)
+	ext, err := c.Run("null-extender", filepath.Join(o.bin, "nullextender"), args...)
 	if err != nil {
 		return nil, 0, err
 	}
