@@ -537,36 +537,30 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 // client rate limit, flags added, and returns it once healthy, with the
 // port it serves the verbs on.
 func startExtender(ctx context.Context, c *controlplane.Cluster, o options, flags ...string) (*controlplane.Process, int, error) {
-	port, err := controlplane.FreePort()
-	if err != nil {
-		return nil, 0, err
-	}
-	health, err := controlplane.FreePort()
-	if err != nil {
-		return nil, 0, err
-	}
-	kubeconfig, err := account(ctx, c, "extender")
-	if err != nil {
-		return nil, 0, err
-	}
-	args := append([]string{"--kubeconfig=" + kubeconfig,
-		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
-		"--config=deploy/extender-config.yaml",
-		"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1"}, flags...)
-	ext, err := c.Run("gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), args...)
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := controlplane.WaitHTTP(ctx, ext, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
-		return nil, 0, err
-	}
-	return ext, port, nil
+	return startExtenderBinary(ctx, c, "gpushare-extender", filepath.Join(o.bin, "gpushare-extender"), func(kubeconfig string, port, health int) []string {
+		return append([]string{"--kubeconfig=" + kubeconfig,
+			"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(port), "--healthz-port=" + strconv.Itoa(health),
+			"--config=deploy/extender-config.yaml",
+			"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(o.qps), "-v=1"}, flags...)
+	})
 }
 
 // startNullExtender starts test/bench/scheduler/nullextender on loopback
-// as the extender's service account, with tlsFlags, and returns it once
+// with the bench's client rate limit and tlsFlags, and returns it once
 // healthy, with the port it serves the verbs on.
 func startNullExtender(ctx context.Context, c *controlplane.Cluster, o options, tlsFlags []string) (*controlplane.Process, int, error) {
+	return startExtenderBinary(ctx, c, "null-extender", filepath.Join(o.bin, "nullextender"), func(kubeconfig string, port, health int) []string {
+		return append([]string{"--kubeconfig=" + kubeconfig, "--port=" + strconv.Itoa(port),
+			"--healthz-port=" + strconv.Itoa(health), "--kube-api-qps=" + strconv.Itoa(o.qps)}, tlsFlags...)
+	})
+}
+
+// startExtenderBinary runs path as the process name, with the arguments
+// args makes of a kubeconfig of the extender's service account, a free
+// port for the verbs and one for a plain /healthz, and returns it once
+// healthy, with the verbs' port.
+func startExtenderBinary(ctx context.Context, c *controlplane.Cluster, name, path string,
+	args func(kubeconfig string, port, health int) []string) (*controlplane.Process, int, error) {
 	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, 0, err
@@ -579,9 +573,7 @@ func startNullExtender(ctx context.Context, c *controlplane.Cluster, o options, 
 	if err != nil {
 		return nil, 0, err
 	}
-	args := append([]string{"--kubeconfig=" + kubeconfig, "--port=" + strconv.Itoa(port),
-		"--healthz-port=" + strconv.Itoa(health), "--kube-api-qps=" + strconv.Itoa(o.qps)}, tlsFlags...)
-	ext, err := c.Run("null-extender", filepath.Join(o.bin, "nullextender"), args...)
+	ext, err := c.Run(name, path, args(kubeconfig, port, health)...)
 	if err != nil {
 		return nil, 0, err
 	}
