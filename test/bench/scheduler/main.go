@@ -14,7 +14,7 @@
 //   - extender: kube-scheduler with gpushare-extender and
 //     deploy/extender-scheduler-config.yaml; pods ask gpushare.io/gpu-mem.
 //   - extender-null: kube-scheduler with the same configuration and
-//     nullextender, which passes each pod on the first node named and
+//     nullextender, which passes each pod on one of the nodes named and
 //     binds it: the floor under any extender's pods/s.
 //   - gpushare-watch: gpushare, with a gpushare-extender beside it that
 //     no scheduler calls: what the extender's watches alone cost.
