@@ -27,17 +27,20 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/cdi"
 	"github.com/gpushare/gpushare/pkg/dra"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/source"
 	"github.com/gpushare/gpushare/pkg/mps"
+	"github.com/gpushare/gpushare/pkg/record"
+	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
 type options struct {
 	kubeconfig  string
+	config      string
 	node        string
 	simConfig   string
 	wholeCard   bool
@@ -56,6 +59,7 @@ func main() {
 	var o options
 	fs := flag.NewFlagSet("gpushare-dra", flag.ExitOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration if empty")
+	fs.StringVar(&o.config, "config", "", "GPUShareArgs file (apiVersion config.gpushare.io/v1alpha1), as gpushare-node's: the resource model by which pods' records are read; defaults if empty")
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME): the devices' pool")
 	fs.StringVar(&o.simConfig, "simulated-gpus", "", "simulate the GPUs described in this file instead of using NVML (as gpushare-node's flag)")
 	fs.BoolVar(&o.wholeCard, "whole-card", false, "hand out whole GPUs only: each device takes one claim")
@@ -91,6 +95,10 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.resync <= 0 {
 		return fmt.Errorf("--resync=%v: want a positive duration", o.resync)
+	}
+	reader, err := readerFrom(o.config)
+	if err != nil {
+		return err
 	}
 	backend, err := source.Open(o.simConfig, o.node)
 	if err != nil {
@@ -128,7 +136,8 @@ func run(ctx context.Context, o options) error {
 		lo.FieldSelector = "spec.nodeName=" + o.node
 	}))
 	pods := factory.Core().V1().Pods()
-	p := &dra.Plugin{Logger: logger, Options: dra.Options{WholeCard: o.wholeCard, MPS: o.mps},
+	opts := dra.Options{WholeCard: o.wholeCard, MPS: o.mps}
+	p := &dra.Plugin{Logger: logger, Options: opts,
 		Preparer: &dra.Preparer{Dir: o.cdiDir, Pool: o.node, MPS: mpsEnv, GPUs: func() []gpu.Device {
 			gpus, err := backend.Devices()
 			if err != nil {
@@ -146,7 +155,11 @@ func run(ctx context.Context, o options) error {
 				if err != nil {
 					return nil, err
 				}
-				return dra.PodBookings(list), nil
+				gpus, err := backend.Devices()
+				if err != nil {
+					return nil, err
+				}
+				return dra.PodBookings(list, reader, dra.NodeOf(o.node, gpus, opts)), nil
 			}}}
 	// A pod bound to the node or ended changes what its GPUs have left
 	// for claims: publish again.
@@ -172,15 +185,43 @@ func run(ctx context.Context, o options) error {
 	return p.Run(ctx, client, o.node, o.pluginDir, o.registryDir, backend, o.resync)
 }
 
-// wakeOnChange wakes p when a pod's record or phase changed: what it
-// books did.
+// wakeOnChange wakes p when a pod's record, its node or its phase
+// changed: what it books did.
 func wakeOnChange(p *dra.Plugin, oldObj, newObj any) {
 	o, ok1 := oldObj.(*corev1.Pod)
 	n, ok2 := newObj.(*corev1.Pod)
-	if !ok1 || !ok2 || o.Status.Phase != n.Status.Phase ||
-		o.Annotations[gpusharev1.AllocationAnnotation] != n.Annotations[gpusharev1.AllocationAnnotation] {
+	if !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName {
+		p.Wake()
+		return
+	}
+	ov, _, _ := record.Value(o)
+	nv, _, _ := record.Value(n)
+	if ov != nv {
 		p.Wake()
 	}
+}
+
+// readerFrom returns the reader of pods' records under the resource
+// model of the GPUShareArgs file at path (defaults if empty), as
+// gpushare-node and the scheduler read them.
+func readerFrom(path string) (record.Reader, error) {
+	var raw []byte
+	if path != "" {
+		var err error
+		if raw, err = os.ReadFile(path); err != nil {
+			return record.Reader{}, fmt.Errorf("--config: %w", err)
+		}
+	}
+	args, err := v1alpha1.LoadArgs(raw)
+	if err != nil {
+		return record.Reader{}, fmt.Errorf("--config %s: %w", path, err)
+	}
+	model, err := resource.New(args.ResourceModel)
+	if err != nil {
+		return record.Reader{}, fmt.Errorf("--config %s: %w", path, err)
+	}
+	keys := model.RequestAnnotations()
+	return record.Reader{Requests: model.PodRequest, RequestAnnotations: func(*corev1.Pod) []string { return keys }}, nil
 }
 
 // health serves /healthz, ok while the process runs (the plugin may be

@@ -19,9 +19,10 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		o    options
 		want string
 	}{
-		"no node":   {options{resync: time.Second}, "--node-name"},
-		"no resync": {options{node: "n"}, "--resync=0s"},
-		"bad sim":   {options{node: "n", resync: time.Second, simConfig: "/nonexistent/gpus.yaml"}, "/nonexistent/gpus.yaml"},
+		"no node":    {options{resync: time.Second}, "--node-name"},
+		"no resync":  {options{node: "n"}, "--resync=0s"},
+		"bad sim":    {options{node: "n", resync: time.Second, simConfig: "/nonexistent/gpus.yaml"}, "/nonexistent/gpus.yaml"},
+		"bad config": {options{node: "n", resync: time.Second, config: "/nonexistent/args.yaml"}, "--config: open /nonexistent/args.yaml"},
 	} {
 		err := run(klog.NewContext(context.Background(), klog.Background()), c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -41,6 +41,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/node"
 	"github.com/gpushare/gpushare/pkg/nodeclient"
 	"github.com/gpushare/gpushare/pkg/podresources"
+	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/usage"
 	"github.com/gpushare/gpushare/pkg/version"
@@ -222,12 +223,17 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	model, err := resource.New(args.ResourceModel)
+	if err != nil {
+		return err
+	}
 	cfg := node.Config{Backend: backend, Publisher: pub, Mode: mode, MPS: o.mps, Enforcement: gpusharev1.Enforcement(o.enforcement), ReservedMiB: args.ReservedMiB,
 		Resync: o.resync, UsageEvery: o.usageEvery}
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(calls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			&usage.Collector{Backend: backend, Logger: logger, Pods: nodePods})
+			&usage.Collector{Backend: backend, Logger: logger, Node: o.node, Pods: nodePods,
+				Reader: record.Reader{Requests: model.PodRequest, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }}})
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		if o.profiling {
@@ -251,10 +257,6 @@ func run(ctx context.Context, o options) error {
 			mpsEnv = &cdi.MPS{PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir}
 			d := &mps.Daemon{Control: o.mpsControl, PipeDir: o.mpsPipeDir, LogDir: o.mpsLogDir, ShmDir: o.mpsShmDir, Logger: logger.WithName("mps")}
 			cfg.Services = append(cfg.Services, d.Run)
-		}
-		model, err := resource.New(args.ResourceModel)
-		if err != nil {
-			return err
 		}
 		kubelet, err := podresources.Dial(logger, o.podResources, nil)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/dra/claim"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // Cache holds gpushare nodes and the GPUs pods hold on them. It is safe for
@@ -31,6 +32,9 @@ import (
 type Cache struct {
 	logger klog.Logger
 	opts   Options
+	// reader reads the pods' records by the rules every component
+	// follows.
+	reader record.Reader
 
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
@@ -212,6 +216,11 @@ type podEntry struct {
 	// inventory shrank, or a record over-commits); the GPUs it names are
 	// then held full.
 	conflict bool
+	// unconforming, if set, says why the record is not what the pod
+	// asks: it books all the same, and is reported.
+	unconforming error
+	// noted is set once unconforming has been reported.
+	noted bool
 	// foreign is set when the record is another system's (record.ForeignAllocation):
 	// alloc names its GPUs by index, placed on the node's at each booking.
 	foreign bool
@@ -230,6 +239,7 @@ func New(logger klog.Logger, o Options) *Cache {
 	return &Cache{
 		logger:     logger,
 		opts:       o,
+		reader:     record.Reader{Requests: o.Requests, RequestAnnotations: o.RequestAnnotations},
 		nodes:      make(map[string]*nodeEntry),
 		objects:    make(map[*corev1.Node]*nodeEntry),
 		rejected:   make(map[string]error),

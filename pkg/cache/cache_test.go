@@ -690,8 +690,9 @@ func TestBookingsHeldByUUID(t *testing.T) {
 	}
 }
 
-// A record on a pod whose spec asks for less than it books is refused and
-// reported once; what the pod asks is booked when the record says so.
+// A record on a pod whose spec asks for less than it books is reported
+// once, and books what it names (fail closed: the pod runs with those
+// GPUs); a later change of the record is refused, the booking kept.
 func TestRecordMustConform(t *testing.T) {
 	asks := func(*corev1.Pod) (*alloc.PodRequest, error) {
 		return sharedRequest("default/p", "c0", 2048), nil
@@ -705,19 +706,20 @@ func TestRecordMustConform(t *testing.T) {
 	greedy := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 16384, 0)})
 	c.SetPod(recordedPod(t, "p", greedy))
 	c.SetPod(recordedPod(t, "p", greedy))
-	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 1)) {
-		t.Fatalf("a record booking more than the pod asks booked %v", got)
+	if got, want := usage(t, c, "n1"), appUsage(1, greedy); !cmp.Equal(got, want) {
+		t.Fatalf("a record booking more than the pod asks booked %v, want what it names, %v", got, want)
 	}
-	if len(refused) != 1 || !strings.Contains(refused[0], "books 16384 MiB and 0% compute, the container asks for 2048 MiB") {
-		t.Fatalf("refusals reported: %q, want one naming the numbers", refused)
-	}
-	if h, _ := c.Holding("p"); h != nil {
-		t.Fatalf("Holding = %+v for a refused record", h)
+	if len(refused) != 1 || !strings.Contains(refused[0], "books 16384 MiB and 0% compute, the container asks for 2048 MiB") ||
+		!strings.Contains(refused[0], "booked as it stands") {
+		t.Fatalf("reports: %q, want one naming the numbers", refused)
 	}
 	honest := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 2048, 0)})
 	c.SetPod(recordedPod(t, "p", honest))
-	if got, want := usage(t, c, "n1"), appUsage(1, honest); !cmp.Equal(got, want) {
-		t.Fatalf("a conforming record booked %v, want %v", got, want)
+	if got, want := usage(t, c, "n1"), appUsage(1, greedy); !cmp.Equal(got, want) {
+		t.Fatalf("after the record changed it books %v, want the first record's %v", got, want)
+	}
+	if len(refused) != 2 || !strings.Contains(refused[1], "changed after the pod was bound") {
+		t.Fatalf("reports: %q, want the change refused", refused)
 	}
 }
 

@@ -108,30 +108,59 @@ func TestEditAfterBookingReported(t *testing.T) {
 }
 
 // A record must still be what the pod asked when it was bound: one that
-// books more than its own Asked says (written by hand) books nothing.
-func TestForgedAskedBooksNothing(t *testing.T) {
+// books more than its own Asked says (written by hand) is reported, and
+// books what it names all the same: its pod runs, and nothing else may
+// land on those GPUs (fail closed).
+func TestForgedAskedReportedAndBooked(t *testing.T) {
 	c, reports := editedCache(t)
 	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 15360, 0)})
 	a.Asked = &gpusharev1.Asked{Annotations: map[string]string{askKey: "1024"}}
 	c.SetPod(askingPod(t, a, "1024"))
-	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 1)) {
-		t.Fatalf("a record beyond what the pod asked books %v", got)
+	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
+		t.Fatalf("a record beyond what the pod asked books %v, want what it names, %v", got, want)
+	}
+	if len(*reports) != 1 || !errors.Is((*reports)[0], alloc.ErrNonconforming) || !errors.Is((*reports)[0], record.ErrUnconforming) {
+		t.Fatalf("reports %v, want one ErrUnconforming, ErrNonconforming", *reports)
+	}
+	assertUnconforming(t, c, 1)
+	c.RemovePod("p")
+	assertUnconforming(t, c, 0)
+}
+
+// A record written before Asked existed is checked against the pod as it
+// is, as before, and books what it names where it does not match.
+func TestRecordWithoutAskedCheckedAsItIs(t *testing.T) {
+	c, reports := editedCache(t)
+	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4096, 0)})
+	c.SetPod(askingPod(t, a, "1024"))
+	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
+		t.Fatalf("a record without Asked that does not match its pod books %v, want %v", got, want)
 	}
 	if len(*reports) != 1 || !errors.Is((*reports)[0], alloc.ErrNonconforming) {
 		t.Fatalf("reports %v, want one ErrNonconforming", *reports)
 	}
 }
 
-// A record written before Asked existed is checked against the pod as it
-// is, as before.
-func TestRecordWithoutAskedCheckedAsItIs(t *testing.T) {
+// A changed resource model (here: the pod's request can no longer be read
+// at all) does not free a running pod's GPUs: its record keeps booking,
+// and is reported once.
+func TestUnreadableRequestKeepsBooking(t *testing.T) {
 	c, reports := editedCache(t)
 	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 4096, 0)})
-	c.SetPod(askingPod(t, a, "1024"))
-	if got := usage(t, c, "n1"); !cmp.Equal(got, make([]alloc.Usage, 1)) {
-		t.Fatalf("a record without Asked that does not match its pod books %v", got)
+	c.SetPod(askingPod(t, a, "not a number"))
+	c.SetPod(askingPod(t, a, "not a number"))
+	if got, want := usage(t, c, "n1"), appUsage(1, a); !cmp.Equal(got, want) {
+		t.Fatalf("a record whose pod's request cannot be read books %v, want %v", got, want)
 	}
-	if len(*reports) != 1 || !errors.Is((*reports)[0], alloc.ErrNonconforming) {
-		t.Fatalf("reports %v, want one ErrNonconforming", *reports)
+	if len(*reports) != 1 || !errors.Is((*reports)[0], record.ErrUnconforming) {
+		t.Fatalf("reports %v, want one ErrUnconforming", *reports)
+	}
+	assertUnconforming(t, c, 1)
+}
+
+func assertUnconforming(t *testing.T, c *cache.Cache, n int) {
+	t.Helper()
+	if err := testutil.CollectAndCompare(cache.NewCollector(c), strings.NewReader(unconformingMetrics(n)), "gpushare_allocation_records_unconforming"); err != nil {
+		t.Error(err)
 	}
 }

@@ -20,6 +20,8 @@ var (
 		"Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	refusedDesc = prometheus.NewDesc("gpushare_allocation_records_refused",
 		"Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.", nil, nil)
+	unconformingDesc = prometheus.NewDesc("gpushare_allocation_records_unconforming",
+		"Running pods whose allocation record is not what the pod asks (its request reads otherwise under the resource model now, or the record was written by hand): the record keeps booking the GPUs it names, and the node daemon serves their containers no more.", nil, nil)
 	editedDesc = prometheus.NewDesc("gpushare_pods_request_edited",
 		"Running pods whose request-shaping annotations changed after binding: their records keep booking their GPUs, and the node daemon serves their containers no more.", nil, nil)
 )
@@ -38,6 +40,7 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- computeDesc
 	ch <- refusedDesc
 	ch <- editedDesc
+	ch <- unconformingDesc
 }
 
 // Collect implements prometheus.Collector. It sends four gauges per
@@ -45,9 +48,10 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 // small: the gauges of a GPU share their labels, and the labels of a
 // node or a GPU index are made once per scrape.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
-	gpus, refused, edited := x.c.samples()
+	gpus, refused, edited, unconforming := x.c.samples()
 	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.GaugeValue, float64(refused))
 	ch <- prometheus.MustNewConstMetric(editedDesc, prometheus.GaugeValue, float64(edited))
+	ch <- prometheus.MustNewConstMetric(unconformingDesc, prometheus.GaugeValue, float64(unconforming))
 	var (
 		node    *dto.LabelPair
 		indexes []*dto.LabelPair

@@ -42,7 +42,14 @@ func expectedMetrics(refused int, gpus []metricGPU) string {
 		"# TYPE " + claimedMetric + " gauge\n" + claimed.String() +
 		"# HELP " + computeMetric + " Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.\n" +
 		"# TYPE " + computeMetric + " gauge\n" + compute.String() +
-		editedMetrics(0)
+		editedMetrics(0) + unconformingMetrics(0)
+}
+
+// unconformingMetrics is the exposition of
+// gpushare_allocation_records_unconforming at n.
+func unconformingMetrics(n int) string {
+	return "# HELP gpushare_allocation_records_unconforming Running pods whose allocation record is not what the pod asks (its request reads otherwise under the resource model now, or the record was written by hand): the record keeps booking the GPUs it names, and the node daemon serves their containers no more.\n" +
+		"# TYPE gpushare_allocation_records_unconforming gauge\n" + fmt.Sprintf("gpushare_allocation_records_unconforming %d\n", n)
 }
 
 // editedMetrics is the exposition of gpushare_pods_request_edited at n.
@@ -89,8 +96,8 @@ func TestCollector(t *testing.T) {
 	if err := testutil.CollectAndCompare(collector, strings.NewReader(expectedMetrics(0, want))); err != nil {
 		t.Errorf("metrics:\n%v", err)
 	}
-	if n := testutil.CollectAndCount(collector); n != 2+4*len(want) {
-		t.Errorf("collected %d metrics, want %d (four per GPU of the gpushare nodes, the refused records and the edited pods)", n, 2+4*len(want))
+	if n := testutil.CollectAndCount(collector); n != 3+4*len(want) {
+		t.Errorf("collected %d metrics, want %d (four per GPU of the gpushare nodes, the refused and unconforming records, the edited pods)", n, 3+4*len(want))
 	}
 
 	// The exported bookings follow the cache.

@@ -134,14 +134,18 @@ type gpuSample struct {
 
 // samples returns what the metrics show of every GPU, each node's GPUs
 // together and in order, how many records the cache refuses, and how
-// many booked pods' requests were edited after binding.
-func (c *Cache) samples() (gpus []gpuSample, refused, edited int) {
+// many booked pods' requests were edited after binding, and how many
+// booked records do not conform to their pods' requests.
+func (c *Cache) samples() (gpus []gpuSample, refused, edited, unconforming int) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	claimed := map[string][]int64{}
 	for _, p := range c.pods {
 		if len(p.edited) > 0 {
 			edited++
+		}
+		if p.unconforming != nil && !p.invalid {
+			unconforming++
 		}
 		if p.claim == nil || p.invalid || p.placement == nil {
 			continue
@@ -180,7 +184,7 @@ func (c *Cache) samples() (gpus []gpuSample, refused, edited int) {
 			gpus = append(gpus, s)
 		}
 	}
-	return gpus, len(c.refused), edited
+	return gpus, len(c.refused), edited, unconforming
 }
 
 func (c *Cache) snapshotLocked() []*alloc.NodeState {

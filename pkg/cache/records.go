@@ -16,12 +16,14 @@ import (
 	"github.com/gpushare/gpushare/pkg/record"
 )
 
-// book applies entry p to e. A record is first placed on e's GPUs by UUID
-// and checked against the pod's request; one that fails is kept invalid
-// and books nothing. A booking that no longer fits (the node's GPUs
-// changed under running pods, or records over-commit a GPU) is kept as a
-// conflict: its GPUs are marked unhealthy in the cache's copy so nothing
-// more lands on them, and what it holds is shown in e.over.
+// book applies entry p to e. A record is first placed on e's GPUs
+// (record.Booking.On); one that cannot be is kept invalid and books
+// nothing. One that does not conform to the pod's request books what it
+// names all the same, and is reported. A booking that no longer fits
+// (the node's GPUs changed under running pods, or records over-commit a
+// GPU) is kept as a conflict: its GPUs are marked unhealthy in the
+// cache's copy so nothing more lands on them, and what it holds is shown
+// in e.over.
 func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	p.invalid, p.conflict = false, false
 	if p.claim != nil {
@@ -34,27 +36,15 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		p.placement = placement
 	}
 	if p.record != "" {
-		var placement *alloc.Placement
-		var err error
-		if p.foreign {
-			var a *gpusharev1.Allocation
-			if a, err = record.OnNode(p.alloc, p.req, e.inventory.GPUs); err != nil {
-				err = fmt.Errorf("%w: %w", record.Foreign(p.pod), err)
-			} else if placement, err = record.PlacementFrom(a, nil); err == nil {
-				placement, err = placeByUUID(placement, e.state.Node)
-			}
-		} else {
-			placement, err = placeByUUID(p.placement, e.state.Node)
-		}
-		if err == nil && p.req != nil {
-			err = alloc.Conform(placement, p.req, e.inventory)
-		}
+		placed, err := p.booking().On(e.inventory, e.state.Node)
 		if err != nil {
 			p.invalid = true
 			c.report(p.pod, p.key, p.record, err)
 			return
 		}
-		p.placement = placement
+		p.placement = placed.Placement
+		p.unconforming = placed.Unconforming
+		c.noteUnconforming(p)
 		if p.pod != nil && !p.foreign {
 			delete(c.refused, p.pod.UID)
 		}
@@ -87,30 +77,29 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	}
 }
 
-// placeByUUID returns a copy of p, a record's placement, on node's GPUs
-// named by UUID: the index a record gives is where the GPU was when it
-// was written, and a driver may renumber GPUs.
-func placeByUUID(p *alloc.Placement, node *alloc.Node) (*alloc.Placement, error) {
-	if p.Node != node.Name {
-		return nil, fmt.Errorf("allocation is for node %s, not %s", p.Node, node.Name)
+// booking is p's record as record.Reader read it, before it is placed on
+// its node.
+func (p *podEntry) booking() *record.Booking {
+	b := &record.Booking{Value: p.record, Placement: p.placement, Request: p.req, Allocation: p.alloc, Unconforming: p.unconforming}
+	if p.foreign {
+		b.System = record.Foreign(p.pod)
 	}
-	index := uuidIndex(node)
-	out := *p
-	out.Containers = slices.Clone(p.Containers)
-	for ci := range out.Containers {
-		gpus := slices.Clone(out.Containers[ci].GPUs)
-		for k := range gpus {
-			i, ok := index[gpus[k].UUID]
-			if !ok {
-				return nil, fmt.Errorf("container %s: node %s has no GPU with UUID %s", out.Containers[ci].Name, node.Name, gpus[k].UUID)
-			}
-			// The node's copy of the UUID: the record's can go.
-			gpus[k].GPU, gpus[k].UUID = i, node.GPUs[i].UUID
-		}
-		out.Containers[ci].GPUs = gpus
+	return b
+}
+
+// noteUnconforming reports, once per record, a record that books what it
+// names though it is not what its pod asks.
+func (c *Cache) noteUnconforming(p *podEntry) {
+	if p.unconforming == nil || p.noted {
+		return
 	}
-	out.Booked = alloc.Booking(out.Containers)
-	return &out, nil
+	p.noted = true
+	err := fmt.Errorf("%w while the pod runs, and gpushare-node gives its containers no GPU: %w",
+		record.ErrUnconforming, p.unconforming)
+	c.logger.Error(err, "Pod's allocation record is not what it asks", "pod", p.key)
+	if c.opts.Refused != nil && p.pod != nil {
+		c.opts.Refused(p.pod, err)
+	}
 }
 
 // report logs, once per record value, why a pod's record books nothing,
@@ -154,10 +143,8 @@ func (c *Cache) unbook(uid types.UID, p *podEntry) {
 	}
 }
 
-// Ended reports whether a pod no longer holds its GPUs.
-func Ended(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
+// Ended reports whether a pod no longer holds its GPUs (record.Ended).
+func Ended(pod *corev1.Pod) bool { return record.Ended(pod) }
 
 // SetPod adds or updates a pod from the informer. A bound pod with a
 // valid allocation record for its node books it (replacing an assumed
@@ -182,14 +169,11 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 			c.mu.Unlock()
 		}
 	}
-	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
-	foreign := false
+	// gpushare's record first; else one another system left.
+	value, _, ok := record.Value(pod)
 	if !ok {
-		// gpushare's record first; else one another system left.
-		if value, foreign = record.ForeignValue(pod); !foreign {
-			c.noteUnrecorded(pod)
-			return
-		}
+		c.noteUnrecorded(pod)
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -202,7 +186,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
-	p, err := c.parseRecord(pod, value, foreign)
+	p, err := c.parseRecord(pod)
 	if err != nil {
 		c.report(pod, key, value, err)
 		return
@@ -296,7 +280,7 @@ func (c *Cache) noteUnrecorded(pod *corev1.Pod) {
 
 // Why a record books nothing; check with errors.Is.
 var (
-	ErrNotBound      = errors.New("pod is not bound to a node: a record books GPUs only on a pod the scheduler bound")
+	ErrNotBound      = record.ErrNotBound
 	ErrRecordChanged = errors.New("allocation record changed after the pod was bound")
 	ErrNoRecord      = errors.New("pod asks for GPUs but holds none")
 )
@@ -336,87 +320,21 @@ func sameRecord(old, p *podEntry) bool {
 	return err1 == nil && err2 == nil && x == y
 }
 
-// parseRecord reads the record value of pod: gpushare's allocation, or
-// with foreign the annotations another system left, translated
-// (record.ForeignAllocation). Both are held to the same rules.
-func (c *Cache) parseRecord(pod *corev1.Pod, value string, foreign bool) (*podEntry, error) {
-	if foreign {
-		return c.parseForeign(pod, value)
-	}
-	a, err := gpusharev1.ParseAllocation(value)
+// parseRecord reads pod's record (record.Reader): gpushare's
+// allocation, or the annotations another system left, translated. Both
+// are held to the same rules.
+func (c *Cache) parseRecord(pod *corev1.Pod) (*podEntry, error) {
+	b, err := c.reader.Read(pod)
 	if err != nil {
 		return nil, err
 	}
-	if pod.Spec.NodeName == "" {
-		return nil, ErrNotBound
+	p := &podEntry{key: pod.Namespace + "/" + pod.Name, node: b.Allocation.Node, placement: b.Placement, record: b.Value,
+		asked: b.Allocation.Asked, req: b.Request, pod: pod, unconforming: b.Unconforming}
+	if b.System != nil {
+		// Placed on the node's GPUs by index at each booking.
+		p.alloc, p.foreign = b.Allocation, true
 	}
-	if pod.Spec.NodeName != a.Node {
-		return nil, fmt.Errorf("pod is bound to node %s but its allocation is for node %s", pod.Spec.NodeName, a.Node)
-	}
-	p, err := record.PlacementFrom(a, nil)
-	if err != nil {
-		return nil, err
-	}
-	entry := &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, asked: a.Asked, pod: pod}
-	if c.opts.Requests != nil {
-		req, err := c.opts.Requests(c.asked(pod, a.Asked))
-		if err != nil {
-			return nil, fmt.Errorf("the pod's own request: %w", err)
-		}
-		if err := alloc.Conform(p, req, nil); err != nil {
-			return nil, err
-		}
-		entry.req = req
-	}
-	return entry, nil
-}
-
-// asked returns pod with its request-shaping annotations as asked has
-// them: with a record's Asked, the pod as it was when the record was
-// written. pod itself where they are the same, or asked is nil (a record
-// written before Asked existed).
-func (c *Cache) asked(pod *corev1.Pod, asked *gpusharev1.Asked) *corev1.Pod {
-	if asked == nil || c.opts.RequestAnnotations == nil {
-		return pod
-	}
-	keys := c.opts.RequestAnnotations(pod)
-	if len(asked.Edited(pod.Annotations, keys)) == 0 {
-		return pod
-	}
-	bound := *pod
-	bound.Annotations = asked.Apply(pod.Annotations, keys)
-	return &bound
-}
-
-// parseForeign is parseRecord for another system's record
-// (record.ForeignAllocation): it is read through the pod's own request, so it
-// needs Options.Requests. It is held to the pod's request when it is
-// booked, once the node's GPUs are known: whole GPUs are sized by them.
-func (c *Cache) parseForeign(pod *corev1.Pod, value string) (*podEntry, error) {
-	sys := record.Foreign(pod)
-	if pod.Spec.NodeName == "" {
-		return nil, fmt.Errorf("%w: %w", sys, ErrNotBound)
-	}
-	if c.opts.Requests == nil {
-		return nil, fmt.Errorf("%w: no request model to read it by", sys)
-	}
-	// The other system read none of gpushare's request-shaping
-	// annotations (GPU models, MPS shares): they did not shape its
-	// placement, and adding or editing one later must not unbook it.
-	req, err := c.opts.Requests(c.asked(pod, &gpusharev1.Asked{}))
-	if err != nil {
-		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
-	}
-	a, err := record.ForeignAllocation(pod, req)
-	if err != nil {
-		return nil, err
-	}
-	p, err := record.PlacementFrom(a, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sys, err)
-	}
-	return &podEntry{key: pod.Namespace + "/" + pod.Name, node: a.Node, placement: p, record: value, alloc: a,
-		asked: a.Asked, req: req, pod: pod, foreign: true}, nil
+	return p, nil
 }
 
 // RemovePod releases whatever a pod held or was assumed to hold, the

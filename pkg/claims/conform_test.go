@@ -23,7 +23,7 @@ func TestConformsRefusesEditedPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Claims{cfg: Config{Requests: model.PodRequest, RequestAnnotations: model.RequestAnnotations()}}
+	c := &Claims{cfg: Config{Node: "n1", Requests: model.PodRequest, RequestAnnotations: model.RequestAnnotations()}}
 	pod := func(models string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", Annotations: map[string]string{"gpushare.io/gpu-models": models}},
 			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main",
@@ -35,14 +35,24 @@ func TestConformsRefusesEditedPods(t *testing.T) {
 			Containers: []gpusharev1.ContainerAllocation{{Name: "main", Kind: gpusharev1.ContainerApp,
 				GPUs: []gpusharev1.GPUShare{{Index: 0, UUID: "GPU-0", MemoryMiB: mib}}}}}
 	}
-	if err := c.conforms(pod("Tesla T4"), rec(4096)); err != nil {
+	served := func(p *corev1.Pod, a *gpusharev1.Allocation) error {
+		t.Helper()
+		v, err := gpusharev1.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations[gpusharev1.AllocationAnnotation] = v
+		_, err = c.allocation(p, "main")
+		return err
+	}
+	if err := served(pod("Tesla T4"), rec(4096)); err != nil {
 		t.Errorf("the pod as bound: %v", err)
 	}
-	err = c.conforms(pod("NVIDIA A100-SXM4-80GB"), rec(4096))
+	err = served(pod("NVIDIA A100-SXM4-80GB"), rec(4096))
 	if !errors.Is(err, record.ErrRequestEdited) || !strings.Contains(err.Error(), "gpushare.io/gpu-models") {
 		t.Errorf("the edited pod: %v, want ErrRequestEdited naming the annotation", err)
 	}
-	if err := c.conforms(pod("Tesla T4"), rec(15360)); err == nil {
+	if err := served(pod("Tesla T4"), rec(15360)); err == nil {
 		t.Error("a record of 15360 MiB for a pod of 4096 was served")
 	}
 }

@@ -1,45 +1,24 @@
 package claims
 
 import (
-	"fmt"
+	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-
-	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/gpu"
-	"github.com/gpushare/gpushare/pkg/record"
 )
 
-// foreignAllocation translates the placement another scheduler recorded
-// on pod (record.ForeignAllocation: Aliyun's gpushare, Elastic GPU
-// Scheduler) onto this node's GPUs, so that a container of a pod placed
-// before gpushare took over gets its old GPUs when it (re)starts. It is
-// then checked as gpushare's own records are.
-func (c *Claims) foreignAllocation(pod *corev1.Pod) (*gpusharev1.Allocation, error) {
-	sys := record.Foreign(pod)
-	if c.cfg.Requests == nil {
-		return nil, fmt.Errorf("%w: no request model to read it by", sys)
-	}
-	req, err := c.cfg.Requests(pod)
-	if err != nil {
-		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
-	}
-	a, err := record.ForeignAllocation(pod, req)
-	if err != nil {
-		return nil, err
-	}
+// node is this node's GPUs as the core describes them, each with the
+// memory a process can allocate: another system's record, which names
+// GPUs by index, is placed on them.
+func (c *Claims) node() *alloc.Node {
 	c.mu.Lock()
-	gpus := make([]alloc.GPU, 0, len(c.gpus))
+	defer c.mu.Unlock()
+	n := &alloc.Node{Name: c.cfg.Node, GPUs: make([]alloc.GPU, 0, len(c.gpus))}
 	for _, d := range c.gpus {
-		gpus = append(gpus, alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d)})
+		n.GPUs = append(n.GPUs, alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d), Healthy: d.Healthy})
 	}
-	c.mu.Unlock()
-	a, err = record.OnNode(a, req, gpus)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", sys, err)
-	}
-	return a, nil
+	slices.SortFunc(n.GPUs, func(a, b alloc.GPU) int { return a.Index - b.Index })
+	return n
 }
 
 // usable is the memory processes can allocate on d, as the inventory

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/podresources"
 	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
@@ -125,60 +123,41 @@ func (c *Claims) resolve(ctx context.Context, resource, claim string, ids []stri
 	return r, nil
 }
 
-// allocation returns container's allocation from pod's record, which
-// must be for this node.
+// allocation returns container's allocation from pod's record, read by
+// the rules every component follows (record.Reader), which must be for
+// this node and what the pod asks: a record written by hand, or one of
+// a pod edited after binding or read otherwise under a changed resource
+// model, keeps booking its GPUs in the scheduler but gives a container
+// nothing here.
 func (c *Claims) allocation(pod *corev1.Pod, container string) (*gpusharev1.ContainerAllocation, error) {
-	value, ok := pod.Annotations[gpusharev1.AllocationAnnotation]
-	var a *gpusharev1.Allocation
-	var err error
-	switch {
-	case ok:
-		a, err = gpusharev1.ParseAllocation(value)
-	case record.Foreign(pod) != nil:
-		a, err = c.foreignAllocation(pod)
-	default:
+	r := record.Reader{Requests: c.cfg.Requests}
+	if c.cfg.RequestAnnotations != nil {
+		r.RequestAnnotations = func(*corev1.Pod) []string { return c.cfg.RequestAnnotations }
+	}
+	b, err := r.Read(pod)
+	if errors.Is(err, record.ErrNoRecord) {
 		return nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", pod.Namespace, pod.Name, gpusharev1.AllocationAnnotation)
+	}
+	if err == nil && b.System != nil {
+		// Another system's record names GPUs by index, sized by the
+		// node's GPUs.
+		b, err = b.On(c.node(), nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if a.Node != c.cfg.Node || pod.Spec.NodeName != c.cfg.Node {
+	if a := b.Allocation; a.Node != c.cfg.Node || pod.Spec.NodeName != c.cfg.Node {
 		return nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, it is bound to %q, this is %s", pod.Namespace, pod.Name, a.Node, pod.Spec.NodeName, c.cfg.Node)
 	}
-	if err := c.conforms(pod, a); err != nil {
+	if err := b.Problem(); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	for i := range a.Containers {
-		if a.Containers[i].Name == container {
-			return &a.Containers[i], nil
+	for i := range b.Allocation.Containers {
+		if b.Allocation.Containers[i].Name == container {
+			return &b.Allocation.Containers[i], nil
 		}
 	}
 	return nil, fmt.Errorf("pod %s/%s: the allocation record has no container %s", pod.Namespace, pod.Name, container)
-}
-
-// conforms checks the record against what the pod's spec asks
-// (alloc.Conform), so that a record written by hand cannot hand a
-// container more than it asked for, and that the pod still asks what the
-// record was made for: a pod edited after binding gets no GPU for a new
-// container (the scheduler keeps its GPUs booked).
-func (c *Claims) conforms(pod *corev1.Pod, a *gpusharev1.Allocation) error {
-	if c.cfg.Requests == nil {
-		return nil
-	}
-	if a.Asked != nil {
-		if edited := a.Asked.Edited(pod.Annotations, c.cfg.RequestAnnotations); len(edited) > 0 {
-			return fmt.Errorf("%w: %s; recreate the pod to change its request", record.ErrRequestEdited, strings.Join(edited, ", "))
-		}
-	}
-	req, err := c.cfg.Requests(pod)
-	if err != nil {
-		return fmt.Errorf("the pod's own request: %w", err)
-	}
-	p, err := record.PlacementFrom(a, nil)
-	if err != nil {
-		return err
-	}
-	return alloc.Conform(p, req, nil)
 }
 
 // checkGPUs checks that this node has the GPUs of a, healthy.

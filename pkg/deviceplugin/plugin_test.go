@@ -181,7 +181,7 @@ func TestBadRecords(t *testing.T) {
 	}{
 		"no record":  {func(p *corev1Pod) { delete(p.Annotations, gpusharev1.AllocationAnnotation) }, "has no gpushare.io/allocation annotation"},
 		"malformed":  {func(p *corev1Pod) { p.Annotations[gpusharev1.AllocationAnnotation] = "{not json" }, "gpushare.io/allocation"},
-		"other node": {func(p *corev1Pod) { setRecord(t, p, func(a *gpusharev1.Allocation) { a.Node = "node-b" }) }, "allocated on node node-b"},
+		"other node": {func(p *corev1Pod) { setRecord(t, p, func(a *gpusharev1.Allocation) { a.Node = "node-b" }) }, "its allocation is for node node-b"},
 		"foreign GPU": {func(p *corev1Pod) {
 			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].GPUs[0].UUID = "GPU-elsewhere" })
 		}, claims.ErrNoGPU.Error()},
@@ -196,7 +196,7 @@ func TestBadRecords(t *testing.T) {
 					GPUs: []gpusharev1.GPUShare{a.Containers[0].GPUs[0]}})
 			})
 		}, "names 2 GPU containers, the pod has 1"},
-		"not bound here": {func(p *corev1Pod) { p.Spec.NodeName = "node-b" }, `it is bound to "node-b"`},
+		"not bound here": {func(p *corev1Pod) { p.Spec.NodeName = "node-b" }, "pod is bound to node node-b but its allocation is for node node-a"},
 		"no such container": {func(p *corev1Pod) {
 			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].Name = "other" })
 		}, `GPU container 0 is app "other", the pod's is app "main"`},

@@ -4,34 +4,38 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/inventory"
 	"github.com/gpushare/gpushare/pkg/record"
 )
 
-// PodBookings sums what pods book of each GPU, by UUID, from their
-// allocation records, by the scheduler's rule (alloc.Booking): the pods
-// that have not ended. A record that cannot be read books nothing here:
-// the scheduler refuses such records too.
-func PodBookings(pods []*corev1.Pod) map[string]Share {
+// PodBookings sums what pods book of each GPU of node, by UUID, by the
+// scheduler's rules (record.Reader, alloc.Booking): gpushare's records
+// and those of the systems it adopts (Aliyun, Elastic, HAMi), while the
+// pods run, whether or not they still conform to their pods' requests. A
+// record that cannot be read or placed on node books nothing here, as it
+// books nothing in the scheduler.
+func PodBookings(pods []*corev1.Pod, r record.Reader, node *alloc.Node) map[string]Share {
 	out := map[string]Share{}
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		v, ok := p.Annotations[gpusharev1.AllocationAnnotation]
-		if !ok {
-			continue
-		}
-		a, err := gpusharev1.ParseAllocation(v)
+		b, err := r.Book(p, node)
 		if err != nil {
 			continue
 		}
-		pl, err := record.PlacementFrom(a, nil)
-		if err != nil {
-			continue
-		}
-		for _, b := range pl.Booked {
-			out[b.UUID] = out[b.UUID].add(Share{MemoryMiB: b.MemoryMiB, ComputePercent: b.Compute})
+		for _, u := range b.Placement.Booked {
+			out[u.UUID] = out[u.UUID].add(Share{MemoryMiB: u.MemoryMiB, ComputePercent: u.Compute})
 		}
 	}
 	return out
+}
+
+// NodeOf describes gpus, node's GPUs, as the scheduler reads them from
+// its inventory: what pods' records are placed on.
+func NodeOf(node string, gpus []gpu.Device, o Options) *alloc.Node {
+	mode := gpusharev1.ModeShared
+	if o.WholeCard {
+		mode = gpusharev1.ModeWholeCard
+	}
+	return record.NodeOf(node, inventory.From(gpus, mode, o.MPS))
 }

@@ -6,11 +6,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/record"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // recordedPod is a pod whose allocation record gives its containers
@@ -27,18 +30,31 @@ func recordedPod(t *testing.T, phase corev1.PodPhase, uuid string, containers ..
 		t.Fatal(err)
 	}
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpusharev1.AllocationAnnotation: v}},
-		Status: corev1.PodStatus{Phase: phase}}
+		Spec: corev1.PodSpec{NodeName: "node-a"}, Status: corev1.PodStatus{Phase: phase}}
 }
 
 func share(mib, pct int64) []alloc.Assignment {
 	return []alloc.Assignment{{GPU: 0, Usage: alloc.Usage{MemoryMiB: mib, Compute: pct}}}
 }
 
-// What pods book is summed per GPU by the scheduler's rule: app
+// What pods book is summed per GPU by the scheduler's rules: app
 // containers add up, an init container counts as the most of a phase;
-// ended pods and records that cannot be read book nothing.
+// another system's record books what the pod asks on the GPU it names; a
+// record that is not what its pod asks books what it names; ended and
+// unbound pods and records that cannot be read book nothing.
 func TestPodBookings(t *testing.T) {
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := record.Reader{Requests: model.PodRequest, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }}
 	uuid := t4(0).UUID
+	aliyun := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "aliyun", Namespace: "default",
+		Annotations: map[string]string{record.AliyunIndex: "0", record.AliyunPod: "2"}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{record.AliyunMemory: *k8sresource.NewQuantity(2, k8sresource.DecimalSI)}}}}}}
+	unbound := recordedPod(t, corev1.PodPending, uuid, alloc.ContainerPlacement{Name: "x", Kind: alloc.App, GPUs: share(700, 0)})
+	unbound.Spec.NodeName = ""
 	pods := []*corev1.Pod{
 		recordedPod(t, corev1.PodRunning, uuid,
 			alloc.ContainerPlacement{Name: "init", Kind: alloc.Init, GPUs: share(8000, 0)},
@@ -46,11 +62,13 @@ func TestPodBookings(t *testing.T) {
 			alloc.ContainerPlacement{Name: "b", Kind: alloc.App, GPUs: share(1000, 20)}),
 		recordedPod(t, corev1.PodPending, uuid, alloc.ContainerPlacement{Name: "c", Kind: alloc.App, GPUs: share(500, 0)}),
 		recordedPod(t, corev1.PodSucceeded, uuid, alloc.ContainerPlacement{Name: "done", Kind: alloc.App, GPUs: share(4000, 50)}),
-		{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpusharev1.AllocationAnnotation: "{not json"}}},
+		aliyun,
+		unbound,
+		{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpusharev1.AllocationAnnotation: "{not json"}}, Spec: corev1.PodSpec{NodeName: "node-a"}},
 		{},
 	}
-	got := PodBookings(pods)
-	if want := (Share{MemoryMiB: 8000 + 500, ComputePercent: 30}); len(got) != 1 || got[uuid] != want {
+	got := PodBookings(pods, reader, NodeOf("node-a", []gpu.Device{t4(0), t4(1)}, Options{}))
+	if want := (Share{MemoryMiB: 8000 + 500 + 2048, ComputePercent: 30}); len(got) != 1 || got[uuid] != want {
 		t.Errorf("bookings %v; want %s: %+v", got, uuid, want)
 	}
 }

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -56,7 +57,7 @@ type Input struct {
 // view of every node that opts in to gpushare, by name.
 func Build(in Input) *Cluster {
 	l := load(in)
-	c, refused, byName, recorded, claimed := l.cache, l.refused, l.nodes, l.recorded, l.claimed
+	c, refused, warned, byName, recorded, claimed := l.cache, l.refused, l.warned, l.nodes, l.recorded, l.claimed
 	usage := leaseUsage(in.Leases)
 	out := &Cluster{Nodes: make([]Node, 0, len(byName))}
 	index := make(map[string]int, len(byName))
@@ -84,6 +85,9 @@ func Build(in Input) *Cluster {
 			continue
 		}
 		hold(&out.Nodes[i], key, placement, asksMPS(in.Requests, p))
+		if err, ok := warned[p.UID]; ok {
+			out.Unconforming = append(out.Unconforming, Refused{Pod: key, Node: placement.Node, Error: err.Error()})
+		}
 	}
 	for _, rc := range claimed {
 		placement, _ := c.Holding(rc.UID)
@@ -150,8 +154,9 @@ func usageOf(n *corev1.Node, onLease string) (*gpusharev1.GPUUsage, error) {
 // loaded is a snapshot read into the scheduler's cache.
 type loaded struct {
 	cache *gpucache.Cache
-	// refused are the records the cache does not book, by pod.
-	refused map[types.UID]error
+	// refused are the records the cache does not book, by pod; warned
+	// those it books though they are not what their pods ask.
+	refused, warned map[types.UID]error
 	// nodes are the nodes that opt in, by name.
 	nodes    map[string]*corev1.Node
 	recorded []*corev1.Pod
@@ -161,11 +166,17 @@ type loaded struct {
 // load reads in's nodes, recorded pods and claims into a cache, as the
 // scheduler's would hold them.
 func load(in Input) *loaded {
-	refused := make(map[types.UID]error)
+	refused, warned := make(map[types.UID]error), make(map[types.UID]error)
 	c := gpucache.New(logr.Discard(), gpucache.Options{
 		Requests:           in.Requests,
 		RequestAnnotations: func(*corev1.Pod) []string { return in.RequestAnnotations },
-		Refused:            func(pod *corev1.Pod, err error) { refused[pod.UID] = err },
+		Refused: func(pod *corev1.Pod, err error) {
+			if errors.Is(err, record.ErrUnconforming) || errors.Is(err, record.ErrRequestEdited) {
+				warned[pod.UID] = err
+				return
+			}
+			refused[pod.UID] = err
+		},
 	})
 	byName := make(map[string]*corev1.Node, len(in.Nodes))
 	listed := make(map[string]bool, len(in.Nodes))
@@ -200,7 +211,7 @@ func load(in Input) *loaded {
 		claimed = append(claimed, rc)
 		c.SetClaim(rc)
 	}
-	return &loaded{cache: c, refused: refused, nodes: byName, recorded: recorded, claimed: claimed}
+	return &loaded{cache: c, refused: refused, warned: warned, nodes: byName, recorded: recorded, claimed: claimed}
 }
 
 // nodeView is the node's inventory and bookings as the cache holds them,

@@ -78,9 +78,10 @@ func TestBookings(t *testing.T) {
 	want := map[string][]gpu{
 		// multi: app containers run together, 20480+4096 = 24576 MiB
 		// and 50+10 = 60%; the init container's 8192 MiB runs alone
-		// first and fits inside. small: 3072 MiB and no compute
-		// (a memory-only request books memory only).
-		"a-mixed": {{24576, 60}, {3072, 0}, {0, 0}},
+		// first and fits inside. liar: the 40960 MiB its record names,
+		// though it asks 1024 (booked as it stands). small: 3072 MiB
+		// and no compute (a memory-only request books memory only).
+		"a-mixed": {{24576 + 40960, 60}, {3072, 0}, {0, 0}},
 		// whole: all of GPU 0.
 		"b-whole": {{81559, 100}, {0, 0}},
 		// pair: 20000 MiB over 2 GPUs, 10000 each.
@@ -98,17 +99,16 @@ func TestBookings(t *testing.T) {
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(gpu{})); diff != "" {
 		t.Errorf("bookings (-want,+got):\n%s", diff)
 	}
-	// 24576+3072 + 81559 + 20000 = 129207 of
+	// 24576+40960+3072 + 81559 + 20000 = 170167 of
 	// 81920+2*15360 + 2*81559 + 4*143771 = 850842.
-	if c.AllocatedMiB != 129207 || c.TotalMiB != 850842 {
-		t.Errorf("cluster %d/%d MiB; want 129207/850842", c.AllocatedMiB, c.TotalMiB)
+	if c.AllocatedMiB != 170167 || c.TotalMiB != 850842 {
+		t.Errorf("cluster %d/%d MiB; want 170167/850842", c.AllocatedMiB, c.TotalMiB)
 	}
-	refused := map[string]bool{}
-	for _, r := range c.Refused {
-		refused[r.Pod] = true
+	if len(c.Refused) != 1 || c.Refused[0].Pod != "default/bad" {
+		t.Errorf("refused %+v; want default/bad alone", c.Refused)
 	}
-	if !refused["default/bad"] || !refused["default/liar"] || len(refused) != 2 {
-		t.Errorf("refused %v; want default/bad and default/liar", refused)
+	if len(c.Unconforming) != 1 || c.Unconforming[0].Pod != "default/liar" {
+		t.Errorf("unconforming %+v; want default/liar", c.Unconforming)
 	}
 }
 

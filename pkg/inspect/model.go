@@ -14,6 +14,11 @@ type Cluster struct {
 	// not book (unparsable, not bound, not what the pod asks for, or on
 	// a node outside gpushare), with why.
 	Refused []Refused `json:"refused,omitempty"`
+	// Unconforming lists the allocation records the scheduler's cache
+	// books though they are not what their pods ask (edited after
+	// binding, read otherwise under the resource model now, or written
+	// by hand): they hold their GPUs while the pods run.
+	Unconforming []Refused `json:"unconforming,omitempty"`
 	// AllocatedMiB and TotalMiB sum the GPU memory of every node.
 	AllocatedMiB int64 `json:"allocatedMiB"`
 	TotalMiB     int64 `json:"totalMiB"`
@@ -83,7 +88,8 @@ type Holder struct {
 	Enforced string `json:"enforced,omitempty"`
 }
 
-// Refused is an allocation record gpushare books nothing for.
+// Refused is an allocation record gpushare books nothing for, or (in
+// Cluster.Unconforming) one it books though it is not what its pod asks.
 type Refused struct {
 	Pod   string `json:"pod"`
 	Node  string `json:"node,omitempty"`

@@ -42,6 +42,9 @@ type PodView struct {
 	Landed []Landing `json:"landed,omitempty"`
 	// Refused says why gpushare books nothing for the pod's record.
 	Refused string `json:"refused,omitempty"`
+	// Unconforming says why the pod's record, which gpushare books, is
+	// not what the pod asks.
+	Unconforming string `json:"unconforming,omitempty"`
 	// Reason is the scheduler's word while the pod waits: its
 	// PodScheduled condition and latest FailedScheduling event.
 	Reason  string    `json:"reason,omitempty"`
@@ -93,6 +96,11 @@ func BuildPod(c *Cluster, in PodInput) *PodView {
 	for _, r := range c.Refused {
 		if r.Pod == key {
 			v.Refused = r.Error
+		}
+	}
+	for _, r := range c.Unconforming {
+		if r.Pod == key {
+			v.Unconforming = r.Error
 		}
 	}
 	for _, n := range c.Nodes {
@@ -249,6 +257,9 @@ func WritePod(out io.Writer, v *PodView, u Unit) error {
 	}
 	if v.Refused != "" {
 		fmt.Fprintf(out, "Record:     refused, gpushare books nothing for it: %s\n", v.Refused)
+	}
+	if v.Unconforming != "" {
+		fmt.Fprintf(out, "Record:     not what the pod asks; %s\n", v.Unconforming)
 	}
 	if v.Node != "" && v.Refused == "" && len(v.Landed) == 0 && v.asksGPUs {
 		fmt.Fprintf(out, "Record:     none: the pod holds no GPU. It was bound to %s without gpushare (spec.nodeName set directly, or another scheduler), "+

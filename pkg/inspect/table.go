@@ -89,6 +89,12 @@ func writeFooter(out io.Writer, c *Cluster, u Unit) error {
 			fmt.Fprintf(out, "  %s (node %s): %s\n", r.Pod, orDash(r.Node), r.Error)
 		}
 	}
+	if len(c.Unconforming) > 0 {
+		fmt.Fprintln(out, "\nRecords gpushare books as they stand, though not what their pods ask:")
+		for _, r := range c.Unconforming {
+			fmt.Fprintf(out, "  %s (node %s): %s\n", r.Pod, orDash(r.Node), r.Error)
+		}
+	}
 	return nil
 }
 

@@ -28,8 +28,16 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	node := &alloc.Node{Name: n.Name, GPUs: make([]alloc.GPU, len(inv.GPUs))}
+	node := NodeOf(n.Name, inv)
 	node.CPUMilli, node.MemoryMiB = Capacity(n)
+	return node, node.Validate()
+}
+
+// NodeOf returns the core's description of the GPUs inv lists, on node
+// name: what the scheduler books records against, and the node daemon
+// and the DRA driver too. Its CPU and memory are left zero.
+func NodeOf(name string, inv *gpusharev1.GPUInventory) *alloc.Node {
+	node := &alloc.Node{Name: name, GPUs: make([]alloc.GPU, len(inv.GPUs))}
 	if inv.Mode == gpusharev1.ModeWholeCard {
 		node.Mode = alloc.WholeCard
 	}
@@ -39,7 +47,7 @@ func NodeFrom(n *corev1.Node) (*alloc.Node, error) {
 		node.GPUs[i] = alloc.GPU{Index: g.Index, UUID: g.UUID, Model: unique.Make(g.Model).Value(), MemoryMiB: g.Usable(),
 			Healthy: g.Healthy, NUMANode: g.NUMANode, Peers: g.NVLinkPeers, MPS: g.MPS}
 	}
-	return node, node.Validate()
+	return node
 }
 
 // Unlimited is the CPU (milli) or memory (MiB) of a node that does not

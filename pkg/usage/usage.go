@@ -18,6 +18,8 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/inventory"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 const mib = 1 << 20
@@ -50,8 +52,14 @@ type PodOfPID func(pid int) (types.UID, bool)
 // Collector is the node daemon's Prometheus collector.
 type Collector struct {
 	Backend gpu.Backend
+	// Node is this node's name.
+	Node string
 	// Pods lists the pods on this node.
 	Pods func() []*corev1.Pod
+	// Reader reads what each pod's record gives its containers, by the
+	// rules the scheduler books them (gpushare's records and the systems'
+	// it adopts, while the pods run).
+	Reader record.Reader
 	// PodOf maps GPU processes to pods; CgroupPodOf if nil.
 	PodOf  PodOfPID
 	Logger klog.Logger
@@ -116,16 +124,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				p.Namespace, p.Name, strconv.Itoa(d.Index), d.UUID)
 		}
 	}
+	node := record.NodeOf(c.Node, inventory.From(devs, gpusharev1.ModeShared, false))
 	for _, p := range pods {
-		value, ok := p.Annotations[gpusharev1.AllocationAnnotation]
-		if !ok {
-			continue
-		}
-		a, err := gpusharev1.ParseAllocation(value)
+		b, err := c.Reader.Book(p, node)
 		if err != nil {
 			continue
 		}
-		for _, ctr := range a.Containers {
+		for _, ctr := range b.Allocation.Containers {
 			for _, g := range ctr.GPUs {
 				ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(g.MemoryMiB)*mib,
 					p.Namespace, p.Name, ctr.Name, strconv.Itoa(g.Index), g.UUID)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -13,6 +14,8 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/record"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 func TestPodUIDFromCgroup(t *testing.T) {
@@ -47,9 +50,21 @@ func TestCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "ml", UID: "u1",
-		Annotations: map[string]string{gpusharev1.AllocationAnnotation: value}}}
-	c := &Collector{Backend: b, Logger: klog.Background(),
-		Pods:  func() []*corev1.Pod { return []*corev1.Pod{pod} },
+		Annotations: map[string]string{gpusharev1.AllocationAnnotation: value}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	// A pod that ended holds nothing; one the Aliyun system placed holds
+	// what its record says, as the scheduler books it.
+	done := pod.DeepCopy()
+	done.Name, done.UID, done.Status.Phase = "done", "u2", corev1.PodSucceeded
+	aliyun := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "ml", UID: "u3",
+		Annotations: map[string]string{record.AliyunIndex: "0"}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{record.AliyunMemory: *k8sresource.NewQuantity(2, k8sresource.DecimalSI)}}}}}}
+	model, err := resource.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Collector{Backend: b, Logger: klog.Background(), Node: "n1", Reader: record.Reader{Requests: model.PodRequest},
+		Pods:  func() []*corev1.Pod { return []*corev1.Pod{pod, done, aliyun} },
 		PodOf: func(pid int) (types.UID, bool) { return "u1", pid == 100 }}
 	u1 := devs[1].UUID
 	// 4096 MiB allocated = 4294967296 bytes; the pod's process uses 3000
@@ -57,6 +72,7 @@ func TestCollector(t *testing.T) {
 	want := `
 # HELP gpushare_container_gpu_memory_allocated_bytes GPU memory the container's allocation record gives it.
 # TYPE gpushare_container_gpu_memory_allocated_bytes gauge
+gpushare_container_gpu_memory_allocated_bytes{container="app",gpu="0",namespace="ml",pod="old",uuid="` + devs[0].UUID + `"} 2.147483648e+09
 gpushare_container_gpu_memory_allocated_bytes{container="main",gpu="1",namespace="ml",pod="infer",uuid="` + u1 + `"} 4.294967296e+09
 # HELP gpushare_node_gpu_memory_used_outside_pods_bytes GPU memory used by processes that belong to no pod of this node (e.g. outside Kubernetes).
 # TYPE gpushare_node_gpu_memory_used_outside_pods_bytes gauge
