@@ -170,8 +170,14 @@ func run(ctx context.Context, o options) error {
 	}); err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Shutdown waits for the informers, which stop with their context:
+	// cancel it first, or an error of Run would hang the process.
+	informing, stopInforming := context.WithCancel(ctx)
+	factory.Start(informing.Done())
+	defer func() {
+		stopInforming()
+		factory.Shutdown()
+	}()
 	factory.WaitForCacheSync(ctx.Done())
 	if o.healthAddr != "" {
 		srv := &http.Server{Addr: o.healthAddr, Handler: health(p), ReadHeaderTimeout: 10 * time.Second}
@@ -194,8 +200,8 @@ func wakeOnChange(p *dra.Plugin, oldObj, newObj any) {
 		p.Wake()
 		return
 	}
-	ov, _, _ := record.Value(o)
-	nv, _, _ := record.Value(n)
+	ov, _ := record.Value(o)
+	nv, _ := record.Value(n)
 	if ov != nv {
 		p.Wake()
 	}

@@ -170,7 +170,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		}
 	}
 	// gpushare's record first; else one another system left.
-	value, _, ok := record.Value(pod)
+	value, ok := record.Value(pod)
 	if !ok {
 		c.noteUnrecorded(pod)
 		return

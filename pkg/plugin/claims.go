@@ -55,6 +55,25 @@ func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*allo
 	return req, nil
 }
 
+// asksClaimDevices reports whether any of pod's ResourceClaims asks for
+// gpushare's devices (claim.Asks), allocated or not, in whatever form
+// the policy can place or not (firstAvailable, allocationMode All).
+func (pl *GPUShare) asksClaimDevices(pod *corev1.Pod) bool {
+	if pl.claims == nil {
+		return false
+	}
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		if rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name); err == nil && claim.Asks(rc) {
+			return true
+		}
+	}
+	return false
+}
+
 // mixedRequest is why a pod that asks GPUs both through extended
 // resources and through claims of gpushare's devices is not placed.
 const mixedRequest = "the pod asks for GPUs both through extended resources and through ResourceClaims of gpushare's DeviceClasses, " +

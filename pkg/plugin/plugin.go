@@ -255,7 +255,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		// node's slices offer, which does not yet count this pod's own
 		// shares: the two could land on one GPU past its memory, and
 		// the node would refuse the claims with the pod bound.
-		if both, err := pl.claimRequest(pod, nil); err == nil && both != nil {
+		if pl.asksClaimDevices(pod) {
 			pl.metrics.observe(resultInvalid, start)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, mixedRequest)
 		}

@@ -85,14 +85,13 @@ func Ended(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// Value returns pod's record as text, whose it is (nil for gpushare's),
-// and whether pod has one: gpushare's first, else another system's.
-func Value(pod *corev1.Pod) (string, error, bool) {
+// Value returns pod's record as text, and whether pod has one:
+// gpushare's first, else another system's (then Foreign says whose).
+func Value(pod *corev1.Pod) (string, bool) {
 	if v, ok := pod.Annotations[gpusharev1.AllocationAnnotation]; ok {
-		return v, nil, true
+		return v, true
 	}
-	v, ok := ForeignValue(pod)
-	return v, Foreign(pod), ok
+	return ForeignValue(pod)
 }
 
 // Read returns what pod's record books, not yet placed on its node's GPUs
@@ -102,12 +101,12 @@ func (r Reader) Read(pod *corev1.Pod) (*Booking, error) {
 	if Ended(pod) {
 		return nil, ErrEnded
 	}
-	value, sys, ok := Value(pod)
+	value, ok := Value(pod)
 	if !ok {
 		return nil, ErrNoRecord
 	}
-	if sys != nil {
-		return r.readForeign(pod, value, sys)
+	if _, own := pod.Annotations[gpusharev1.AllocationAnnotation]; !own {
+		return r.readForeign(pod, value, Foreign(pod))
 	}
 	a, err := gpusharev1.ParseAllocation(value)
 	if err != nil {

@@ -108,15 +108,22 @@ func TestDRADevicesShareOneGPU(t *testing.T) {
 // and a pod that uses it, changed by each of edit.
 func draPod(t *testing.T, client kubernetes.Interface, name string, mib int64, edit ...func(*corev1.Pod)) {
 	t.Helper()
-	ctx := context.Background()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: draShareClass}
 	if mib > 0 {
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
 			dra.Memory: *k8sresource.NewQuantity(mib<<20, k8sresource.BinarySI),
 		}}
 	}
+	claimPod(t, client, name, resourceapi.DeviceRequest{Name: "gpu", Exactly: req}, edit...)
+}
+
+// claimPod creates a ResourceClaim name of request r and a pod name
+// that uses it, changed by each of edit.
+func claimPod(t *testing.T, client kubernetes.Interface, name string, r resourceapi.DeviceRequest, edit ...func(*corev1.Pod)) {
+	t.Helper()
+	ctx := context.Background()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
-		Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}},
+		Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{r}},
 	}}
 	if _, err := client.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -441,6 +448,28 @@ func TestDRAPlacedByPolicy(t *testing.T) {
 		p.Spec.Containers[0].Resources.Limits = gpuPod("mixed", 1024, 0).Spec.Containers[0].Resources.Limits
 	})
 	failedSchedulingMessage(t, client, "default", "mixed", "both through extended resources and through ResourceClaims")
+	// The same in every form of claim the policy cannot place itself
+	// (firstAvailable, allocationMode All), and through a claim already
+	// allocated to another pod (small's): refused before anything binds.
+	withExtended := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Limits = gpuPod(p.Name, 1024, 0).Spec.Containers[0].Resources.Limits
+	}
+	first := resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "share", DeviceClassName: draShareClass}}}
+	all := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: draShareClass,
+		AllocationMode: resourceapi.DeviceAllocationModeAll}}
+	for name, r := range map[string]resourceapi.DeviceRequest{"mixed-first": first, "mixed-all": all} {
+		claimPod(t, client, name, r, withExtended)
+		failedSchedulingMessage(t, client, "default", name, "both through extended resources and through ResourceClaims")
+	}
+	draPod(t, client, "mixed-reuse", 0, withExtended, func(p *corev1.Pod) {
+		p.Spec.ResourceClaims[0].ResourceClaimName = ptr.To("small")
+	})
+	failedSchedulingMessage(t, client, "default", "mixed-reuse", "both through extended resources and through ResourceClaims")
+	for _, name := range []string{"mixed", "mixed-first", "mixed-all", "mixed-reuse"} {
+		if p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+			t.Errorf("pod %s on %q (%v); want Pending", name, p.Spec.NodeName, err)
+		}
+	}
 
 	// The hostile tenant (the edit role in default) cannot free its
 	// claim's share by rewriting its allocation, nor shrink its request.

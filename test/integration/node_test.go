@@ -171,22 +171,41 @@ func nodeBin(t testing.TB) string {
 	if bin := os.Getenv("GPUSHARE_NODE_BIN"); bin != "" {
 		return bin
 	}
-	nodeBinOnce.Do(func() {
-		nodeBinPath = filepath.Join(binDir, "gpushare-node")
-		build := exec.Command("go", "build", "-o", nodeBinPath, "./cmd/gpushare-node")
+	return commandBin(t, "gpushare-node")
+}
+
+// commandBin builds ./cmd/<name> once per test binary, into the
+// directory TestMain removes, and returns its path.
+func commandBin(t testing.TB, name string) string {
+	t.Helper()
+	binsMu.Lock()
+	b := bins[name]
+	if b == nil {
+		b = &builtBin{}
+		bins[name] = b
+	}
+	binsMu.Unlock()
+	b.once.Do(func() {
+		b.path = filepath.Join(binDir, name)
+		build := exec.Command("go", "build", "-o", b.path, "./cmd/"+name)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
-			nodeBinErr = fmt.Errorf("building gpushare-node: %w\n%s", err, out)
+			b.err = fmt.Errorf("building %s: %w\n%s", name, err, out)
 		}
 	})
-	if nodeBinErr != nil {
-		t.Fatal(nodeBinErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return nodeBinPath
+	return b.path
+}
+
+type builtBin struct {
+	once sync.Once
+	path string
+	err  error
 }
 
 var (
-	nodeBinOnce sync.Once
-	nodeBinPath string
-	nodeBinErr  error
+	binsMu sync.Mutex
+	bins   = map[string]*builtBin{}
 )

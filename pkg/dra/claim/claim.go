@@ -112,6 +112,25 @@ func Requests(c *resourceapi.ResourceClaim) ([]alloc.ContainerRequest, error) {
 	return out, nil
 }
 
+// Asks reports whether claim c asks for any of gpushare's devices, by
+// any request of its spec: exactly, or among firstAvailable's
+// subrequests, in any allocation mode. It is true of an allocated claim
+// too: a claim's spec does not change.
+func Asks(c *resourceapi.ResourceClaim) bool {
+	ours := func(class string) bool { return class == Class || class == MPSClass }
+	for _, r := range c.Spec.Devices.Requests {
+		if r.Exactly != nil && ours(r.Exactly.DeviceClassName) {
+			return true
+		}
+		for _, s := range r.FirstAvailable {
+			if ours(s.DeviceClassName) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // GPU is what an allocated claim holds of one of gpushare's GPUs.
 type GPU struct {
 	Index int

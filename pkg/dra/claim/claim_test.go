@@ -128,3 +128,27 @@ func TestDeviceIndex(t *testing.T) {
 		}
 	}
 }
+
+// Asks sees gpushare's classes in every form a request takes: exactly,
+// allocationMode All, among firstAvailable's subrequests; not other
+// classes.
+func TestAsks(t *testing.T) {
+	all := exact(Class, 0, nil)
+	all.AllocationMode = resourceapi.DeviceAllocationModeAll
+	for name, c := range map[string]struct {
+		claim *resourceapi.ResourceClaim
+		want  bool
+	}{
+		"exactly":     {claimOf(resourceapi.DeviceRequest{Name: "r", Exactly: exact(Class, 1, nil)}), true},
+		"mps":         {claimOf(resourceapi.DeviceRequest{Name: "r", Exactly: exact(MPSClass, 1, nil)}), true},
+		"all":         {claimOf(resourceapi.DeviceRequest{Name: "r", Exactly: all}), true},
+		"first":       {claimOf(resourceapi.DeviceRequest{Name: "r", FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "a", DeviceClassName: "other"}, {Name: "b", DeviceClassName: Class}}}), true},
+		"other":       {claimOf(resourceapi.DeviceRequest{Name: "r", Exactly: exact("gpu.nvidia.com", 1, nil)}), false},
+		"other first": {claimOf(resourceapi.DeviceRequest{Name: "r", FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "a", DeviceClassName: "other"}}}), false},
+		"no request":  {claimOf(), false},
+	} {
+		if got := Asks(c.claim); got != c.want {
+			t.Errorf("%s: Asks = %v, want %v", name, got, c.want)
+		}
+	}
+}

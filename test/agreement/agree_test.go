@@ -1,4 +1,6 @@
-package record_test
+// Package agreement checks that every component that reads pods' allocation
+// records books the same GPUs from them.
+package agreement
 
 import (
 	"errors"
