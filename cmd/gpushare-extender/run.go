@@ -109,7 +109,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	cache := gpucache.New(logger, gpucache.Options{Requests: model.PodRequest, Refused: func(pod *corev1.Pod, err error) {
-		logger.Info("Not booking the GPU record of a pod", "pod", klog.KObj(pod), "err", err)
+		logger.Info("A pod's GPU record books nothing, or books though it is not what the pod asks", "pod", klog.KObj(pod), "err", err)
 	}, Resources: resource.PodCPUMemory, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }})
 	policy.Follow(cache)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))

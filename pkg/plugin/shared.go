@@ -137,8 +137,14 @@ const ReasonNoRecord = "GPUNotAllocated"
 // record keeps booking its GPUs.
 const ReasonRequestEdited = "GPURequestEdited"
 
+// ReasonRecordUnconforming is the reason of the Warning event on a
+// running pod whose record is not what the pod asks (the resource model
+// reads its request otherwise now, or the record was written by hand):
+// the record keeps booking its GPUs.
+const ReasonRecordUnconforming = "GPUAllocationUnconforming"
+
 // RecordRefused emits the Warning event that says why a pod's allocation
-// record books no GPU.
+// record books no GPU, or books though it is not what the pod asks.
 func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	if r == nil {
 		return
@@ -149,6 +155,10 @@ func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	}
 	if errors.Is(err, record.ErrRequestEdited) {
 		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRequestEdited, "Check", "%v", err)
+		return
+	}
+	if errors.Is(err, record.ErrUnconforming) {
+		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordUnconforming, "Check", "%v", err)
 		return
 	}
 	if errors.Is(err, record.ErrForeignRecord) {

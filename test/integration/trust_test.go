@@ -27,8 +27,11 @@ import (
 // namespace (the "edit" role), but is not gpushare's scheduler, tries to
 // book or take GPUs with hand-written allocation records. With
 // deploy/allocation-policy.yaml every such write is refused; without it
-// the scheduler books none of them (each is reported on the pod), and pods
-// that ask for GPUs through gpushare-scheduler still get them.
+// each is reported on its pod, the record of a pod that is not bound
+// books nothing, a rewrite of a bound pod's record is refused, and the
+// record of a pod pinned to the node books what it names (fail closed:
+// the node daemon gives its container nothing, and nothing else lands
+// there); no GPU is ever booked twice.
 func TestForgedRecords(t *testing.T) {
 	for _, policy := range []bool{true, false} {
 		t.Run(fmt.Sprintf("policy=%v", policy), func(t *testing.T) { forgedRecords(t, policy) })
@@ -80,17 +83,27 @@ func forgedRecords(t *testing.T, policy bool) {
 	_, err = tenant.CoreV1().Pods("tenant").Create(ctx, taker, metav1.CreateOptions{})
 	refused(err, "creating a pod on a node with a record")
 
-	// Pods through gpushare-scheduler still get every GPU: two of 15360
-	// MiB, one on each GPU, which the forged records claim.
+	// Pods through gpushare-scheduler get the GPUs no record holds: two
+	// of 15360 MiB, one on each GPU, under the policy. Without it the
+	// taker's record, bound to the node, holds GPU 1 as it stands (fail
+	// closed: its pod runs), and the second honest pod waits.
 	for _, name := range []string{"honest-0", "honest-1"} {
 		p := gpuPod(name, 15360, 0)
 		p.Namespace = "tenant"
 		if _, err := tenant.CoreV1().Pods("tenant").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		record(t, boundPod(t, tenant, "tenant", name))
+		if policy || name == "honest-0" {
+			record(t, boundPod(t, tenant, "tenant", name))
+		}
+	}
+	if !policy {
+		failedSchedulingMessage(t, admin, "tenant", "honest-1", "")
 	}
 	honest := boundPod(t, tenant, "tenant", "honest-0")
+	if i := record(t, honest).Containers[0].GPUs[0].Index; !policy && i != 0 {
+		t.Fatalf("honest-0 on GPU %d; want GPU 0, the one the taker's record does not hold", i)
+	}
 
 	// 3. The tenant moves a running pod's booking to the other GPU.
 	a := record(t, honest)
@@ -104,15 +117,17 @@ func forgedRecords(t *testing.T, policy bool) {
 	refused(err, "removing a running pod's record")
 
 	if !policy {
-		// Each forged record is reported on its pod, and none is booked:
-		// the scheduler's metrics show each GPU booked once, by the
-		// honest pods.
-		for _, pod := range []struct{ name, why string }{
-			{"squatter", "not bound to a node"},
-			{"taker", "books 15360 MiB and 0% compute, the container asks for 1024 MiB"},
-			{"honest-0", "allocation record changed after the pod was bound"},
+		// Each forged record is reported on its pod. The squatter's
+		// books nothing (its pod is not bound), the rewrite of
+		// honest-0's is refused (it keeps its first record), and the
+		// taker's books what it names: the scheduler's metrics show
+		// each GPU booked once.
+		for _, pod := range []struct{ name, reason, why string }{
+			{"squatter", plugin.ReasonRecordRefused, "not bound to a node"},
+			{"taker", plugin.ReasonRecordUnconforming, "books 15360 MiB and 0% compute, the container asks for 1024 MiB"},
+			{"honest-0", plugin.ReasonRecordRefused, "allocation record changed after the pod was bound"},
 		} {
-			eventNote(t, admin, "tenant", pod.name, plugin.ReasonRecordRefused, pod.why)
+			eventNote(t, admin, "tenant", pod.name, pod.reason, pod.why)
 		}
 		waitBooked(t, sched, "gpu-a", []float64{15360, 15360})
 		return
