@@ -15,6 +15,9 @@ type Movable struct {
 	Node      int
 	Request   *PodRequest
 	Placement *Placement
+	// Fits, if set, says whether the pod may run on a node (its node
+	// selector, affinity, tolerations): it is moved only to one.
+	Fits func(node int) bool
 }
 
 // Move is one pod a plan moves: from node From to node To, where it gets
@@ -43,6 +46,10 @@ type DefragBudget struct {
 	// the least movable GPU memory first; 0 tries every node where the
 	// pod would fit without its movable pods.
 	MaxTargets int
+	// Fits, if set, says whether the waiting pod may run on a node (its
+	// node selector, affinity, tolerations): only such nodes are made
+	// room on.
+	Fits func(node int) bool
 }
 
 // PlanDefrag returns the cheapest plan within budget that makes room for
@@ -73,6 +80,9 @@ func (pl *Placer) PlanDefrag(states []*NodeState, pod *PodRequest, movable []Mov
 	}
 	var targets []target
 	for node, ms := range byNode {
+		if b.Fits != nil && !b.Fits(node) {
+			continue
+		}
 		base := states[node].Clone()
 		var mib int64
 		ok := true
@@ -141,17 +151,31 @@ func (pl *Placer) destinations(states []*NodeState, target int, pod *PodRequest,
 		if there.Release(m.Placement) != nil {
 			return nil
 		}
-		d := pl.Pick(view, m.Request, seed)
+		// The nodes the pod may run on, of view.
+		fit, at := view, []int(nil)
+		if m.Fits != nil {
+			fit = nil
+			for k := range view {
+				if m.Fits(index[k]) {
+					fit, at = append(fit, view[k]), append(at, k)
+				}
+			}
+		}
+		d := pl.Pick(fit, m.Request, seed)
 		if d.Placement == nil {
 			return nil
 		}
-		if !copied[d.Index] {
-			view[d.Index], copied[d.Index] = view[d.Index].Clone(), true
+		k := d.Index
+		if at != nil {
+			k = at[k]
 		}
-		if view[d.Index].Apply(d.Placement) != nil {
+		if !copied[k] {
+			view[k], copied[k] = view[k].Clone(), true
+		}
+		if view[k].Apply(d.Placement) != nil {
 			return nil
 		}
-		plan.Moves = append(plan.Moves, Move{Key: m.Key, From: target, To: index[d.Index], Placement: d.Placement})
+		plan.Moves = append(plan.Moves, Move{Key: m.Key, From: target, To: index[k], Placement: d.Placement})
 		plan.MovedMiB += m.Placement.BookedMiB()
 	}
 	p, unfit := pl.Place(there, pod)

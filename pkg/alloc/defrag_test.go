@@ -95,6 +95,43 @@ func TestPlanDefrag(t *testing.T) {
 		}
 		c.check(p)
 	})
+	t.Run("only nodes the pods may run on", func(t *testing.T) {
+		// As "the cheapest node", where n1 is the cheapest target; but
+		// the waiting pod may not run on n1 (its node selector, say):
+		// n0 is made room on. Its pods may run on n3, not on n1 or n2.
+		c := newCluster(t, 2, 2, 2, 2)
+		c.book("a1", 0, 0, 4096, true)
+		c.book("a2", 0, 0, 4096, true)
+		c.book("a3", 0, 1, 9000, false)
+		c.book("b1", 1, 0, 12288, true)
+		c.book("b2", 1, 1, 9000, false)
+		c.book("z1", 2, 0, 4096, false)
+		c.book("z2", 2, 1, 4096, false)
+		c.book("y1", 3, 0, 12000, false)
+		c.book("y2", 3, 1, 4096, false)
+		for i := range c.movable {
+			c.movable[i].Fits = func(node int) bool { return node == 0 || node == 3 }
+		}
+		b := budget
+		b.Fits = func(node int) bool { return node != 1 }
+		p := c.plan(whole, b)
+		if p == nil || p.Target != 0 || len(p.Moves) != 2 {
+			t.Fatalf("plan %+v, want a1 and a2 moved off n0", p)
+		}
+		for _, m := range p.Moves {
+			if m.To != 3 {
+				t.Errorf("move %s to n%d; want n3, the only node it may run on with room", m.Key, m.To)
+			}
+		}
+		c.check(p)
+		// Nowhere the pods may go: no plan.
+		for i := range c.movable {
+			c.movable[i].Fits = func(node int) bool { return node == 0 }
+		}
+		if p := c.plan(whole, b); p != nil {
+			t.Fatalf("plan %+v, want none: the pods on n0 may run nowhere else", p)
+		}
+	})
 	t.Run("the cheapest node", func(t *testing.T) {
 		// n0 needs two moves (4096 + 4096 on GPU 0; GPU 1 is fixed), n1
 		// one (12288, more memory); n2 takes what moves.

@@ -6,13 +6,12 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/decision"
 )
 
 // PodInput is one pod with what is known about it.
@@ -198,15 +197,8 @@ func eligible(pod *corev1.Pod, nodes []corev1.Node) map[string]bool {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	out := make(map[string]bool, len(nodes))
 	for i := range nodes {
-		n := &nodes[i]
-		if ok, err := affinity.Match(n); err != nil || !ok {
-			continue
-		}
-		_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
-			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-		}, false)
-		if !untolerated {
-			out[n.Name] = true
+		if decision.EligibleBy(affinity, pod, &nodes[i]) {
+			out[nodes[i].Name] = true
 		}
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
@@ -73,11 +74,15 @@ type mover struct {
 	cache      *gpucache.Cache
 	model      *resource.Model
 	pods       corelisters.PodLister
+	nodes      corelisters.NodeLister
 	namespaces corelisters.NamespaceLister
 	pdbs       policylisters.PodDisruptionBudgetLister
 	metrics    *metrics
 	seed       uint64
 	now        func() time.Time
+	// activate moves pods to the scheduling queue's active queue
+	// (fwk.Handle's Activate); nil does nothing.
+	activate func(pods map[string]*corev1.Pod)
 
 	mu sync.Mutex
 	// plans holds the plans under way, by waiting pod.
@@ -232,12 +237,13 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 		}
 		key := p.Namespace + "/" + p.Name
 		byKey[key] = p
-		movable = append(movable, alloc.Movable{Key: key, Node: i, Request: req, Placement: placement})
+		movable = append(movable, alloc.Movable{Key: key, Node: i, Request: req, Placement: placement, Fits: m.fits(p, states)})
 	}
 	if len(movable) == 0 {
 		return nil, nil, nil, "no pod may move" + why.String()
 	}
-	plan := c.placer.PlanDefrag(states, c.req, movable, alloc.DefragBudget{MaxMoves: m.args.MaxMoves, MaxTargets: m.args.MaxTargets}, m.seed)
+	plan := c.placer.PlanDefrag(states, c.req, movable, alloc.DefragBudget{MaxMoves: m.args.MaxMoves, MaxTargets: m.args.MaxTargets,
+		Fits: m.fits(pod, states)}, m.seed)
 	if plan == nil {
 		return nil, nil, nil, fmt.Sprintf("%s of at most %d moves among the %d pods that may move", noPlan, m.args.MaxMoves, len(movable))
 	}
@@ -249,6 +255,31 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 		return nil, nil, nil, err.Error()
 	}
 	return plan, states, moved, ""
+}
+
+// fits returns which of states' nodes pod may run on by its node
+// selector, affinity and tolerations (decision.Eligible): a plan makes
+// room only where the waiting pod may run, and moves pods only where
+// they may. A node the lister does not hold is not one.
+//
+// Each node is judged when the plan first asks about it: a plan asks of
+// few nodes, and there are many movable pods.
+func (m *mover) fits(pod *corev1.Pod, states []*alloc.NodeState) func(int) bool {
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	const yes, no = 1, 2
+	judged := make([]uint8, len(states))
+	return func(i int) bool {
+		if i < 0 || i >= len(states) {
+			return false
+		}
+		if judged[i] == 0 {
+			judged[i] = no
+			if n, err := m.nodes.Get(states[i].Node.Name); err == nil && decision.EligibleBy(affinity, pod, n) {
+				judged[i] = yes
+			}
+		}
+		return judged[i] == yes
+	}
 }
 
 // hold holds the plan's places in the cache: on the target, what its
@@ -312,9 +343,43 @@ func (m *mover) giveUp(p *movePlan, result, why string) {
 	m.tried[p.waiting.UID] = m.now()
 	m.mu.Unlock()
 	released := m.cache.DropPlan(p.id)
+	m.requeue(p)
 	m.metrics.defragPlans.WithLabelValues(result).Inc()
 	m.recorder.Eventf(p.waiting, nil, corev1.EventTypeWarning, reasonDefragFailed, "Defragment",
 		"Gave up making room on node %s: %s; released %d held place(s)", p.node, why, len(released))
+}
+
+// requeue asks the scheduler to try again at once the pods plan p held
+// room for, its holds released: the waiting pod, and the pending pods of
+// the moved pods' controllers (their replacements). No cluster event
+// follows a release, and they would otherwise wait for the queue's
+// periodic flush of unschedulable pods (5 minutes).
+func (m *mover) requeue(p *movePlan) {
+	if m.activate == nil {
+		return
+	}
+	pods := map[string]*corev1.Pod{}
+	if cur, err := m.pods.Pods(p.waiting.Namespace).Get(p.waiting.Name); err == nil && cur.Spec.NodeName == "" {
+		pods[cur.Namespace+"/"+cur.Name] = cur
+	}
+	for _, mv := range p.moves {
+		owner := metav1.GetControllerOf(mv.pod)
+		if owner == nil {
+			continue
+		}
+		list, err := m.pods.Pods(mv.pod.Namespace).List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, q := range list {
+			if o := metav1.GetControllerOf(q); q.Spec.NodeName == "" && o != nil && o.UID == owner.UID {
+				pods[q.Namespace+"/"+q.Name] = q
+			}
+		}
+	}
+	if len(pods) > 0 {
+		m.activate(pods)
+	}
 }
 
 // run follows the plans under way until ctx ends.

@@ -37,13 +37,15 @@ import (
 type moverFixture struct {
 	m      *mover
 	c      *cycle
+	nodes  cache.Indexer
 	w, x   *corev1.Pod
 	events chan string
 	clock  time.Time
 
-	mu      sync.Mutex
-	refuse  bool
-	evicted []string
+	mu        sync.Mutex
+	refuse    bool
+	evicted   []string
+	activated []string
 }
 
 func newMoverFixture(t *testing.T) *moverFixture {
@@ -62,6 +64,7 @@ func newMoverFixture(t *testing.T) *moverFixture {
 		t.Fatal(err)
 	}
 	c := gpucache.New(logger, gpucache.Options{})
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, n := range []string{"n1", "n2"} {
 		inv := &gpusharev1.GPUInventory{Mode: gpusharev1.ModeShared, GPUs: []gpusharev1.GPU{{Index: 0, UUID: "GPU-" + n + "-0",
 			Model: "Tesla T4", MemoryMiB: 16384, Healthy: true, NUMANode: -1}}}
@@ -69,8 +72,12 @@ func newMoverFixture(t *testing.T) *moverFixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{gpusharev1.NodeLabel: "true"},
-			Annotations: map[string]string{gpusharev1.InventoryAnnotation: value}}})
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{gpusharev1.NodeLabel: "true", "name": n},
+			Annotations: map[string]string{gpusharev1.InventoryAnnotation: value}}}
+		c.SetNode(node)
+		if err := nodes.Add(node); err != nil {
+			t.Fatal(err)
+		}
 	}
 	running := func(name, node string, mib int64) *corev1.Pod {
 		p := memPod(name, mib)
@@ -92,7 +99,7 @@ func newMoverFixture(t *testing.T) *moverFixture {
 	w := memPod("w", 0)
 	w.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-count": k8sresource.MustParse("1")}
 
-	f := &moverFixture{x: x, w: w, events: make(chan string, 20), clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := &moverFixture{x: x, w: w, nodes: nodes, events: make(chan string, 20), clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	client := fake.NewClientset()
 	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
@@ -107,7 +114,10 @@ func newMoverFixture(t *testing.T) *moverFixture {
 		return true, nil, nil
 	})
 	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, p := range []*corev1.Pod{x, y, w} {
+	// x's replacement, made by its ReplicaSet, waiting to be placed.
+	x2 := memPod("x-2", 8192)
+	x2.Namespace, x2.OwnerReferences = "web", x.OwnerReferences
+	for _, p := range []*corev1.Pod{x, y, w, x2} {
 		if err := pods.Add(p); err != nil {
 			t.Fatal(err)
 		}
@@ -117,10 +127,17 @@ func newMoverFixture(t *testing.T) *moverFixture {
 		t.Fatal(err)
 	}
 	f.m = &mover{args: *args.Defrag, client: client, recorder: &chanRecorder{out: f.events}, cache: c, model: model,
-		pods: corelisters.NewPodLister(pods), namespaces: corelisters.NewNamespaceLister(namespaces),
+		pods: corelisters.NewPodLister(pods), nodes: corelisters.NewNodeLister(nodes), namespaces: corelisters.NewNamespaceLister(namespaces),
 		pdbs:    policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
 		metrics: newMetrics(), now: func() time.Time { return f.clock },
-		plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{}}
+		plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{},
+		activate: func(pods map[string]*corev1.Pod) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for k := range pods {
+				f.activated = append(f.activated, k)
+			}
+		}}
 	req, err := decision.Request(model, w)
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +181,47 @@ func (f *moverFixture) next(t *testing.T, want string) {
 	}
 }
 
+// TestMoverHonoursPlacementRules: the mover makes room only on a node
+// the waiting pod may run on, and moves a pod only to a node it may run
+// on: by node selector, required affinity and taints.
+func TestMoverHonoursPlacementRules(t *testing.T) {
+	ctx := t.Context()
+	for name, c := range map[string]struct {
+		edit func(f *moverFixture)
+		want string
+	}{
+		"waiting pod selects no node": {func(f *moverFixture) { f.w.Spec.NodeSelector = map[string]string{"name": "n9"} },
+			"defragmentation: no plan"},
+		"waiting pod does not tolerate n1": {func(f *moverFixture) {
+			n1, _, _ := f.nodes.GetByKey("n1")
+			n := n1.(*corev1.Node).DeepCopy()
+			n.Spec.Taints = []corev1.Taint{{Key: "team", Value: "a", Effect: corev1.TaintEffectNoSchedule}}
+			if err := f.nodes.Update(n); err != nil {
+				t.Fatal(err)
+			}
+		}, "defragmentation: no plan"},
+		"moved pod may run on n1 only": {func(f *moverFixture) {
+			f.x.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: "name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}}
+		}, "defragmentation: no plan"},
+		"as they are": {func(*moverFixture) {}, "defragmentation: moving web/x to node n2 (GPU 0)"},
+	} {
+		f := newMoverFixture(t)
+		c.edit(f)
+		if note := f.m.consider(ctx, f.w, f.c); !strings.HasPrefix(note, c.want) {
+			t.Errorf("%s: %q, want %q...", name, note, c.want)
+		}
+		if c.want == "defragmentation: no plan" {
+			f.mu.Lock()
+			if len(f.evicted) > 0 {
+				t.Errorf("%s: evicted %v", name, f.evicted)
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
 // TestMoverGivesUp: a plan whose eviction is refused releases what it
 // held at once; a plan whose replacement does not come releases it at
 // the deadline; each says why on the waiting pod, and the cluster is as
@@ -182,6 +240,14 @@ func TestMoverGivesUp(t *testing.T) {
 	if left := f.m.cache.PlanHolds("defrag/uid-w"); len(left) != 0 {
 		t.Errorf("holds after the refusal: %v", left)
 	}
+	// The room released, the waiting pod and the moved pod's
+	// replacement are tried again at once.
+	f.mu.Lock()
+	slices.Sort(f.activated)
+	if !slices.Equal(f.activated, []string{"default/w", "web/x-2"}) {
+		t.Errorf("activated %v after the release; want the waiting pod and the replacement, [default/w web/x-2]", f.activated)
+	}
+	f.mu.Unlock()
 	if after := f.m.cache.Snapshot(); !sameUsage(before, after) {
 		t.Errorf("the cache after the refusal differs from before the plan")
 	}

@@ -106,9 +106,10 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		if args.DefragOn() {
 			f := h.SharedInformerFactory()
 			pl.mover = &mover{args: *args.Defrag, client: h.ClientSet(), recorder: h.EventRecorder(), cache: s.cache, model: model,
-				pods: f.Core().V1().Pods().Lister(), namespaces: f.Core().V1().Namespaces().Lister(), pdbs: pl.pdbs,
+				pods: f.Core().V1().Pods().Lister(), nodes: f.Core().V1().Nodes().Lister(), namespaces: f.Core().V1().Namespaces().Lister(), pdbs: pl.pdbs,
 				metrics: s.metrics, seed: args.Seed, now: time.Now,
-				plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{}}
+				plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{},
+				activate: func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }}
 			go pl.mover.run(ctx, time.Second)
 		}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,

@@ -172,7 +172,8 @@ func watchRecords(t *testing.T, c *controlplane.Cluster) func() {
 // TestDefragMoves: a whole-GPU pod waits while two T4s hold 8 GiB (a
 // Deployment's pod, in a namespace that opts in to moves) and 4 GiB (a
 // bare pod). While a PodDisruptionBudget forbids moving the Deployment's
-// pod, the waiting pod is told so and nothing moves. Without it,
+// pod, the waiting pod is told so and nothing moves; nor does anything
+// move for a pod whose nodeSelector matches no node. Without the budget,
 // gpushare-scheduler moves that pod: evicted, its replacement lands on the
 // other GPU, where its place was held, and the waiting pod binds to the
 // GPU emptied for it. The records never over-commit a GPU meanwhile
@@ -217,6 +218,22 @@ func TestDefragMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := admin.CoreV1().Pods("default").Delete(ctx, "big", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod that may run on no node (its nodeSelector matches none)
+	// makes nothing move: room is made only where the waiting pod may
+	// run (13000 MiB fits no GPU as they are; moving web would make room
+	// on gpu-a).
+	nowhere := gpuPod("nowhere", 13000, 0)
+	nowhere.Spec.NodeSelector = map[string]string{"example.com/no-such-node": "true"}
+	if _, err := admin.CoreV1().Pods("default").Create(ctx, nowhere, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a pod for no node: %s", failedSchedulingMessage(t, admin, "default", "nowhere", "defragmentation: no plan"))
+	if p, err := admin.CoreV1().Pods("web").Get(ctx, web.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("web's pod after a pod for no node waited: %v, deleting %v", err, p.DeletionTimestamp)
+	}
+	if err := admin.CoreV1().Pods("default").Delete(ctx, "nowhere", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	wholeGPU("big2")
