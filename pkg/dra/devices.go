@@ -173,6 +173,8 @@ func (s Share) add(o Share) Share {
 // Consumed returns what allocation result r consumes of GPU g: the
 // capacity it names (no compute where it names memory only), the whole
 // GPU where it names none (an exclusive allocation: a whole-card device).
+// An admin-access result consumes nothing: DRA's allocator does not
+// count it against the device, so neither does gpushare.
 // It refuses a result for another driver or device, and a consumption
 // that is not a whole number of MiB or percent or exceeds the GPU.
 func Consumed(r resourceapi.DeviceRequestAllocationResult, g gpu.Device) (Share, error) {
@@ -181,6 +183,9 @@ func Consumed(r resourceapi.DeviceRequestAllocationResult, g gpu.Device) (Share,
 	}
 	if r.Device != DeviceName(g.Index) {
 		return Share{}, fmt.Errorf("allocation of device %s read against GPU %d (%s)", r.Device, g.Index, g.UUID)
+	}
+	if r.AdminAccess != nil && *r.AdminAccess {
+		return Share{}, nil
 	}
 	s := Share{MemoryMiB: usableMiB(g), ComputePercent: 100}
 	if r.ConsumedCapacity != nil {

@@ -165,3 +165,17 @@ func attr(a resourceapi.DeviceAttribute) string {
 	}
 	return ""
 }
+
+// An admin-access result consumes nothing of its GPU: DRA's allocator
+// does not count it, and Prepare must not refuse the next claim for it.
+func TestConsumedAdminAccess(t *testing.T) {
+	admin := true
+	r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: Driver, Pool: "n1", Device: DeviceName(0), AdminAccess: &admin}
+	if s, err := Consumed(r, t4(0)); err != nil || s != (Share{}) {
+		t.Errorf("Consumed = %+v, %v; want nothing", s, err)
+	}
+	r.AdminAccess = nil
+	if s, err := Consumed(r, t4(0)); err != nil || s != (Share{MemoryMiB: 14930, ComputePercent: 100}) {
+		t.Errorf("without admin access: Consumed = %+v, %v; want the whole GPU", s, err)
+	}
+}

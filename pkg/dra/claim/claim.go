@@ -144,7 +144,7 @@ type GPU struct {
 
 // Held returns the node and the GPUs claim c's allocation holds of
 // gpushare's devices, summed per GPU; node is "" when c is not allocated
-// or holds none of them. It refuses results it cannot read (a device name
+// or holds none of them (admin access holds none). It refuses results it cannot read (a device name
 // or consumption that gpushare's devices never have).
 func Held(c *resourceapi.ResourceClaim) (node string, gpus []GPU, err error) {
 	if c.Status.Allocation == nil {
@@ -152,7 +152,9 @@ func Held(c *resourceapi.ResourceClaim) (node string, gpus []GPU, err error) {
 	}
 	at := map[int]int{}
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != Driver {
+		// Admin access consumes nothing: DRA's allocator does not count
+		// it against the device.
+		if r.Driver != Driver || r.AdminAccess != nil && *r.AdminAccess {
 			continue
 		}
 		if node != "" && r.Pool != node {

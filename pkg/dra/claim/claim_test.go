@@ -87,6 +87,12 @@ func allocated(results ...resourceapi.DeviceRequestAllocationResult) *resourceap
 	return c
 }
 
+// admin marks r as allocated with admin access.
+func admin(r resourceapi.DeviceRequestAllocationResult) resourceapi.DeviceRequestAllocationResult {
+	r.AdminAccess = new(true)
+	return r
+}
+
 func TestHeld(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -104,6 +110,10 @@ func TestHeld(t *testing.T) {
 			result(Driver, "n1", "gpu-2", map[resourceapi.QualifiedName]string{Memory: "2Gi"})),
 			"n1", []GPU{{Index: 2, MemoryMiB: 3072}}, false},
 		{"another driver's device only", allocated(result("nic.example.com", "n1", "eth0", nil)), "", nil, false},
+		{"admin access holds nothing", allocated(admin(result(Driver, "n1", "gpu-0", nil))), "", nil, false},
+		{"admin access beside a share", allocated(admin(result(Driver, "n1", "gpu-0", nil)),
+			result(Driver, "n1", "gpu-1", map[resourceapi.QualifiedName]string{Memory: "1Gi"})),
+			"n1", []GPU{{Index: 1, MemoryMiB: 1024}}, false},
 		{"a device name gpushare never publishes", allocated(result(Driver, "n1", "gpu-01", nil)), "", nil, true},
 		{"two pools", allocated(result(Driver, "n1", "gpu-0", nil), result(Driver, "n2", "gpu-0", nil)), "", nil, true},
 		{"negative compute", allocated(result(Driver, "n1", "gpu-0", map[resourceapi.QualifiedName]string{Memory: "1Gi", Compute: "-1"})), "", nil, true},
