@@ -102,9 +102,11 @@ type Options struct {
 	// fragmentation-aware policies weigh. Nil counts none.
 	Resources func(*corev1.Pod) (cpuMilli, memoryMiB int64)
 	// Refused, if set, is told once per record value that the cache does
-	// not book, with why (the adapter emits an event on the pod), and
-	// once per change of a booked pod's request-shaping annotations, with
-	// an error that is record.ErrRequestEdited.
+	// not book, with why (the adapter emits an event on the pod); once
+	// per change of a booked pod's request-shaping annotations, with an
+	// error that is record.ErrRequestEdited; and once per record it books
+	// though it is not what the pod asks, with an error that is
+	// record.ErrUnconforming.
 	Refused func(pod *corev1.Pod, err error)
 	// RequestAnnotations, if set, gives the annotations that shape a
 	// pod's request (resource.Model.RequestAnnotations): a record that

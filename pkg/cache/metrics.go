@@ -19,9 +19,9 @@ var (
 	computeDesc = prometheus.NewDesc("gpushare_gpu_compute_booked_ratio",
 		"Share of each GPU's compute booked by pods, 0 to 1, over 1 where records over-commit a GPU.", []string{"node", "gpu"}, nil)
 	refusedDesc = prometheus.NewDesc("gpushare_allocation_records_refused",
-		"Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.", nil, nil)
+		"Pods whose allocation record books nothing: not bound, for another node, or unreadable.", nil, nil)
 	unconformingDesc = prometheus.NewDesc("gpushare_allocation_records_unconforming",
-		"Running pods whose allocation record is not what the pod asks (its request reads otherwise under the resource model now, or the record was written by hand): the record keeps booking the GPUs it names, and the node daemon serves their containers no more.", nil, nil)
+		"Running pods whose allocation record is not what the pod asks (its request reads otherwise under the resource model now, or the record was written by hand): the record keeps booking the GPUs it names.", nil, nil)
 	editedDesc = prometheus.NewDesc("gpushare_pods_request_edited",
 		"Running pods whose request-shaping annotations changed after binding: their records keep booking their GPUs, and the node daemon serves their containers no more.", nil, nil)
 )

@@ -32,7 +32,7 @@ func expectedMetrics(refused int, gpus []metricGPU) string {
 		fmt.Fprintf(&claimed, "%s{gpu=%q,node=%q} %s\n", claimedMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.claimedMiB)*1024*1024))
 		fmt.Fprintf(&compute, "%s{gpu=%q,node=%q} %s\n", computeMetric, strconv.Itoa(g.gpu), g.node, f(float64(g.used.Compute)/100))
 	}
-	return "# HELP gpushare_allocation_records_refused Pods whose allocation record books nothing: not bound, for another node, or not what the pod asks for.\n" +
+	return "# HELP gpushare_allocation_records_refused Pods whose allocation record books nothing: not bound, for another node, or unreadable.\n" +
 		"# TYPE gpushare_allocation_records_refused gauge\n" + fmt.Sprintf("gpushare_allocation_records_refused %d\n", refused) +
 		"# HELP " + capacityMetric + " Memory of each GPU of the gpushare nodes.\n" +
 		"# TYPE " + capacityMetric + " gauge\n" + capacity.String() +
@@ -48,7 +48,7 @@ func expectedMetrics(refused int, gpus []metricGPU) string {
 // unconformingMetrics is the exposition of
 // gpushare_allocation_records_unconforming at n.
 func unconformingMetrics(n int) string {
-	return "# HELP gpushare_allocation_records_unconforming Running pods whose allocation record is not what the pod asks (its request reads otherwise under the resource model now, or the record was written by hand): the record keeps booking the GPUs it names, and the node daemon serves their containers no more.\n" +
+	return "# HELP gpushare_allocation_records_unconforming Running pods whose allocation record is not what the pod asks (its request reads otherwise under the resource model now, or the record was written by hand): the record keeps booking the GPUs it names.\n" +
 		"# TYPE gpushare_allocation_records_unconforming gauge\n" + fmt.Sprintf("gpushare_allocation_records_unconforming %d\n", n)
 }
 

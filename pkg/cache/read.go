@@ -144,7 +144,7 @@ func (c *Cache) samples() (gpus []gpuSample, refused, edited, unconforming int) 
 		if len(p.edited) > 0 {
 			edited++
 		}
-		if p.unconforming != nil && !p.invalid {
+		if p.unconforming != nil && !p.invalid && c.nodes[p.node] != nil {
 			unconforming++
 		}
 		if p.claim == nil || p.invalid || p.placement == nil {

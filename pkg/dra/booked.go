@@ -19,7 +19,7 @@ import (
 func PodBookings(pods []*corev1.Pod, r record.Reader, node *alloc.Node) map[string]Share {
 	out := map[string]Share{}
 	for _, p := range pods {
-		b, err := r.Book(p, node)
+		b, err := r.Holds(p, node)
 		if err != nil {
 			continue
 		}

@@ -64,12 +64,15 @@ func TestPodBookings(t *testing.T) {
 		recordedPod(t, corev1.PodSucceeded, uuid, alloc.ContainerPlacement{Name: "done", Kind: alloc.App, GPUs: share(4000, 50)}),
 		aliyun,
 		unbound,
+		// A GPU the node no longer lists (renumbered, lost): the
+		// scheduler keeps it booked, and so does the driver.
+		recordedPod(t, corev1.PodRunning, "GPU-gone", alloc.ContainerPlacement{Name: "d", Kind: alloc.App, GPUs: share(300, 0)}),
 		{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpusharev1.AllocationAnnotation: "{not json"}}, Spec: corev1.PodSpec{NodeName: "node-a"}},
 		{},
 	}
 	got := PodBookings(pods, reader, NodeOf("node-a", []gpu.Device{t4(0), t4(1)}, Options{}))
-	if want := (Share{MemoryMiB: 8000 + 500 + 2048, ComputePercent: 30}); len(got) != 1 || got[uuid] != want {
-		t.Errorf("bookings %v; want %s: %+v", got, uuid, want)
+	if want := (Share{MemoryMiB: 8000 + 500 + 2048, ComputePercent: 30}); len(got) != 2 || got[uuid] != want || got["GPU-gone"] != (Share{MemoryMiB: 300}) {
+		t.Errorf("bookings %v; want %s: %+v and GPU-gone: 300 MiB", got, uuid, want)
 	}
 }
 

@@ -265,12 +265,15 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 // Each node is judged when the plan first asks about it: a plan asks of
 // few nodes, and there are many movable pods.
 func (m *mover) fits(pod *corev1.Pod, states []*alloc.NodeState) func(int) bool {
-	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	var affinity nodeaffinity.RequiredNodeAffinity
 	const yes, no = 1, 2
-	judged := make([]uint8, len(states))
+	var judged map[int]uint8
 	return func(i int) bool {
 		if i < 0 || i >= len(states) {
 			return false
+		}
+		if judged == nil {
+			affinity, judged = nodeaffinity.GetRequiredNodeAffinity(pod), map[int]uint8{}
 		}
 		if judged[i] == 0 {
 			judged[i] = no

@@ -266,12 +266,25 @@ func (r Reader) asked(pod *corev1.Pod, asked *gpusharev1.Asked) *corev1.Pod {
 	return &bound
 }
 
-// Book returns what pod books of each GPU, by UUID, on node: the sum
-// the scheduler books (alloc.Booking), or nothing with why.
+// Book returns what pod's record books on node, placed on its GPUs
+// (On), or nothing with why.
 func (r Reader) Book(pod *corev1.Pod, node *alloc.Node) (*Booking, error) {
 	b, err := r.Read(pod)
 	if err != nil {
 		return nil, err
+	}
+	return b.On(node, nil)
+}
+
+// Holds returns what pod's record holds, its GPUs named by UUID, for
+// readers that count by UUID (the DRA driver, the usage metrics):
+// gpushare's record as it names them, even a GPU node no longer lists
+// (the scheduler keeps such a GPU booked until the pod goes); another
+// system's placed on node (On), which its indexes name.
+func (r Reader) Holds(pod *corev1.Pod, node *alloc.Node) (*Booking, error) {
+	b, err := r.Read(pod)
+	if err != nil || b.System == nil {
+		return b, err
 	}
 	return b.On(node, nil)
 }

@@ -126,7 +126,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	node := record.NodeOf(c.Node, inventory.From(devs, gpusharev1.ModeShared, false))
 	for _, p := range pods {
-		b, err := c.Reader.Book(p, node)
+		b, err := c.Reader.Holds(p, node)
 		if err != nil {
 			continue
 		}
