@@ -271,6 +271,8 @@ func run(ctx context.Context, o options) error {
 			Served:             func() []string { return plugins.Served() },
 			Requests:           model.PodRequest,
 			RequestAnnotations: model.RequestAnnotations(),
+			Mode:               mode,
+			ReservedMiB:        args.ReservedMiB,
 			UnitMiB:            model.UnitMiB,
 			NodePods:           nodePods,
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {

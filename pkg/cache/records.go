@@ -94,7 +94,7 @@ func (c *Cache) noteUnconforming(p *podEntry) {
 		return
 	}
 	p.noted = true
-	err := fmt.Errorf("%w while the pod runs: %w",
+	err := fmt.Errorf("%w while the pod runs, and gpushare-node gives its containers no GPU: %w",
 		record.ErrUnconforming, p.unconforming)
 	c.logger.Error(err, "Pod's allocation record is not what it asks", "pod", p.key)
 	if c.opts.Refused != nil && p.pod != nil {

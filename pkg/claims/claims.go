@@ -71,6 +71,12 @@ type Config struct {
 	// record keeps other values for them (gpusharev1.Asked) was edited
 	// after binding, and its containers are refused.
 	RequestAnnotations []string
+	// Mode and ReservedMiB describe the node's GPUs as its inventory
+	// publishes them (inventory.From, inventory.Reserve; with MPS set its
+	// GPUs run MPS), which the scheduler places records on: a record is
+	// checked against the same. ReservedMiB nil reserves nothing.
+	Mode        gpusharev1.Mode
+	ReservedMiB func(model string) int64
 	// UnitMiB, if set, gives the MiB in one unit of a Memory resource for
 	// pods in a namespace (0 if not one): containers that ask
 	// aliyun.com/gpu-mem then get Aliyun's environment in their pod's

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
@@ -54,5 +56,33 @@ func TestConformsRefusesEditedPods(t *testing.T) {
 	}
 	if err := served(pod("Tesla T4"), rec(15360)); err == nil {
 		t.Error("a record of 15360 MiB for a pod of 4096 was served")
+	}
+
+	// Checked on the node's GPUs as its inventory publishes them: a
+	// whole-GPU request recorded as 1 MiB, or on a GPU model the pod
+	// does not allow, is refused; the whole GPU, less the node's
+	// reservation, is served.
+	c.cfg.ReservedMiB = func(string) int64 { return 430 }
+	c.SetGPUs([]gpu.Device{{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}})
+	whole := func(models string) *corev1.Pod {
+		p := pod(models)
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-count": *k8sresource.NewQuantity(1, k8sresource.DecimalSI)}
+		return p
+	}
+	wholeRec := func(mib, compute int64) *gpusharev1.Allocation {
+		a := rec(mib)
+		a.Containers[0].GPUs[0].Compute = compute
+		return a
+	}
+	if err := served(whole("Tesla T4"), wholeRec(15360-430, 100)); err != nil {
+		t.Errorf("the whole GPU, less the reservation: %v", err)
+	}
+	if err := served(whole("Tesla T4"), wholeRec(1, 1)); !errors.Is(err, alloc.ErrNonconforming) {
+		t.Errorf("a whole GPU recorded as 1 MiB: %v, want ErrNonconforming", err)
+	}
+	other := rec(4096)
+	other.Asked = gpusharev1.AskedOf(map[string]string{"gpushare.io/gpu-models": "NVIDIA A100-SXM4-80GB"}, model.RequestAnnotations())
+	if err := served(pod("NVIDIA A100-SXM4-80GB"), other); !errors.Is(err, alloc.ErrNonconforming) {
+		t.Errorf("a record on a T4 for a pod that allows A100s only: %v, want ErrNonconforming", err)
 	}
 }

@@ -1,31 +1,29 @@
 package claims
 
 import (
+	"cmp"
 	"slices"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/inventory"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
-// node is this node's GPUs as the core describes them, each with the
-// memory a process can allocate: another system's record, which names
-// GPUs by index, is placed on them.
+// node is this node's GPUs as its inventory publishes them, which the
+// scheduler places records on: each with the memory a process can
+// allocate, less the node's reservation.
 func (c *Claims) node() *alloc.Node {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := &alloc.Node{Name: c.cfg.Node, GPUs: make([]alloc.GPU, 0, len(c.gpus))}
+	devs := make([]gpu.Device, 0, len(c.gpus))
 	for _, d := range c.gpus {
-		n.GPUs = append(n.GPUs, alloc.GPU{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: usable(d), Healthy: d.Healthy})
+		devs = append(devs, d)
 	}
-	slices.SortFunc(n.GPUs, func(a, b alloc.GPU) int { return a.Index - b.Index })
-	return n
-}
-
-// usable is the memory processes can allocate on d, as the inventory
-// publishes it.
-func usable(d gpu.Device) int64 {
-	if d.UsableMemoryMiB > 0 && d.UsableMemoryMiB < d.MemoryMiB {
-		return d.UsableMemoryMiB
+	c.mu.Unlock()
+	slices.SortFunc(devs, func(a, b gpu.Device) int { return a.Index - b.Index })
+	if c.cfg.ReservedMiB != nil {
+		devs = inventory.Reserve(devs, c.cfg.ReservedMiB)
 	}
-	return d.MemoryMiB
+	return record.NodeOf(c.cfg.Node, inventory.From(devs, cmp.Or(c.cfg.Mode, gpusharev1.ModeShared), c.cfg.MPS != nil))
 }

@@ -138,16 +138,19 @@ func (c *Claims) allocation(pod *corev1.Pod, container string) (*gpusharev1.Cont
 	if errors.Is(err, record.ErrNoRecord) {
 		return nil, fmt.Errorf("pod %s/%s has no %s annotation: it was not scheduled by gpushare", pod.Namespace, pod.Name, gpusharev1.AllocationAnnotation)
 	}
-	if err == nil && b.System != nil {
-		// Another system's record names GPUs by index, sized by the
-		// node's GPUs.
-		b, err = b.On(c.node(), nil)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if a := b.Allocation; a.Node != c.cfg.Node || pod.Spec.NodeName != c.cfg.Node {
 		return nil, fmt.Errorf("pod %s/%s: its GPUs were allocated on node %s, it is bound to %q, this is %s", pod.Namespace, pod.Name, a.Node, pod.Spec.NodeName, c.cfg.Node)
+	}
+	// On the node's GPUs as the scheduler saw them: another system's
+	// record names GPUs by index, and the check covers their models and
+	// sizes. A GPU the node does not have is checkGPUs' to report.
+	if placed, err := b.On(c.node(), nil); err == nil {
+		b = placed
+	} else if b.System != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if err := b.Problem(); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -72,6 +74,66 @@ func (pl *GPUShare) asksClaimDevices(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// allocated returns where DynamicResources' Reserve, which runs before
+// GPUShare's, allocated pod's claims of gpushare's devices in this cycle
+// (its pending allocations), as a placement on node with base's CPU and
+// memory; nil when it allocated none here. The allocator picks a GPU
+// from the node's slice, which may not yet count the pods bound a moment
+// ago: the plugin books what it picked, not the GPU its own policy
+// would have, so that nothing lands on it meanwhile, and an allocation
+// that over-commits a GPU is refused before the pod binds.
+func (pl *GPUShare) allocated(pod *corev1.Pod, node string, base *alloc.Placement) (*alloc.Placement, error) {
+	if pl.claims == nil || pl.handle == nil || pl.handle.SharedDRAManager() == nil {
+		return nil, nil
+	}
+	tracker := pl.handle.SharedDRAManager().ResourceClaims()
+	sum := map[int]claim.GPU{}
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name)
+		if err != nil || rc.Status.Allocation != nil {
+			continue
+		}
+		pending := tracker.GetPendingAllocation(rc.UID)
+		if pending == nil {
+			continue
+		}
+		c := rc.DeepCopy()
+		c.Status.Allocation = pending
+		on, gpus, err := claim.Held(c)
+		if err != nil {
+			return nil, err
+		}
+		if on == "" {
+			continue
+		}
+		if on != node {
+			return nil, fmt.Errorf("claim %s was allocated devices of node %s, the pod goes to %s", rc.Name, on, node)
+		}
+		for _, g := range gpus {
+			s := sum[g.Index]
+			s.Index, s.MemoryMiB, s.Compute, s.Whole = g.Index, s.MemoryMiB+g.MemoryMiB, s.Compute+g.Compute, s.Whole || g.Whole
+			sum[g.Index] = s
+		}
+	}
+	if len(sum) == 0 {
+		return nil, nil
+	}
+	var n *alloc.Node
+	if err := pl.cache.Read(node, func(s *alloc.NodeState) { n = s.Node }); err != nil {
+		return nil, err
+	}
+	p, err := claim.Placement("pod "+pod.Namespace+"/"+pod.Name, slices.Collect(maps.Values(sum)), n)
+	if err != nil {
+		return nil, err
+	}
+	p.CPUMilli, p.MemoryMiB = base.CPUMilli, base.MemoryMiB
+	return p, nil
 }
 
 // mixedRequest is why a pod that asks GPUs both through extended

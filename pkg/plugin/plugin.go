@@ -495,6 +495,20 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 		}
 		return fwk.AsStatus(err)
 	}
+	if c.claims {
+		// Book the GPUs DynamicResources allocated, not the policy's.
+		dra, err := pl.allocated(pod, nodeName, p)
+		if err == nil && dra != nil {
+			err = pl.cache.Assume(pod.UID, c.req.Key, dra)
+			p = dra
+		}
+		if err != nil {
+			pl.cache.Forget(pod.UID)
+			pl.metrics.observe(resultUnschedulable, c.start)
+			return fwk.NewStatus(fwk.Unschedulable, "the GPUs DRA allocated the pod's claims do not fit beside what gpushare books there "+
+				"(the node's ResourceSlice does not yet count every pod): "+err.Error())
+		}
+	}
 	pl.metrics.observe(resultScheduled, c.start)
 	c.mu.Lock()
 	c.chosen = p
@@ -601,7 +615,8 @@ func describe(p *alloc.Placement) string {
 // EventsToRegister implements fwk.EnqueueExtensions: a pod rejected for
 // want of GPUs is retried when a pod holding GPUs goes away or ends, when
 // a node's GPU inventory or opt-in label changes, or when the pod itself
-// changes (its GPU models or MPS annotations). A pod whose request is
+// changes (its GPU models or MPS annotations); a pod with ResourceClaims
+// also when a ResourceSlice changes. A pod whose request is
 // invalid is retried only when it changes itself.
 func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
@@ -610,7 +625,19 @@ func (pl *GPUShare) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation | fwk.UpdateNodeLabel}, QueueingHintFn: pl.inventoryChanged},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.allocatableGrew},
 		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete}, QueueingHintFn: pl.claimReleased},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.sliceChanged},
 	}, nil
+}
+
+// sliceChanged requeues a pod with ResourceClaims when a node's
+// ResourceSlice changes: Reserve refuses the claims DRA allocated from a
+// slice that did not yet count a pod's booking (allocated), and the
+// slice that counts it is when to try again.
+func (pl *GPUShare) sliceChanged(_ klog.Logger, pod *corev1.Pod, _, _ any) (fwk.QueueingHint, error) {
+	if len(pod.Spec.ResourceClaims) == 0 {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
 }
 
 // allocatableGrew requeues a pod when a node's kubelet advertises more of
