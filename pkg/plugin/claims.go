@@ -27,13 +27,8 @@ func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*allo
 		return nil, nil
 	}
 	var containers []alloc.PodContainer
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || name == nil {
-			continue
-		}
-		rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name)
-		if err != nil || rc.Status.Allocation != nil {
+	for _, rc := range pl.podClaims(pod) {
+		if rc.Status.Allocation != nil {
 			continue
 		}
 		crs, err := claim.Requests(rc)
@@ -61,19 +56,26 @@ func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*allo
 // gpushare's devices (claim.Asks), allocated or not, in whatever form
 // the policy can place or not (firstAvailable, allocationMode All).
 func (pl *GPUShare) asksClaimDevices(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pl.podClaims(pod), claim.Asks)
+}
+
+// podClaims returns the ResourceClaims of pod that exist, as the
+// informer has them.
+func (pl *GPUShare) podClaims(pod *corev1.Pod) []*resourceapi.ResourceClaim {
 	if pl.claims == nil {
-		return false
+		return nil
 	}
+	var out []*resourceapi.ResourceClaim
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
 		if err != nil || name == nil {
 			continue
 		}
-		if rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name); err == nil && claim.Asks(rc) {
-			return true
+		if rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name); err == nil {
+			out = append(out, rc)
 		}
 	}
-	return false
+	return out
 }
 
 // allocated returns where DynamicResources' Reserve, which runs before
@@ -90,13 +92,8 @@ func (pl *GPUShare) allocated(pod *corev1.Pod, node string, base *alloc.Placemen
 	}
 	tracker := pl.handle.SharedDRAManager().ResourceClaims()
 	sum := map[int]claim.GPU{}
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || name == nil {
-			continue
-		}
-		rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name)
-		if err != nil || rc.Status.Allocation != nil {
+	for _, rc := range pl.podClaims(pod) {
+		if rc.Status.Allocation != nil {
 			continue
 		}
 		pending := tracker.GetPendingAllocation(rc.UID)
