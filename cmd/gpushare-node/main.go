@@ -32,9 +32,9 @@ import (
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/cdi"
-	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu/source"
+	"github.com/gpushare/gpushare/pkg/holder"
 	"github.com/gpushare/gpushare/pkg/inventory"
 	"github.com/gpushare/gpushare/pkg/lease"
 	"github.com/gpushare/gpushare/pkg/mps"
@@ -265,7 +265,7 @@ func run(ctx context.Context, o options) error {
 		defer func() { _ = kubelet.Close() }()
 		resources := deviceplugin.ResourcesFrom(args.ResourceModel)
 		var plugins *deviceplugin.Manager
-		c, err := claims.New(logger, claims.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
+		c, err := holder.New(logger, holder.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
 			Enforcement: gpusharev1.Enforcement(o.enforcement), HAMiCore: hamiCore,
 			MPSResources:       deviceplugin.MPSResources(resources),
 			Served:             func() []string { return plugins.Served() },

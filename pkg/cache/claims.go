@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
-	"github.com/gpushare/gpushare/pkg/dra/claim"
+	"github.com/gpushare/gpushare/pkg/claim"
 )
 
 // SetClaim books what ResourceClaim rc's allocation holds of gpushare's

@@ -5,7 +5,7 @@
 // The devices of a resource are tokens, not GPUs: the kubelet counts them
 // for admission; which GPU a container gets comes from its pod's record.
 // The plugins know only device IDs, so they hand the rest to a Resolver
-// (claims.Claims):
+// (holder.Resolver):
 //
 //  1. Allocate cannot know the pod (the kubelet sends only device IDs), so
 //     it answers with a CDI device named after those IDs,

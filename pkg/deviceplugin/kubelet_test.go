@@ -20,11 +20,11 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
-	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/holder"
 	"github.com/gpushare/gpushare/pkg/podresources"
 )
 
@@ -35,7 +35,7 @@ const testNode = "node-a"
 type node struct {
 	*kubelettest.Kubelet
 	m      *Manager
-	claims *claims.Claims
+	claims *holder.Resolver
 	gpus   *sim.Backend
 	cdiDir string
 	// runtime applies the containers' CDI devices.
@@ -49,7 +49,7 @@ func startNode(t testing.TB) *node { return startNodeWith(t, nil) }
 // testConfig configures the plugins and the claims they resolve.
 type testConfig struct {
 	Config
-	Claims claims.Config
+	Claims holder.Config
 }
 
 // startNodeWith is startNode with edit applied to the plugins' Config.
@@ -80,7 +80,7 @@ func startNodeWith(t testing.TB, edit func(*testConfig)) *node {
 	var m *Manager
 	cfg := testConfig{
 		Config: Config{Dir: dir, Resources: ResourcesFrom(nil), Backend: gpus},
-		Claims: claims.Config{Node: testNode, CDIDir: n.cdiDir, Kubelet: kubelet, Pods: k.GetPod, NodePods: k.GetActivePods,
+		Claims: holder.Config{Node: testNode, CDIDir: n.cdiDir, Kubelet: kubelet, Pods: k.GetPod, NodePods: k.GetActivePods,
 			Served: func() []string { return m.Served() }, MPS: &MPS{PipeDir: testPipeDir, ShmDir: testShmDir}},
 	}
 	if edit != nil {
@@ -90,7 +90,7 @@ func startNodeWith(t testing.TB, edit func(*testConfig)) *node {
 		}
 	}
 	cfg.Claims.MPSResources = MPSResources(cfg.Resources)
-	c, err := claims.New(logger, cfg.Claims)
+	c, err := holder.New(logger, cfg.Claims)
 	if err != nil {
 		t.Fatal(err)
 	}

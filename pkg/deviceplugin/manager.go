@@ -20,7 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/podresources"
 )
 
-// Resolver finds the container behind a claim (claims.Claims): the
+// Resolver finds the container behind a claim (holder.Resolver): the
 // plugins know only device IDs, and the kubelet's PodResources API and
 // the pod's record say the rest.
 type Resolver interface {

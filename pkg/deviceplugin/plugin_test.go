@@ -14,10 +14,10 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/cdi"
-	"github.com/gpushare/gpushare/pkg/claims"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/sim"
+	"github.com/gpushare/gpushare/pkg/holder"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -184,7 +184,7 @@ func TestBadRecords(t *testing.T) {
 		"other node": {func(p *corev1Pod) { setRecord(t, p, func(a *gpusharev1.Allocation) { a.Node = "node-b" }) }, "its allocation is for node node-b"},
 		"foreign GPU": {func(p *corev1Pod) {
 			setRecord(t, p, func(a *gpusharev1.Allocation) { a.Containers[0].GPUs[0].UUID = "GPU-elsewhere" })
-		}, claims.ErrNoGPU.Error()},
+		}, holder.ErrNoGPU.Error()},
 		// Records written by hand: more than the container asks for, or
 		// on a pod the scheduler did not bind here.
 		"more memory than asked": {func(p *corev1Pod) {

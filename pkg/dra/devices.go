@@ -16,7 +16,7 @@ import (
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpushare/gpushare/pkg/dra/claim"
+	"github.com/gpushare/gpushare/pkg/claim"
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
 

@@ -12,7 +12,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
-	"github.com/gpushare/gpushare/pkg/dra/claim"
+	"github.com/gpushare/gpushare/pkg/claim"
 )
 
 // claimRequest returns what pod asks of gpushare's DRA devices through

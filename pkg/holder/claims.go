@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"context"
@@ -95,9 +95,9 @@ type Config struct {
 	Clock clock.WithDelayedExecution
 }
 
-// Claims are the claims Allocate named on one node, resolved ahead by
+// Resolver holds the claims Allocate named on one node, resolved ahead by
 // the prefetch or when their containers start.
-type Claims struct {
+type Resolver struct {
 	cfg    Config
 	logger klog.Logger
 	clock  clock.WithDelayedExecution
@@ -129,14 +129,14 @@ type Claims struct {
 }
 
 // New returns the claims of a node with cfg.
-func New(logger klog.Logger, cfg Config) (*Claims, error) {
+func New(logger klog.Logger, cfg Config) (*Resolver, error) {
 	if cfg.Node == "" || cfg.CDIDir == "" || cfg.Kubelet == nil || cfg.Pods == nil || cfg.Served == nil {
 		return nil, errors.New("claims: node, CDI directory, kubelet, pod getter and served resources are required")
 	}
 	if err := os.MkdirAll(cfg.CDIDir, 0o755); err != nil { //nolint:gosec // the runtime reads CDI specs
 		return nil, fmt.Errorf("claims: %w", err)
 	}
-	c := &Claims{cfg: cfg, logger: logger, clock: cfg.Clock, pending: map[string]*pending{}, after: prefetchAfter}
+	c := &Resolver{cfg: cfg, logger: logger, clock: cfg.Clock, pending: map[string]*pending{}, after: prefetchAfter}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
 	}
@@ -147,7 +147,7 @@ func New(logger klog.Logger, cfg Config) (*Claims, error) {
 
 // notify tells who waits on c.changed that the prefetch's state changed
 // (c.mu held).
-func (c *Claims) notify() {
+func (c *Resolver) notify() {
 	if c.changed != nil {
 		close(c.changed)
 	}
@@ -155,7 +155,7 @@ func (c *Claims) notify() {
 }
 
 // Close stops the prefetches.
-func (c *Claims) Close() {
+func (c *Resolver) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -166,7 +166,7 @@ func (c *Claims) Close() {
 
 // SetGPUs sets the node's GPUs as last read: records are checked against
 // them.
-func (c *Claims) SetGPUs(devs []gpu.Device) {
+func (c *Resolver) SetGPUs(devs []gpu.Device) {
 	byUUID := make(map[string]gpu.Device, len(devs))
 	for _, d := range devs {
 		byUUID[d.UUID] = d
@@ -177,7 +177,7 @@ func (c *Claims) SetGPUs(devs []gpu.Device) {
 }
 
 // deviceNodes maps the node's GPUs' UUIDs to their device nodes.
-func (c *Claims) deviceNodes() map[string]string {
+func (c *Resolver) deviceNodes() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	nodes := make(map[string]string, len(c.gpus))
@@ -256,7 +256,7 @@ const forgetClaimsAfter = 10 * time.Minute
 
 // Allocated records that Allocate named claim now, and prefetches what
 // its container will need.
-func (c *Claims) Allocated(claim string) {
+func (c *Resolver) Allocated(claim string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
@@ -272,7 +272,7 @@ func (c *Claims) Allocated(claim string) {
 
 // allocatedAt returns when Allocate named claim, or otherwise if it did
 // not (before the daemon started, or long ago).
-func (c *Claims) allocatedAt(claim string, otherwise time.Time) time.Time {
+func (c *Resolver) allocatedAt(claim string, otherwise time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p := c.pending[claim]; p != nil {
@@ -282,7 +282,7 @@ func (c *Claims) allocatedAt(claim string, otherwise time.Time) time.Time {
 }
 
 // forget drops claim: its container was found.
-func (c *Claims) forget(claim string) {
+func (c *Resolver) forget(claim string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.pending, claim)
@@ -290,7 +290,7 @@ func (c *Claims) forget(claim string) {
 
 // takeReady returns the container of claim if it was resolved ahead, and
 // drops the claim.
-func (c *Claims) takeReady(claim string) *resolved {
+func (c *Resolver) takeReady(claim string) *resolved {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.pending[claim]
@@ -305,7 +305,7 @@ func (c *Claims) takeReady(claim string) *resolved {
 // allocation, with the CDI spec of claim written, and how it was found:
 // resolved ahead by the prefetch ("ahead"), or now ("now"). A container
 // resolved ahead is checked again against the GPUs' health.
-func (c *Claims) Resolve(ctx context.Context, resource, claim string, ids []string) (podresources.Holder, *gpusharev1.ContainerAllocation, string, error) {
+func (c *Resolver) Resolve(ctx context.Context, resource, claim string, ids []string) (podresources.Holder, *gpusharev1.ContainerAllocation, string, error) {
 	if r := c.takeReady(claim); r != nil {
 		return r.Holder, r.alloc, "ahead", c.checkGPUs(r.Holder, r.alloc)
 	}
@@ -327,7 +327,7 @@ func (c *Claims) Resolve(ctx context.Context, resource, claim string, ids []stri
 // while the claim's pending entry is still want (nil: none). Else a newer
 // Allocate named the claim, for another container, and errReplaced says
 // so.
-func (c *Claims) writeSpec(claim string, r *resolved, want *pending) error {
+func (c *Resolver) writeSpec(claim string, r *resolved, want *pending) error {
 	tmp, err := cdi.Stage(c.cfg.CDIDir, claim, r.edits(claim, c.cfg.MPS, c.cfg.HAMiCore, c.deviceNodes()))
 	if err != nil {
 		return err
@@ -352,7 +352,7 @@ func errWriting(h podresources.Holder, err error) error {
 
 // Held returns the claims that containers hold in a PodResources listing
 // begun now or later (cdi.Claims).
-func (c *Claims) Held(ctx context.Context) (map[string]bool, error) {
+func (c *Resolver) Held(ctx context.Context) (map[string]bool, error) {
 	l, err := c.cfg.Kubelet.List(ctx, c.clock.Now())
 	if err != nil {
 		return nil, err
@@ -367,7 +367,7 @@ func (c *Claims) Held(ctx context.Context) (map[string]bool, error) {
 // WithPending calls fn under the lock that spec writes are renamed into
 // place under, with pending reporting whether Allocate named claim and
 // its container has not started (cdi.Claims).
-func (c *Claims) WithPending(fn func(pending func(claim string) bool)) {
+func (c *Resolver) WithPending(fn func(pending func(claim string) bool)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fn(func(claim string) bool { return c.pending[claim] != nil })

@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"cmp"
@@ -14,7 +14,7 @@ import (
 // node is this node's GPUs as its inventory publishes them, which the
 // scheduler places records on: each with the memory a process can
 // allocate, less the node's reservation.
-func (c *Claims) node() *alloc.Node {
+func (c *Resolver) node() *alloc.Node {
 	c.mu.Lock()
 	devs := make([]gpu.Device, 0, len(c.gpus))
 	for _, d := range c.gpus {

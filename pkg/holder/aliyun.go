@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"strconv"
@@ -52,7 +52,7 @@ func asksAliyun(pod *corev1.Pod, container string) bool {
 
 // aliyunEnvOf is aliyunEnv for container of pod on this node's GPUs, in
 // the pod's unit (Config.UnitMiB).
-func (c *Claims) aliyunEnvOf(pod *corev1.Pod, container string, a *gpusharev1.ContainerAllocation) []string {
+func (c *Resolver) aliyunEnvOf(pod *corev1.Pod, container string, a *gpusharev1.ContainerAllocation) []string {
 	if c.cfg.UnitMiB == nil {
 		return nil
 	}

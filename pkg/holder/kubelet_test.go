@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const testNode = "node-a"
 // resolve, running on a simulated node with two 16 GiB GPUs.
 type node struct {
 	*kubelettest.Kubelet
-	c *Claims
+	c *Resolver
 	// client is the claims' PodResources client.
 	client *podresources.Client
 	gpus   *sim.Backend

@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // taken: the one under way if it began after Allocate, else the next,
 // and one begun after this call if that misses them too (the kubelet
 // records an allocation when Allocate returns).
-func (c *Claims) holderOf(ctx context.Context, resource, claim string, ids []string) (podresources.Holder, error) {
+func (c *Resolver) holderOf(ctx context.Context, resource, claim string, ids []string) (podresources.Holder, error) {
 	called := c.clock.Now()
 	since := c.allocatedAt(claim, called)
 	found := func(h podresources.Holder, via string) (podresources.Holder, error) {
@@ -65,7 +65,7 @@ func (c *Claims) holderOf(ctx context.Context, resource, claim string, ids []str
 // reports false when they are more, when the kubelet does not serve Get,
 // or when none holds exactly ids (an init container's devices that its
 // app container reuses): the node is listed then.
-func (c *Claims) ask(ctx context.Context, resource string, ids []string, since time.Time) (podresources.Holder, bool) {
+func (c *Resolver) ask(ctx context.Context, resource string, ids []string, since time.Time) (podresources.Holder, bool) {
 	pods, all, ok := c.unshown(c.cfg.Kubelet.Latest(), nil, resource)
 	if !ok || !all {
 		return podresources.Holder{}, false
@@ -94,7 +94,7 @@ func (c *Claims) ask(ctx context.Context, resource string, ids []string, since t
 
 // resolve finds the container holding ids of resource and returns its
 // allocation from its pod's record, checked against this node's GPUs.
-func (c *Claims) resolve(ctx context.Context, resource, claim string, ids []string) (*resolved, error) {
+func (c *Resolver) resolve(ctx context.Context, resource, claim string, ids []string) (*resolved, error) {
 	h, err := c.holderOf(ctx, resource, claim, ids)
 	if err != nil {
 		return &resolved{Holder: h}, fmt.Errorf("%s devices %v: %w", resource, ids[:min(len(ids), 3)], err)
@@ -129,7 +129,7 @@ func (c *Claims) resolve(ctx context.Context, resource, claim string, ids []stri
 // a pod edited after binding or read otherwise under a changed resource
 // model, keeps booking its GPUs in the scheduler but gives a container
 // nothing here.
-func (c *Claims) allocation(pod *corev1.Pod, container string) (*gpusharev1.ContainerAllocation, error) {
+func (c *Resolver) allocation(pod *corev1.Pod, container string) (*gpusharev1.ContainerAllocation, error) {
 	r := record.Reader{Requests: c.cfg.Requests}
 	if c.cfg.RequestAnnotations != nil {
 		r.RequestAnnotations = func(*corev1.Pod) []string { return c.cfg.RequestAnnotations }
@@ -164,7 +164,7 @@ func (c *Claims) allocation(pod *corev1.Pod, container string) (*gpusharev1.Cont
 }
 
 // checkGPUs checks that this node has the GPUs of a, healthy.
-func (c *Claims) checkGPUs(h podresources.Holder, a *gpusharev1.ContainerAllocation) error {
+func (c *Resolver) checkGPUs(h podresources.Holder, a *gpusharev1.ContainerAllocation) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, g := range a.GPUs {

@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ func TestConformsRefusesEditedPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Claims{cfg: Config{Node: "n1", Requests: model.PodRequest, RequestAnnotations: model.RequestAnnotations()}}
+	c := &Resolver{cfg: Config{Node: "n1", Requests: model.PodRequest, RequestAnnotations: model.RequestAnnotations()}}
 	pod := func(models string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", Annotations: map[string]string{"gpushare.io/gpu-models": models}},
 			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "main",

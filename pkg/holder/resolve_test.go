@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"context"
@@ -71,12 +71,12 @@ func (n resolveNode) quiet() (lists, gets int) {
 }
 
 // settled reports whether no prefetch is due or running (c.mu held).
-func (c *Claims) settled() bool { return !c.due && !c.fetching && !c.fetchAgain }
+func (c *Resolver) settled() bool { return !c.due && !c.fetching && !c.fetchAgain }
 
 // waitFor waits until cond, checked under c.mu, holds, up to 10 s, and
 // reports whether it does: woken by each change of the prefetch's state,
 // not by polling.
-func (c *Claims) waitFor(cond func() bool) bool {
+func (c *Resolver) waitFor(cond func() bool) bool {
 	deadline := time.After(10 * time.Second)
 	for {
 		c.mu.Lock()

@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ import (
 // runs MPS. Other containers on the same GPUs run as plain CUDA contexts
 // beside the MPS server, as they would on a node without MPS, unless
 // the node holds every share by MPS (enforcedBy).
-func (c *Claims) asksMPS(pod *corev1.Pod, container string) bool {
+func (c *Resolver) asksMPS(pod *corev1.Pod, container string) bool {
 	ct := resource.Container(pod, container)
 	if ct == nil {
 		return false
@@ -34,7 +34,7 @@ func (c *Claims) asksMPS(pod *corev1.Pod, container string) bool {
 // node's Enforcement for a container that shares its GPUs (a share of
 // compute below a whole GPU's) MPS or HAMi-core. A container of whole
 // GPUs needs neither.
-func (c *Claims) enforcedBy(pod *corev1.Pod, container string, a *gpusharev1.ContainerAllocation) (mps, hamiCore bool) {
+func (c *Resolver) enforcedBy(pod *corev1.Pod, container string, a *gpusharev1.ContainerAllocation) (mps, hamiCore bool) {
 	shared := slices.ContainsFunc(a.GPUs, func(g gpusharev1.GPUShare) bool { return g.Compute < alloc.FullCompute })
 	switch c.cfg.Enforcement.Holds(c.asksMPS(pod, container), shared) {
 	case gpusharev1.EnforcementMPS:

@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"sync/atomic"
@@ -15,13 +15,13 @@ import (
 
 // newScheduled returns claims that count their prefetches instead of
 // asking a kubelet, prefetching after after.
-func newScheduled(after time.Duration, fired *atomic.Int32) *Claims {
-	c := &Claims{clock: clock.RealClock{}, after: after, pending: map[string]*pending{}}
+func newScheduled(after time.Duration, fired *atomic.Int32) *Resolver {
+	c := &Resolver{clock: clock.RealClock{}, after: after, pending: map[string]*pending{}}
 	c.fetch = func() { fired.Add(1) }
 	return c
 }
 
-func (c *Claims) scheduleNow(retry int) {
+func (c *Resolver) scheduleNow(retry int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.schedule(retry)

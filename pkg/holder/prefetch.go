@@ -1,4 +1,4 @@
-package claims
+package holder
 
 import (
 	"cmp"
@@ -27,7 +27,7 @@ const prefetchAfter = 5 * time.Millisecond
 // it runs every prefetchAfter, so that containers starting right after
 // the burst find what they need ready. Its retry (0 for the first try)
 // doubles the delay with each retry. c.mu is held.
-func (c *Claims) schedule(retry int) {
+func (c *Resolver) schedule(retry int) {
 	if c.closed {
 		return
 	}
@@ -58,7 +58,7 @@ const maxGets = 16
 // again, later each time, while a claim named before it has no container.
 // Prefetches run one at a time: one due while another runs (a burst of
 // Allocates) runs right after it.
-func (c *Claims) prefetch() {
+func (c *Resolver) prefetch() {
 	c.mu.Lock()
 	if !c.preAt.After(c.clock.Now()) {
 		// Begun, and not scheduled again since.
@@ -110,7 +110,7 @@ const maxPrefetchRetries = 5
 // kubelet's order was not the one guessed, and it Gets up to maxGets more
 // at once. Past maxPrefetched pods, or without the node's pods at hand, it
 // lists the node instead.
-func (c *Claims) fetchAhead(now time.Time, retry int) {
+func (c *Resolver) fetchAhead(now time.Time, retry int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	resources := c.cfg.Served()
@@ -166,7 +166,7 @@ const maxPrefetched = 4 * maxGets
 // (by namespace/name), that ask for one of resources and that neither
 // listing l (if any) nor a kept Get shows holding it; and whether those
 // are all of them. It reports false when the node's pods are not at hand.
-func (c *Claims) unshown(l *podresources.Listing, skip map[string]bool, resources ...string) (oldest []*corev1.Pod, all, ok bool) {
+func (c *Resolver) unshown(l *podresources.Listing, skip map[string]bool, resources ...string) (oldest []*corev1.Pod, all, ok bool) {
 	if c.cfg.NodePods == nil {
 		return nil, false, false
 	}
@@ -197,7 +197,7 @@ func (c *Claims) unshown(l *podresources.Listing, skip map[string]bool, resource
 // the resource (which container a claim is depends then on what has
 // finished when it starts) and containers whose record does not check
 // out: those are resolved when they start, and fail then with the reason.
-func (c *Claims) prepare(ctx context.Context, l *podresources.Listing) {
+func (c *Resolver) prepare(ctx context.Context, l *podresources.Listing) {
 	if l == nil || !c.waiting(l.Started()) {
 		return
 	}
@@ -225,14 +225,14 @@ func (c *Claims) prepare(ctx context.Context, l *podresources.Listing) {
 
 // waiting reports whether a claim named before t has no container yet,
 // and resolving it ahead was not tried.
-func (c *Claims) waiting(t time.Time) bool {
+func (c *Resolver) waiting(t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.waitingLocked(t)
 }
 
 // waitingLocked is waiting, with c.mu held.
-func (c *Claims) waitingLocked(t time.Time) bool {
+func (c *Resolver) waitingLocked(t time.Time) bool {
 	for _, p := range c.pending {
 		if p.ready == nil && !p.tried && p.allocated.Before(t) {
 			return true
@@ -243,7 +243,7 @@ func (c *Claims) waitingLocked(t time.Time) bool {
 
 // prepareOne resolves pending claim p to container h ahead of its start
 // and writes its spec.
-func (c *Claims) prepareOne(ctx context.Context, p *pending, claim string, h podresources.Holder, res string) error {
+func (c *Resolver) prepareOne(ctx context.Context, p *pending, claim string, h podresources.Holder, res string) error {
 	r, err := c.ahead(ctx, h, res)
 	if err != nil {
 		return err
@@ -262,7 +262,7 @@ func (c *Claims) prepareOne(ctx context.Context, p *pending, claim string, h pod
 
 // ahead resolves the devices of resource that container h holds, ahead
 // of its start.
-func (c *Claims) ahead(ctx context.Context, h podresources.Holder, res string) (*resolved, error) {
+func (c *Resolver) ahead(ctx context.Context, h podresources.Holder, res string) (*resolved, error) {
 	if defers(h, res) {
 		return hookedOnly(h), nil
 	}
