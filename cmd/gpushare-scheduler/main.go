@@ -4,8 +4,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -25,6 +27,9 @@ func main() {
 	// Every profile's GPUShare shares one cache, whose metrics join
 	// kube-scheduler's own on its /metrics.
 	shared := plugin.NewShared(legacyregistry.RawMustRegister)
+	// The defragmentation plans are followed by a loop of their own,
+	// for as long as the scheduler runs.
+	go shared.Movers.Run(context.Background(), time.Second)
 	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New(shared)))
 	os.Exit(cli.Run(cmd))
 }

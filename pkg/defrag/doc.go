@@ -15,4 +15,9 @@
 //
 // A plan may move no more of the pods a PodDisruptionBudget selects than
 // the budget's disruptionsAllowed.
+//
+// A Mover makes the plans of one scheduler profile when its PostFilter
+// asks (Consider), holds their room in the scheduler's cache and evicts
+// the pods they move; a Loop, which the scheduler's main runs, follows
+// every Mover's plans to their end.
 package defrag

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpushare/gpushare/pkg/defrag"
 )
 
 // Results of a scheduling decision, the result label of the metrics.
@@ -22,12 +24,8 @@ type metrics struct {
 	// learned is the GPU pods each profile's learned workload has
 	// counted (workload.Learner.Observed).
 	learned *prometheus.GaugeVec
-	// defragPlans counts defragmentation plans by result (started,
-	// done, failed, timed_out, gone, changed, none), defragMoved the pods
-	// evicted to be moved, defragFreed the GPUs the plans done made room
-	// on.
-	defragPlans              *prometheus.CounterVec
-	defragMoved, defragFreed prometheus.Counter
+	// defrag counts what the defragmentation movers do.
+	defrag *defrag.Metrics
 }
 
 func newMetrics() *metrics {
@@ -45,23 +43,12 @@ func newMetrics() *metrics {
 			Name: "gpushare_scheduler_workload_pods",
 			Help: "GPU pods the learned workload of the fragmentation-aware policy has counted, by scheduler profile: each pod once it is bound (after a restart: the profile's bound pods in the cluster, then each new one).",
 		}, []string{"profile"}),
-		defragPlans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpushare_scheduler_defrag_plans_total",
-			Help: "Defragmentation plans by result: started, done (the waiting pod and every replacement took their places), failed (an eviction was refused), timed_out, gone (the waiting pod), changed (the cluster changed before the plan was held), none (no plan found).",
-		}, []string{"result"}),
-		defragMoved: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpushare_scheduler_defrag_pods_moved_total",
-			Help: "Pods evicted by defragmentation plans to be recreated elsewhere.",
-		}),
-		defragFreed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpushare_scheduler_defrag_gpus_freed_total",
-			Help: "GPUs that defragmentation plans made room on for a waiting pod, counted when the plan is done.",
-		}),
+		defrag: defrag.NewMetrics(),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.learned, m.defragPlans, m.defragMoved, m.defragFreed}
+	return append([]prometheus.Collector{m.decisions, m.latency, m.learned}, m.defrag.Collectors()...)
 }
 
 func (m *metrics) observe(result string, start time.Time) {

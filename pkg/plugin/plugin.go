@@ -29,6 +29,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/binding"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
+	"github.com/gpushare/gpushare/pkg/defrag"
 	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/workload"
@@ -61,7 +62,7 @@ type GPUShare struct {
 	learnOnce sync.Once
 	// mover makes room by moving pods (GPUShareArgs.Defrag); nil when
 	// defragmentation is off.
-	mover *mover
+	mover *defrag.Mover
 }
 
 var (
@@ -105,12 +106,11 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 			claims: h.SharedInformerFactory().Resource().V1().ResourceClaims().Lister()}
 		if args.DefragOn() {
 			f := h.SharedInformerFactory()
-			pl.mover = &mover{args: *args.Defrag, client: h.ClientSet(), recorder: h.EventRecorder(), cache: s.cache, model: model,
-				pods: f.Core().V1().Pods().Lister(), nodes: f.Core().V1().Nodes().Lister(), namespaces: f.Core().V1().Namespaces().Lister(), pdbs: pl.pdbs,
-				metrics: s.metrics, seed: args.Seed, now: time.Now,
-				plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{},
-				activate: func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }}
-			go pl.mover.run(ctx, time.Second)
+			pl.mover = defrag.NewMover(defrag.Config{Args: *args.Defrag, Client: h.ClientSet(), Recorder: h.EventRecorder(), Cache: s.cache, Model: model,
+				Pods: f.Core().V1().Pods().Lister(), Nodes: f.Core().V1().Nodes().Lister(), Namespaces: f.Core().V1().Namespaces().Lister(), PDBs: pl.pdbs,
+				Metrics: s.metrics.defrag, Seed: args.Seed,
+				Activate: func(pods map[string]*corev1.Pod) { h.Activate(logger, pods) }})
+			s.Movers.Add(pl.mover)
 		}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,
 			"learnsWorkload", policy.Learns(), "resources", model.Names(), "defrag", args.DefragOn())
@@ -370,7 +370,7 @@ func outsideStatus(err error) *fwk.Status {
 // PostFilter implements fwk.PostFilterPlugin: it preempts nothing, but
 // adds the numbers to the pod's FailedScheduling event, e.g. "largest free
 // share on any GPU is 3000 MiB, pod needs 3500 MiB"; with defragmentation
-// on, it asks the mover to make room (defrag.go) and says what it does.
+// on, it asks the mover to make room (defrag.Mover) and says what it does.
 func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	c, err := readCycle(state)
 	if err != nil {
@@ -388,7 +388,7 @@ func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *c
 	if pl.mover != nil && !c.claims {
 		// kube-scheduler's DefaultPreemption, listed first, found no
 		// victims: moving pods may make room.
-		if note := pl.mover.consider(ctx, pod, c); note != "" {
+		if note := pl.mover.Consider(ctx, pod, c.req, c.placer); note != "" {
 			notes = append(notes, note)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/defrag"
 	"github.com/gpushare/gpushare/pkg/record"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
@@ -26,7 +27,8 @@ import (
 // recorder, with which the cache checks and reports the records of that
 // profile's pods.
 //
-// Build one with NewShared in the scheduler's main and hand it to New.
+// Build one with NewShared in the scheduler's main, hand it to New, and
+// run its Movers.
 type Shared struct {
 	register func(...prometheus.Collector)
 
@@ -37,6 +39,10 @@ type Shared struct {
 	err     error
 
 	profiles profiles
+
+	// Movers follows the defragmentation plans of the profiles that
+	// move pods: the scheduler's main runs it (defrag.Loop.Run).
+	Movers defrag.Loop
 }
 
 // NewShared returns the state the plugins of one scheduler share; the

@@ -1,4 +1,4 @@
-package plugin
+package defrag
 
 import (
 	"context"
@@ -25,7 +25,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
-	"github.com/gpushare/gpushare/pkg/defrag"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -66,23 +65,34 @@ const searchesPerPlan = 10
 // noPlan starts the note of a search that found no plan.
 const noPlan = "no plan"
 
-// mover makes and follows the defragmentation plans of one profile.
-type mover struct {
-	args       v1alpha1.DefragArgs
-	client     kubernetes.Interface
-	recorder   events.EventRecorder
-	cache      *gpucache.Cache
-	model      *resource.Model
-	pods       corelisters.PodLister
-	nodes      corelisters.NodeLister
-	namespaces corelisters.NamespaceLister
-	pdbs       policylisters.PodDisruptionBudgetLister
-	metrics    *metrics
-	seed       uint64
-	now        func() time.Time
-	// activate moves pods to the scheduling queue's active queue
-	// (fwk.Handle's Activate); nil does nothing.
-	activate func(pods map[string]*corev1.Pod)
+// Config is what a Mover works with: its profile's defragmentation
+// args, the scheduler's clients, listers and cache, and the profile's
+// resource model.
+type Config struct {
+	Args       v1alpha1.DefragArgs
+	Client     kubernetes.Interface
+	Recorder   events.EventRecorder
+	Cache      *gpucache.Cache
+	Model      *resource.Model
+	Pods       corelisters.PodLister
+	Nodes      corelisters.NodeLister
+	Namespaces corelisters.NamespaceLister
+	PDBs       policylisters.PodDisruptionBudgetLister
+	Metrics    *Metrics
+	// Seed breaks ties between plans.
+	Seed uint64
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Activate moves pods to the scheduling queue's active queue
+	// (kube-scheduler's Handle.Activate); nil does nothing.
+	Activate func(pods map[string]*corev1.Pod)
+}
+
+// Mover makes and follows the defragmentation plans of one scheduler
+// profile: the profile's PostFilter asks it for a plan (Consider), and
+// a Loop follows the plans under way (Follow).
+type Mover struct {
+	cfg Config
 
 	mu sync.Mutex
 	// plans holds the plans under way, by waiting pod.
@@ -94,6 +104,17 @@ type mover struct {
 	// starts are when the plans of the last minute started, searches
 	// when the last minute's searches began.
 	starts, searches []time.Time
+}
+
+// NewMover returns a Mover with no plan under way.
+func NewMover(cfg Config) *Mover {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	return &Mover{cfg: cfg, plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{}}
 }
 
 // movePlan is a plan under way.
@@ -112,17 +133,17 @@ type plannedMove struct {
 	toGPUs []int
 }
 
-// consider is PostFilter's call for a GPU pod that fits no node: it
+// Consider is PostFilter's call for a GPU pod that fits no node: it
 // returns a note for the pod's FailedScheduling event, "" for none.
-func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string {
+func (m *Mover) Consider(ctx context.Context, pod *corev1.Pod, req *alloc.PodRequest, placer *alloc.Placer) string {
 	logger := klog.FromContext(ctx)
-	now := m.now()
+	now := m.cfg.Now()
 	m.mu.Lock()
 	if p := m.plans[pod.UID]; p != nil {
 		m.mu.Unlock()
 		return fmt.Sprintf("defragmentation: waiting for %d moved pod(s) to leave node %s", len(p.moves), p.node)
 	}
-	shape := shapeOf(c.req)
+	shape := shapeOf(req)
 	if t, ok := m.tried[pod.UID]; ok && now.Sub(t) < retryAfter {
 		m.mu.Unlock()
 		return ""
@@ -134,11 +155,11 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 	old := func(t time.Time) bool { return now.Sub(t) >= time.Minute }
 	m.starts = slices.DeleteFunc(m.starts, old)
 	m.searches = slices.DeleteFunc(m.searches, old)
-	if len(m.starts) >= m.args.PlansPerMinute {
+	if len(m.starts) >= m.cfg.Args.PlansPerMinute {
 		m.mu.Unlock()
 		return fmt.Sprintf("defragmentation: %d plans started in the last minute, the most allowed", len(m.starts))
 	}
-	if len(m.searches) >= searchesPerPlan*m.args.PlansPerMinute {
+	if len(m.searches) >= searchesPerPlan*m.cfg.Args.PlansPerMinute {
 		m.mu.Unlock()
 		return ""
 	}
@@ -146,7 +167,7 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 	m.tried[pod.UID] = now
 	m.mu.Unlock()
 
-	plan, states, movedPods, note := m.plan(pod, c)
+	plan, states, movedPods, note := m.plan(pod, req, placer)
 	if plan == nil {
 		if strings.HasPrefix(note, noPlan) {
 			// The costly search found nothing: not again for this
@@ -155,18 +176,18 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 			m.triedShape[shape] = now
 			m.mu.Unlock()
 		}
-		m.metrics.defragPlans.WithLabelValues("none").Inc()
+		m.cfg.Metrics.Plans.WithLabelValues("none").Inc()
 		logger.V(3).Info("No defragmentation plan", "pod", klog.KObj(pod), "reason", note)
 		return "defragmentation: " + note
 	}
 	p := &movePlan{id: "defrag/" + string(pod.UID), waiting: pod, node: states[plan.Target].Node.Name,
-		gpus: gpuIndexes(plan.Placement), deadline: now.Add(m.args.Timeout.Duration)}
+		gpus: gpuIndexes(plan.Placement), deadline: now.Add(m.cfg.Args.Timeout.Duration)}
 	for i, mv := range plan.Moves {
 		p.moves = append(p.moves, plannedMove{pod: movedPods[i], to: states[mv.To].Node.Name, toGPUs: gpuIndexes(mv.Placement)})
 	}
 	if err := m.hold(p, plan, states[plan.Target], movedPods); err != nil {
-		m.cache.DropPlan(p.id)
-		m.metrics.defragPlans.WithLabelValues("changed").Inc()
+		m.cfg.Cache.DropPlan(p.id)
+		m.cfg.Metrics.Plans.WithLabelValues("changed").Inc()
 		logger.V(2).Info("Defragmentation plan dropped: the cluster changed", "pod", klog.KObj(pod), "err", err)
 		return "defragmentation: the plan no longer fits: " + err.Error()
 	}
@@ -175,33 +196,33 @@ func (m *mover) consider(ctx context.Context, pod *corev1.Pod, c *cycle) string 
 	m.starts = append(m.starts, now)
 	delete(m.tried, pod.UID)
 	m.mu.Unlock()
-	m.metrics.defragPlans.WithLabelValues("started").Inc()
+	m.cfg.Metrics.Plans.WithLabelValues("started").Inc()
 	what := p.describe()
 	logger.Info("Defragmenting", "pod", klog.KObj(pod), "node", p.node, "gpus", joinInts(p.gpus), "moves", what)
-	m.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonDefragmenting, "Defragment",
+	m.cfg.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, reasonDefragmenting, "Defragment",
 		"Moving %d pod(s) to make room on node %s (GPU %s): %s", len(p.moves), p.node, joinInts(p.gpus), what)
 	go m.evict(klog.NewContext(context.WithoutCancel(ctx), logger), p)
 	return fmt.Sprintf("defragmentation: moving %s", what)
 }
 
 // plan looks for a plan for pod; with none, a note says why.
-func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.NodeState, []*corev1.Pod, string) {
-	states := m.cache.Snapshot()
+func (m *Mover) plan(pod *corev1.Pod, req *alloc.PodRequest, placer *alloc.Placer) (*alloc.DefragPlan, []*alloc.NodeState, []*corev1.Pod, string) {
+	states := m.cfg.Cache.Snapshot()
 	index := make(map[string]int, len(states))
 	for i, s := range states {
 		index[s.Node.Name] = i
 	}
-	pods, err := m.pods.List(labels.Everything())
+	pods, err := m.cfg.Pods.List(labels.Everything())
 	if err != nil {
 		return nil, nil, nil, "listing pods: " + err.Error()
 	}
 	var pdbs []policyv1.PodDisruptionBudget
-	if list, err := m.pdbs.List(labels.Everything()); err == nil {
+	if list, err := m.cfg.PDBs.List(labels.Everything()); err == nil {
 		for _, b := range list {
 			pdbs = append(pdbs, *b)
 		}
 	}
-	waiting := defrag.Priority(pod)
+	waiting := Priority(pod)
 	// A pod a plan under way moves is not planned again.
 	moving := map[types.UID]bool{}
 	m.mu.Lock()
@@ -213,9 +234,9 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 	m.mu.Unlock()
 	var movable []alloc.Movable
 	byKey := map[string]*corev1.Pod{}
-	var why defrag.Refusals
+	var why Refusals
 	for _, p := range pods {
-		placement, assumed := m.cache.Holding(p.UID)
+		placement, assumed := m.cfg.Cache.Holding(p.UID)
 		i, ok := 0, false
 		if placement != nil {
 			i, ok = index[placement.Node]
@@ -223,15 +244,15 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 		if !ok || assumed || p.UID == pod.UID || moving[p.UID] {
 			continue
 		}
-		req, err := decision.Request(m.model, p)
+		req, err := decision.Request(m.cfg.Model, p)
 		if err != nil || req == nil {
 			continue
 		}
 		var ns *corev1.Namespace
-		if n, err := m.namespaces.Get(p.Namespace); err == nil {
+		if n, err := m.cfg.Namespaces.Get(p.Namespace); err == nil {
 			ns = n
 		}
-		if err := defrag.Check(p, ns, waiting, pdbs); err != nil {
+		if err := Check(p, ns, waiting, pdbs); err != nil {
 			why.Add(err)
 			continue
 		}
@@ -242,16 +263,16 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 	if len(movable) == 0 {
 		return nil, nil, nil, "no pod may move" + why.String()
 	}
-	plan := c.placer.PlanDefrag(states, c.req, movable, alloc.DefragBudget{MaxMoves: m.args.MaxMoves, MaxTargets: m.args.MaxTargets,
-		Fits: m.fits(pod, states)}, m.seed)
+	plan := placer.PlanDefrag(states, req, movable, alloc.DefragBudget{MaxMoves: m.cfg.Args.MaxMoves, MaxTargets: m.cfg.Args.MaxTargets,
+		Fits: m.fits(pod, states)}, m.cfg.Seed)
 	if plan == nil {
-		return nil, nil, nil, fmt.Sprintf("%s of at most %d moves among the %d pods that may move", noPlan, m.args.MaxMoves, len(movable))
+		return nil, nil, nil, fmt.Sprintf("%s of at most %d moves among the %d pods that may move", noPlan, m.cfg.Args.MaxMoves, len(movable))
 	}
 	moved := make([]*corev1.Pod, len(plan.Moves))
 	for i, mv := range plan.Moves {
 		moved[i] = byKey[mv.Key]
 	}
-	if err := defrag.Budgets(moved, pdbs); err != nil {
+	if err := Budgets(moved, pdbs); err != nil {
 		return nil, nil, nil, err.Error()
 	}
 	return plan, states, moved, ""
@@ -264,7 +285,7 @@ func (m *mover) plan(pod *corev1.Pod, c *cycle) (*alloc.DefragPlan, []*alloc.Nod
 //
 // Each node is judged when the plan first asks about it: a plan asks of
 // few nodes, and there are many movable pods.
-func (m *mover) fits(pod *corev1.Pod, states []*alloc.NodeState) func(int) bool {
+func (m *Mover) fits(pod *corev1.Pod, states []*alloc.NodeState) func(int) bool {
 	var affinity nodeaffinity.RequiredNodeAffinity
 	const yes, no = 1, 2
 	var judged map[int]uint8
@@ -277,7 +298,7 @@ func (m *mover) fits(pod *corev1.Pod, states []*alloc.NodeState) func(int) bool 
 		}
 		if judged[i] == 0 {
 			judged[i] = no
-			if n, err := m.nodes.Get(states[i].Node.Name); err == nil && decision.EligibleBy(affinity, pod, n) {
+			if n, err := m.cfg.Nodes.Get(states[i].Node.Name); err == nil && decision.EligibleBy(affinity, pod, n) {
 				judged[i] = yes
 			}
 		}
@@ -288,7 +309,7 @@ func (m *mover) fits(pod *corev1.Pod, states []*alloc.NodeState) func(int) bool 
 // hold holds the plan's places in the cache: on the target, what its
 // GPUs have free now, joined by what the moved pods hold there as they
 // end; each destination for the moved pod's controller.
-func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeState, moved []*corev1.Pod) error {
+func (m *Mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeState, moved []*corev1.Pod) error {
 	free := &alloc.Placement{Node: p.node}
 	for _, b := range plan.Placement.Booked {
 		f := target.Free(b.GPU)
@@ -301,7 +322,7 @@ func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeStat
 	for i, pod := range moved {
 		joins[i] = pod.UID
 	}
-	if err := m.cache.Hold(p.id, p.targetKey(), gpucache.HoldFor{Pod: p.waiting.UID}, free, joins); err != nil {
+	if err := m.cfg.Cache.Hold(p.id, p.targetKey(), gpucache.HoldFor{Pod: p.waiting.UID}, free, joins); err != nil {
 		return err
 	}
 	for i, mv := range plan.Moves {
@@ -309,7 +330,7 @@ func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeStat
 		if owner == nil {
 			return fmt.Errorf("pod %s has no controller", mv.Key)
 		}
-		if err := m.cache.Hold(p.id, p.moveKey(i), gpucache.HoldFor{Owner: owner.UID, Namespace: moved[i].Namespace}, mv.Placement, nil); err != nil {
+		if err := m.cfg.Cache.Hold(p.id, p.moveKey(i), gpucache.HoldFor{Owner: owner.UID, Namespace: moved[i].Namespace}, mv.Placement, nil); err != nil {
 			return err
 		}
 	}
@@ -317,38 +338,38 @@ func (m *mover) hold(p *movePlan, plan *alloc.DefragPlan, target *alloc.NodeStat
 }
 
 // evict evicts the plan's pods one by one; a refusal gives the plan up.
-func (m *mover) evict(ctx context.Context, p *movePlan) {
+func (m *Mover) evict(ctx context.Context, p *movePlan) {
 	logger := klog.FromContext(ctx)
 	for _, mv := range p.moves {
 		e := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: mv.pod.Name, Namespace: mv.pod.Namespace},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &mv.pod.UID}}}
-		err := m.client.PolicyV1().Evictions(mv.pod.Namespace).Evict(ctx, e)
+		err := m.cfg.Client.PolicyV1().Evictions(mv.pod.Namespace).Evict(ctx, e)
 		if err != nil && !apierrors.IsNotFound(err) {
 			logger.Info("Eviction refused; giving the defragmentation plan up", "pod", klog.KObj(p.waiting), "moved", klog.KObj(mv.pod), "err", err)
 			m.giveUp(p, "failed", fmt.Sprintf("the eviction of %s was refused (%v)", klog.KObj(mv.pod), err))
 			return
 		}
-		m.metrics.defragMoved.Inc()
-		m.recorder.Eventf(mv.pod, p.waiting, corev1.EventTypeNormal, reasonMoved, "Evict",
+		m.cfg.Metrics.Moved.Inc()
+		m.cfg.Recorder.Eventf(mv.pod, p.waiting, corev1.EventTypeNormal, reasonMoved, "Evict",
 			"Evicted to make room for %s on node %s; its replacement has room held on node %s (GPU %s)",
 			klog.KObj(p.waiting), p.node, mv.to, joinInts(mv.toGPUs))
 	}
 }
 
 // giveUp releases what plan p still holds and says why on its pod.
-func (m *mover) giveUp(p *movePlan, result, why string) {
+func (m *Mover) giveUp(p *movePlan, result, why string) {
 	m.mu.Lock()
 	if m.plans[p.waiting.UID] != p {
 		m.mu.Unlock()
 		return
 	}
 	delete(m.plans, p.waiting.UID)
-	m.tried[p.waiting.UID] = m.now()
+	m.tried[p.waiting.UID] = m.cfg.Now()
 	m.mu.Unlock()
-	released := m.cache.DropPlan(p.id)
+	released := m.cfg.Cache.DropPlan(p.id)
 	m.requeue(p)
-	m.metrics.defragPlans.WithLabelValues(result).Inc()
-	m.recorder.Eventf(p.waiting, nil, corev1.EventTypeWarning, reasonDefragFailed, "Defragment",
+	m.cfg.Metrics.Plans.WithLabelValues(result).Inc()
+	m.cfg.Recorder.Eventf(p.waiting, nil, corev1.EventTypeWarning, reasonDefragFailed, "Defragment",
 		"Gave up making room on node %s: %s; released %d held place(s)", p.node, why, len(released))
 }
 
@@ -357,12 +378,12 @@ func (m *mover) giveUp(p *movePlan, result, why string) {
 // the moved pods' controllers (their replacements). No cluster event
 // follows a release, and they would otherwise wait for the queue's
 // periodic flush of unschedulable pods (5 minutes).
-func (m *mover) requeue(p *movePlan) {
-	if m.activate == nil {
+func (m *Mover) requeue(p *movePlan) {
+	if m.cfg.Activate == nil {
 		return
 	}
 	pods := map[string]*corev1.Pod{}
-	if cur, err := m.pods.Pods(p.waiting.Namespace).Get(p.waiting.Name); err == nil && cur.Spec.NodeName == "" {
+	if cur, err := m.cfg.Pods.Pods(p.waiting.Namespace).Get(p.waiting.Name); err == nil && cur.Spec.NodeName == "" {
 		pods[cur.Namespace+"/"+cur.Name] = cur
 	}
 	for _, mv := range p.moves {
@@ -370,7 +391,7 @@ func (m *mover) requeue(p *movePlan) {
 		if owner == nil {
 			continue
 		}
-		list, err := m.pods.Pods(mv.pod.Namespace).List(labels.Everything())
+		list, err := m.cfg.Pods.Pods(mv.pod.Namespace).List(labels.Everything())
 		if err != nil {
 			continue
 		}
@@ -381,12 +402,27 @@ func (m *mover) requeue(p *movePlan) {
 		}
 	}
 	if len(pods) > 0 {
-		m.activate(pods)
+		m.cfg.Activate(pods)
 	}
 }
 
-// run follows the plans under way until ctx ends.
-func (m *mover) run(ctx context.Context, every time.Duration) {
+// Loop follows the plans of every Mover added to it, once a tick, until
+// its Run's context ends. The scheduler's main runs one; each profile
+// that moves pods adds its Mover.
+type Loop struct {
+	mu     sync.Mutex
+	movers []*Mover
+}
+
+// Add makes l follow m's plans.
+func (l *Loop) Add(m *Mover) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.movers = append(l.movers, m)
+}
+
+// Run follows the movers' plans every tick until ctx ends.
+func (l *Loop) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -394,42 +430,47 @@ func (m *mover) run(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			m.follow()
+			l.mu.Lock()
+			movers := slices.Clone(l.movers)
+			l.mu.Unlock()
+			for _, m := range movers {
+				m.Follow()
+			}
 		}
 	}
 }
 
-// follow ends each plan whose holds were all taken, and gives up those
+// Follow ends each plan whose holds were all taken, and gives up those
 // past their deadline or whose pod is gone.
-func (m *mover) follow() {
+func (m *Mover) Follow() {
 	m.mu.Lock()
 	plans := make([]*movePlan, 0, len(m.plans))
 	for _, p := range m.plans {
 		plans = append(plans, p)
 	}
 	for uid, t := range m.tried {
-		if m.now().Sub(t) >= retryAfter {
+		if m.cfg.Now().Sub(t) >= retryAfter {
 			delete(m.tried, uid)
 		}
 	}
 	for k, t := range m.triedShape {
-		if m.now().Sub(t) >= shapeRetryAfter {
+		if m.cfg.Now().Sub(t) >= shapeRetryAfter {
 			delete(m.triedShape, k)
 		}
 	}
 	m.mu.Unlock()
 	for _, p := range plans {
-		left := m.cache.PlanHolds(p.id)
+		left := m.cfg.Cache.PlanHolds(p.id)
 		if len(left) == 0 {
 			m.done(p)
 			continue
 		}
-		if cur, err := m.pods.Pods(p.waiting.Namespace).Get(p.waiting.Name); err != nil || cur.UID != p.waiting.UID {
+		if cur, err := m.cfg.Pods.Pods(p.waiting.Namespace).Get(p.waiting.Name); err != nil || cur.UID != p.waiting.UID {
 			m.giveUp(p, "gone", "the pod is gone")
 			continue
 		}
-		if m.now().After(p.deadline) {
-			m.giveUp(p, "timed_out", fmt.Sprintf("%s passed waiting for %s", m.args.Timeout.Duration, m.waitingFor(p, left)))
+		if m.cfg.Now().After(p.deadline) {
+			m.giveUp(p, "timed_out", fmt.Sprintf("%s passed waiting for %s", m.cfg.Args.Timeout.Duration, m.waitingFor(p, left)))
 		}
 	}
 }
@@ -440,7 +481,7 @@ func (p *movePlan) targetKey() string    { return p.id + "/target" }
 func (p *movePlan) moveKey(i int) string { return fmt.Sprintf("%s/move-%d", p.id, i) }
 
 // waitingFor names what the holds left wait for.
-func (m *mover) waitingFor(p *movePlan, left []string) string {
+func (m *Mover) waitingFor(p *movePlan, left []string) string {
 	var out []string
 	for i, mv := range p.moves {
 		if slices.Contains(left, p.moveKey(i)) {
@@ -453,7 +494,7 @@ func (m *mover) waitingFor(p *movePlan, left []string) string {
 	return strings.Join(out, ", ")
 }
 
-func (m *mover) done(p *movePlan) {
+func (m *Mover) done(p *movePlan) {
 	m.mu.Lock()
 	if m.plans[p.waiting.UID] != p {
 		m.mu.Unlock()
@@ -461,9 +502,9 @@ func (m *mover) done(p *movePlan) {
 	}
 	delete(m.plans, p.waiting.UID)
 	m.mu.Unlock()
-	m.metrics.defragPlans.WithLabelValues("done").Inc()
-	m.metrics.defragFreed.Add(float64(len(p.gpus)))
-	m.recorder.Eventf(p.waiting, nil, corev1.EventTypeNormal, reasonDefragmented, "Defragment",
+	m.cfg.Metrics.Plans.WithLabelValues("done").Inc()
+	m.cfg.Metrics.Freed.Add(float64(len(p.gpus)))
+	m.cfg.Recorder.Eventf(p.waiting, nil, corev1.EventTypeNormal, reasonDefragmented, "Defragment",
 		"Placed on node %s (GPU %s) after moving %d pod(s)", p.node, joinInts(p.gpus), len(p.moves))
 }
 
@@ -495,4 +536,12 @@ func gpuIndexes(p *alloc.Placement) []int {
 		out = append(out, b.GPU)
 	}
 	return out
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
 }

@@ -1,4 +1,4 @@
-package plugin
+package defrag
 
 import (
 	"fmt"
@@ -27,7 +27,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
-	"github.com/gpushare/gpushare/pkg/defrag"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -35,8 +34,9 @@ import (
 // (8 GiB on n1, a ReplicaSet's, in a namespace that opts in) may move, y
 // (6 GiB on n2) may not, and w waits for a whole GPU.
 type moverFixture struct {
-	m      *mover
-	c      *cycle
+	m      *Mover
+	req    *alloc.PodRequest
+	placer *alloc.Placer
 	nodes  cache.Indexer
 	w, x   *corev1.Pod
 	events chan string
@@ -123,26 +123,25 @@ func newMoverFixture(t *testing.T) *moverFixture {
 		}
 	}
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := namespaces.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{defrag.OptIn: "true"}}}); err != nil {
+	if err := namespaces.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{OptIn: "true"}}}); err != nil {
 		t.Fatal(err)
 	}
-	f.m = &mover{args: *args.Defrag, client: client, recorder: &chanRecorder{out: f.events}, cache: c, model: model,
-		pods: corelisters.NewPodLister(pods), nodes: corelisters.NewNodeLister(nodes), namespaces: corelisters.NewNamespaceLister(namespaces),
-		pdbs:    policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
-		metrics: newMetrics(), now: func() time.Time { return f.clock },
-		plans: map[types.UID]*movePlan{}, tried: map[types.UID]time.Time{}, triedShape: map[string]time.Time{},
-		activate: func(pods map[string]*corev1.Pod) {
+	f.m = NewMover(Config{Args: *args.Defrag, Client: client, Recorder: &chanRecorder{out: f.events}, Cache: c, Model: model,
+		Pods: corelisters.NewPodLister(pods), Nodes: corelisters.NewNodeLister(nodes), Namespaces: corelisters.NewNamespaceLister(namespaces),
+		PDBs: policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})),
+		Now:  func() time.Time { return f.clock },
+		Activate: func(pods map[string]*corev1.Pod) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			for k := range pods {
 				f.activated = append(f.activated, k)
 			}
-		}}
+		}})
 	req, err := decision.Request(model, w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.c = &cycle{req: req, placer: policy.Placer()}
+	f.req, f.placer = req, policy.Placer()
 	return f
 }
 
@@ -209,7 +208,7 @@ func TestMoverHonoursPlacementRules(t *testing.T) {
 	} {
 		f := newMoverFixture(t)
 		c.edit(f)
-		if note := f.m.consider(ctx, f.w, f.c); !strings.HasPrefix(note, c.want) {
+		if note := f.m.Consider(ctx, f.w, f.req, f.placer); !strings.HasPrefix(note, c.want) {
 			t.Errorf("%s: %q, want %q...", name, note, c.want)
 		}
 		if c.want == "defragmentation: no plan" {
@@ -230,14 +229,14 @@ func TestMoverGivesUp(t *testing.T) {
 	f := newMoverFixture(t)
 	ctx := t.Context()
 	f.refuse = true
-	before := f.m.cache.Snapshot()
+	before := f.m.cfg.Cache.Snapshot()
 
-	if note := f.m.consider(ctx, f.w, f.c); note != "defragmentation: moving web/x to node n2 (GPU 0)" {
+	if note := f.m.Consider(ctx, f.w, f.req, f.placer); note != "defragmentation: moving web/x to node n2 (GPU 0)" {
 		t.Fatalf("consider: %q", note)
 	}
 	f.next(t, "w Defragmenting: Moving 1 pod(s) to make room on node n1 (GPU 0): web/x to node n2 (GPU 0)")
 	f.next(t, "w DefragFailed: Gave up making room on node n1: the eviction of web/x was refused (Cannot evict pod")
-	if left := f.m.cache.PlanHolds("defrag/uid-w"); len(left) != 0 {
+	if left := f.m.cfg.Cache.PlanHolds("defrag/uid-w"); len(left) != 0 {
 		t.Errorf("holds after the refusal: %v", left)
 	}
 	// The room released, the waiting pod and the moved pod's
@@ -248,11 +247,11 @@ func TestMoverGivesUp(t *testing.T) {
 		t.Errorf("activated %v after the release; want the waiting pod and the replacement, [default/w web/x-2]", f.activated)
 	}
 	f.mu.Unlock()
-	if after := f.m.cache.Snapshot(); !sameUsage(before, after) {
+	if after := f.m.cfg.Cache.Snapshot(); !sameUsage(before, after) {
 		t.Errorf("the cache after the refusal differs from before the plan")
 	}
 	// Tried in vain just now: no new plan until retryAfter passes.
-	if note := f.m.consider(ctx, f.w, f.c); note != "" {
+	if note := f.m.Consider(ctx, f.w, f.req, f.placer); note != "" {
 		t.Errorf("consider right after: %q, want nothing", note)
 	}
 
@@ -260,22 +259,22 @@ func TestMoverGivesUp(t *testing.T) {
 	f.refuse = false
 	f.mu.Unlock()
 	f.clock = f.clock.Add(retryAfter)
-	if note := f.m.consider(ctx, f.w, f.c); !strings.HasPrefix(note, "defragmentation: moving web/x") {
+	if note := f.m.Consider(ctx, f.w, f.req, f.placer); !strings.HasPrefix(note, "defragmentation: moving web/x") {
 		t.Fatalf("consider after retryAfter: %q", note)
 	}
 	f.next(t, "w Defragmenting:")
 	f.next(t, "x MovedByDefrag: Evicted to make room for default/w on node n1; its replacement has room held on node n2 (GPU 0)")
-	if note := f.m.consider(ctx, f.w, f.c); note != "defragmentation: waiting for 1 moved pod(s) to leave node n1" {
+	if note := f.m.Consider(ctx, f.w, f.req, f.placer); note != "defragmentation: waiting for 1 moved pod(s) to leave node n1" {
 		t.Errorf("consider while the plan is under way: %q", note)
 	}
-	f.m.follow()
-	if got := f.m.cache.PlanHolds("defrag/uid-w"); !slices.Equal(got, []string{"defrag/uid-w/move-0", "defrag/uid-w/target"}) {
+	f.m.Follow()
+	if got := f.m.cfg.Cache.PlanHolds("defrag/uid-w"); !slices.Equal(got, []string{"defrag/uid-w/move-0", "defrag/uid-w/target"}) {
 		t.Fatalf("holds before the deadline: %v", got)
 	}
-	f.clock = f.clock.Add(f.m.args.Timeout.Duration + time.Second)
-	f.m.follow()
+	f.clock = f.clock.Add(f.m.cfg.Args.Timeout.Duration + time.Second)
+	f.m.Follow()
 	f.next(t, "w DefragFailed: Gave up making room on node n1: 2m0s passed waiting for the replacement of web/x, the pod itself; released 2 held place(s)")
-	if after := f.m.cache.Snapshot(); !sameUsage(before, after) {
+	if after := f.m.cfg.Cache.Snapshot(); !sameUsage(before, after) {
 		t.Errorf("the cache after the timeout differs from before the plan")
 	}
 }
@@ -285,42 +284,42 @@ func TestMoverGivesUp(t *testing.T) {
 func TestMoverDone(t *testing.T) {
 	f := newMoverFixture(t)
 	ctx := t.Context()
-	if note := f.m.consider(ctx, f.w, f.c); !strings.HasPrefix(note, "defragmentation: moving web/x") {
+	if note := f.m.Consider(ctx, f.w, f.req, f.placer); !strings.HasPrefix(note, "defragmentation: moving web/x") {
 		t.Fatalf("consider: %q", note)
 	}
 	f.next(t, "w Defragmenting:")
 	f.next(t, "x MovedByDefrag:")
-	f.m.cache.RemovePod(f.x.UID)
-	held := f.m.cache.HeldFor(f.w.UID, "", "default")
+	f.m.cfg.Cache.RemovePod(f.x.UID)
+	held := f.m.cfg.Cache.HeldFor(f.w.UID, "", "default")
 	if len(held) != 1 || held[0].Node != "n1" || held[0].Placement.BookedMiB() != 16384 {
 		t.Fatalf("w's hold after x ended: %+v", held)
 	}
-	if _, _, err := f.m.cache.PlaceAndAssumeHeld(f.w.UID, f.c.placer, "n1", f.c.req, []string{held[0].Key}); err != nil {
+	if _, _, err := f.m.cfg.Cache.PlaceAndAssumeHeld(f.w.UID, f.placer, "n1", f.req, []string{held[0].Key}); err != nil {
 		t.Fatal(err)
 	}
-	f.m.follow()
+	f.m.Follow()
 	select {
 	case e := <-f.events:
 		t.Fatalf("event before the replacement came: %s", e)
 	default:
 	}
 	repl := memPod("x2", 8192)
-	req, err := decision.Request(f.m.model, repl)
+	req, err := decision.Request(f.m.cfg.Model, repl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other := f.m.cache.HeldFor(repl.UID, "rs-x", "default"); other != nil {
+	if other := f.m.cfg.Cache.HeldFor(repl.UID, "rs-x", "default"); other != nil {
 		t.Errorf("a pod of another namespace naming x's controller may take %+v", other)
 	}
 	repl.Namespace = "web"
-	held = f.m.cache.HeldFor(repl.UID, "rs-x", "web")
+	held = f.m.cfg.Cache.HeldFor(repl.UID, "rs-x", "web")
 	if len(held) != 1 || held[0].Node != "n2" {
 		t.Fatalf("the replacement's hold: %+v", held)
 	}
-	if _, _, err := f.m.cache.PlaceAndAssumeHeld(repl.UID, f.c.placer, "n2", req, []string{held[0].Key}); err != nil {
+	if _, _, err := f.m.cfg.Cache.PlaceAndAssumeHeld(repl.UID, f.placer, "n2", req, []string{held[0].Key}); err != nil {
 		t.Fatal(err)
 	}
-	f.m.follow()
+	f.m.Follow()
 	f.next(t, "w Defragmented: Placed on node n1 (GPU 0) after moving 1 pod(s)")
 	if f.m.plans[f.w.UID] != nil {
 		t.Error("the plan is still under way")
@@ -354,28 +353,28 @@ func TestMoverLooksOncePerShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	z.Annotations = map[string]string{gpusharev1.AllocationAnnotation: value}
-	f.m.cache.SetPod(z)
-	if note := f.m.consider(ctx, f.w, f.c); note != "defragmentation: no plan of at most 3 moves among the 1 pods that may move" {
+	f.m.cfg.Cache.SetPod(z)
+	if note := f.m.Consider(ctx, f.w, f.req, f.placer); note != "defragmentation: no plan of at most 3 moves among the 1 pods that may move" {
 		t.Fatalf("consider: %q", note)
 	}
 	w2 := f.w.DeepCopy()
 	w2.Name, w2.UID = "w2", "uid-w2"
-	if note := f.m.consider(ctx, w2, f.c); note != "" {
+	if note := f.m.Consider(ctx, w2, f.req, f.placer); note != "" {
 		t.Errorf("another pod of the shape right after: %q, want no search", note)
 	}
 	f.clock = f.clock.Add(shapeRetryAfter)
-	if note := f.m.consider(ctx, w2, f.c); !strings.HasPrefix(note, "defragmentation: no plan") {
+	if note := f.m.Consider(ctx, w2, f.req, f.placer); !strings.HasPrefix(note, "defragmentation: no plan") {
 		t.Errorf("after shapeRetryAfter: %q, want a search", note)
 	}
 
 	// No pod may move: the next pod of the shape still looks.
 	g := newMoverFixture(t)
-	delete(g.x.Labels, defrag.OptIn)
-	g.m.namespaces = corelisters.NewNamespaceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
-	if note := g.m.consider(ctx, g.w, g.c); !strings.HasPrefix(note, "defragmentation: no pod may move (") {
+	delete(g.x.Labels, OptIn)
+	g.m.cfg.Namespaces = corelisters.NewNamespaceLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	if note := g.m.Consider(ctx, g.w, g.req, g.placer); !strings.HasPrefix(note, "defragmentation: no pod may move (") {
 		t.Fatalf("consider without opt-in: %q", note)
 	}
-	if note := g.m.consider(ctx, w2, g.c); !strings.HasPrefix(note, "defragmentation: no pod may move (") {
+	if note := g.m.Consider(ctx, w2, g.req, g.placer); !strings.HasPrefix(note, "defragmentation: no pod may move (") {
 		t.Errorf("the next pod of the shape: %q, want it to look", note)
 	}
 }
