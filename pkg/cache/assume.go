@@ -52,7 +52,7 @@ func (c *Cache) PlaceAndAssume(uid types.UID, placer *alloc.Placer, node string,
 	if e == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNodeGone, node)
 	}
-	if err := c.downLocked(node, c.now()); err != nil {
+	if err := c.daemons.down(node, c.now); err != nil {
 		return nil, err
 	}
 	state := e.state

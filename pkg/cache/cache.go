@@ -59,11 +59,9 @@ type Cache struct {
 	// Supply; supplyGen counts its changes.
 	supply    map[alloc.Supply]int64
 	supplyGen atomic.Uint64
-	// leases holds, per node, when its daemon's lease expires.
-	leases map[string]time.Time
-	// leaseLive holds, per node, the live use its daemon's lease
-	// carries (SetLive).
-	leaseLive map[string]*gpusharev1.GPUUsage
+	// daemons holds the node daemons' leases and the live use they
+	// carry: a side store with its own lock.
+	daemons *daemons
 	// now is the clock live samples are judged by.
 	now func() time.Time
 	// bound holds the CPU and memory of each bound pod that has not
@@ -82,6 +80,12 @@ type Cache struct {
 	// the hold each moved pod's booking joins when it ends (hold.go).
 	holds   map[string]*hold
 	joining map[types.UID]string
+
+	// freed counts the changes that may have made room: a booking or a
+	// pod's CPU and memory released, a node's inventory set. freedCh
+	// tells of them (Freed).
+	freed   atomic.Uint64
+	freedCh chan struct{}
 }
 
 // podResources is a pod's CPU and memory request on a node.
@@ -250,8 +254,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		unrecorded: make(map[types.UID]bool),
 		gpuSizes:   make(map[int64]int),
 		supply:     make(map[alloc.Supply]int64),
-		leases:     make(map[string]time.Time),
-		leaseLive:  make(map[string]*gpusharev1.GPUUsage),
+		daemons:    newDaemons(),
 		now:        time.Now,
 		bound:      make(map[types.UID]podResources),
 		requested:  make(map[string]podResources),
@@ -259,5 +262,24 @@ func New(logger klog.Logger, o Options) *Cache {
 		released:   make(map[types.UID]types.UID),
 		holds:      make(map[string]*hold),
 		joining:    make(map[types.UID]string),
+		freedCh:    make(chan struct{}, 1),
+	}
+}
+
+// Freed returns how many changes that may have made room the cache has
+// applied (a booking or a pod's CPU and memory released, a node's
+// inventory set), and a channel that receives once a change comes after
+// a receive. A pod judged with an older count was judged on less room
+// than there is.
+func (c *Cache) Freed() (uint64, <-chan struct{}) {
+	return c.freed.Load(), c.freedCh
+}
+
+// noteFreed counts a change that may have made room and tells of it.
+func (c *Cache) noteFreed() {
+	c.freed.Add(1)
+	select {
+	case c.freedCh <- struct{}{}:
+	default:
 	}
 }

@@ -179,7 +179,7 @@ func (c *Cache) PlaceAndAssumeHeld(uid types.UID, placer *alloc.Placer, node str
 	if e == nil {
 		return nil, "", fmt.Errorf("%w: %s", ErrNodeGone, node)
 	}
-	if err := c.downLocked(node, c.now()); err != nil {
+	if err := c.daemons.down(node, c.now); err != nil {
 		return nil, "", err
 	}
 	var taken *hold

@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,22 +33,18 @@ func (c *Cache) nodeUsage(n *corev1.Node) *gpusharev1.GPUUsage {
 // annotation holds a newer sample (a daemon that predates the lease's
 // use, in a mixed cluster).
 func (c *Cache) SetLive(node string, u *gpusharev1.GPUUsage) {
+	c.daemons.setLive(node, u)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if u == nil {
-		delete(c.leaseLive, node)
-	} else {
-		c.leaseLive[node] = u
-	}
 	if e := c.nodes[node]; e != nil {
 		c.applyLive(node, e)
 	}
 }
 
 // applyLive sets e's live use from the newer of its lease's sample and
-// its Node's.
+// its Node's. c.mu must be held.
 func (c *Cache) applyLive(node string, e *nodeEntry) {
-	u := c.leaseLive[node]
+	u := c.daemons.liveOf(node)
 	if n := e.nodeUsage; n != nil && (u == nil || n.Time.After(u.Time.Time)) {
 		u = n
 	}
@@ -104,31 +101,90 @@ var ErrDaemonDown = errors.New("gpushare-node on the node stopped renewing its l
 // SetLease records until when node's daemon holds its lease, and reports
 // whether that brings back a daemon whose lease had expired. A node
 // without a lease is not judged by one (its daemon may predate leases).
+// It takes only the daemons' lock: the bookings never wait for a renewal.
 func (c *Cache) SetLease(node string, expires time.Time) (recovered bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	old, had := c.leases[node]
-	c.leases[node] = expires
-	return had && now.After(old) && !now.After(expires)
+	return c.daemons.renew(node, expires, c.now())
 }
 
 // RemoveLease forgets node's lease, and the live use it carried.
 func (c *Cache) RemoveLease(node string) {
+	if !c.daemons.forget(node) {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.leases, node)
-	if _, ok := c.leaseLive[node]; ok {
-		delete(c.leaseLive, node)
-		if e := c.nodes[node]; e != nil {
-			c.applyLive(node, e)
-		}
+	if e := c.nodes[node]; e != nil {
+		c.applyLive(node, e)
 	}
 }
 
-// downLocked says whether node's daemon let its lease expire by now.
-func (c *Cache) downLocked(node string, now time.Time) error {
-	if expires, ok := c.leases[node]; ok && now.After(expires) {
+// daemons is a side store of the cache: what each node's daemon says
+// through its lease, until when it holds the lease and the live use it
+// carries. It has its own lock, taken after Cache.mu when both are: a
+// renewal, thousands a minute in a large cluster, neither waits for the
+// bookings' lock nor holds it.
+type daemons struct {
+	mu      sync.RWMutex
+	expires map[string]time.Time
+	samples map[string]*gpusharev1.GPUUsage
+}
+
+func newDaemons() *daemons {
+	return &daemons{expires: map[string]time.Time{}, samples: map[string]*gpusharev1.GPUUsage{}}
+}
+
+// renew records node's lease until expires and reports whether it had
+// expired by now.
+func (d *daemons) renew(node string, expires, now time.Time) (recovered bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old, had := d.expires[node]
+	d.expires[node] = expires
+	return had && now.After(old) && !now.After(expires)
+}
+
+// forget drops node's lease and reports whether it carried live use.
+func (d *daemons) forget(node string) (hadLive bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.expires, node)
+	_, hadLive = d.samples[node]
+	delete(d.samples, node)
+	return hadLive
+}
+
+func (d *daemons) setLive(node string, u *gpusharev1.GPUUsage) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if u == nil {
+		delete(d.samples, node)
+	} else {
+		d.samples[node] = u
+	}
+}
+
+func (d *daemons) liveOf(node string) *gpusharev1.GPUUsage {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.samples[node]
+}
+
+// down says whether node's daemon let its lease expire by now. The
+// clock is read only for a node with a lease: Filter reads every node it
+// tries.
+func (d *daemons) down(node string, now func() time.Time) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if _, ok := d.expires[node]; !ok {
+		return nil
+	}
+	return d.downLocked(node, now())
+}
+
+// downLocked is down with d.mu held: ReadEach holds it once for many
+// nodes.
+func (d *daemons) downLocked(node string, now time.Time) error {
+	if expires, ok := d.expires[node]; ok && now.After(expires) {
 		return fmt.Errorf("%w (it expired at %s): %s", ErrDaemonDown, expires.UTC().Format(time.RFC3339), node)
 	}
 	return nil

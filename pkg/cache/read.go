@@ -38,12 +38,8 @@ func (c *Cache) readLocked(node string, e *nodeEntry, fn func(*alloc.NodeState))
 	if e == nil {
 		return c.nodeErrorLocked(node)
 	}
-	// The clock is read only for a node with a lease: Filter reads every
-	// node it tries.
-	if _, ok := c.leases[node]; ok {
-		if err := c.downLocked(node, c.now()); err != nil {
-			return err
-		}
+	if err := c.daemons.down(node, c.now); err != nil {
+		return err
 	}
 	fn(e.state)
 	return nil
@@ -55,8 +51,14 @@ func (c *Cache) readLocked(node string, e *nodeEntry, fn func(*alloc.NodeState))
 func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState, err error)) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	d := c.daemons
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	// The clock is read only when some node has a lease: Filter reads
+	// every node it tries.
+	leases := len(d.expires) > 0
 	var now time.Time
-	if len(c.leases) > 0 {
+	if leases {
 		now = c.now()
 	}
 	// Each name is first tried against the entry that followed the
@@ -84,8 +86,8 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 			}
 		}
 		prev = e
-		if len(c.leases) > 0 {
-			if err := c.downLocked(name, now); err != nil {
+		if leases {
+			if err := d.downLocked(name, now); err != nil {
 				fn(name, nil, err)
 				continue
 			}

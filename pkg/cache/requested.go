@@ -21,6 +21,7 @@ func (c *Cache) uncountLocked(uid types.UID) {
 	if r, ok := c.bound[uid]; ok {
 		delete(c.bound, uid)
 		c.addRequested(r, -1)
+		c.noteFreed()
 	}
 }
 
