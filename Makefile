@@ -12,6 +12,13 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TOOLS_DIR ?= $(HOME)/.cache/gpushare/tools
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# Every tool is named before any rule: make reads a rule's prerequisites
+# as it meets them, and a name defined further down is empty there.
+HELM_VERSION := v4.3.1
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS := $(TOOLS_DIR)/prometheus-$(PROMETHEUS_VERSION)
+PROMTOOL := $(TOOLS_DIR)/promtool-$(PROMETHEUS_VERSION)
 
 # The openb trace (Alibaba cluster-trace-gpu-v2023); see docs/simulator.md.
 OPENB ?= ../shared/traces/openb
@@ -39,7 +46,7 @@ images: ## Build the gpushare-scheduler, gpushare-extender and gpushare-node ima
 .PHONY: release
 release: $(HELM) ## Release VERSION=vX.Y.Z: images tagged VERSION, into bin/release/ the chart (appVersion VERSION) and the kubectl plugin's archives, sha256 files and krew manifest.
 	@case "$(origin VERSION)" in "command line"|environment) ;; *) echo "make release needs VERSION=vX.Y.Z" >&2; exit 1;; esac
-	HELM=$(HELM) MAKE="$(MAKE)" hack/release.sh $(VERSION) $(BIN)/release
+	HELM=$(HELM) hack/release.sh $(VERSION) $(BIN)/release
 
 .PHONY: image-test
 image-test: ## Build the images twice (same digests?) and run each one's --version inside it (needs root or user namespaces).
@@ -93,8 +100,6 @@ gpu-check-fake: ## make gpu-check against the NVML fake and stand-ins (part of m
 	@hack/gpu-check.sh fake
 
 # Helm, built from the Go module proxy into the tools cache.
-HELM_VERSION := v4.3.1
-HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 export GPUSHARE_HELM := $(HELM)
 
 $(HELM):
@@ -110,9 +115,6 @@ helm: $(HELM) ## Build the pinned helm into the tools cache.
 # tools cache, without the web UI's assets and with static targets as the
 # only service discovery: test/integration/monitoring_test.go scrapes the
 # components on loopback and runs every dashboard and alert query.
-PROMETHEUS_VERSION := v0.316.0
-PROMETHEUS := $(TOOLS_DIR)/prometheus-$(PROMETHEUS_VERSION)
-PROMTOOL := $(TOOLS_DIR)/promtool-$(PROMETHEUS_VERSION)
 export GPUSHARE_PROMETHEUS := $(PROMETHEUS)
 export GPUSHARE_PROMTOOL := $(PROMTOOL)
 

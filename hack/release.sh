@@ -65,9 +65,10 @@ for archive in $archives; do
 	echo "$out/$archive"
 done
 
-# The krew manifest: VERSION, and each URI's archive's sha256 on the
-# line after it.
+# The krew manifest: VERSION, each URI's archive's sha256 on the line
+# after it, and the source tree's note on unreleased manifests left out.
 awk -v version="$version" -v dir="$out" '
+	/^# Each release fills in/ || /^# until then install from source/ { next }
 	/^  version: / { sub(/: .*/, ": " version) }
 	/^ *uri: / {
 		sub(/\/download\/[^\/]+\//, "/download/" version "/")

@@ -95,7 +95,7 @@ func main() {
 		"none (booked only: they are trusted to keep to them), mps (each runs as an MPS client with its memory and thread limits; needs --mps) or "+
 		"hami-core (HAMi-core's library, installed on the node at --hami-core-library, is preloaded into each and given its limits). "+
 		"Containers that ask for MPS are MPS clients whatever it is; containers of whole GPUs need none. Published with the inventory")
-	fs.StringVar(&o.hamiCoreLib, "hami-core-library", "/usr/local/vgpu/libvgpu.so", "HAMi-core's library on the node (--enforcement=hami-core): mounted read-only into the containers it holds")
+	fs.StringVar(&o.hamiCoreLib, "hami-core-library", "/usr/local/vgpu/libvgpu.so", "HAMi-core's library on the node (--enforcement=hami-core): mounted read-only into the containers it holds; where no file is there, the newest <file>.<version> beside it (HAMi installs libvgpu.so.v2.9.0)")
 	fs.StringVar(&o.hamiCoreDir, "hami-core-dir", "/run/gpushare/hami-core", "a directory on the node for HAMi-core (--enforcement=hami-core): the daemon writes the preload list there, and the containers it holds share its lock directory, vgpulock")
 	fs.IntVar(&o.hookDevices, "hook-devices", deviceplugin.DefaultHookDevices, "devices of "+gpusharev1.HookResource+
 		", the devices through which GPU containers get their GPUs where deploy/gpu-hook-policy.yaml is in force (the n-th GPU container of a pod holds n: one in most pods); 0 serves none")
@@ -222,6 +222,9 @@ func run(ctx context.Context, o options) error {
 	hamiCore, err := enforcement(o)
 	if err != nil {
 		return err
+	}
+	if hamiCore != nil {
+		logger.Info("Holding shared containers to their shares with HAMi-core", "library", hamiCore.Library)
 	}
 	model, err := resource.New(args.ResourceModel)
 	if err != nil {
@@ -367,14 +370,15 @@ func enforcement(o options) (*cdi.HAMiCore, error) {
 	default:
 		return nil, fmt.Errorf("--enforcement=%q: want one of %v", e, gpusharev1.Enforcements())
 	}
-	if info, err := os.Stat(o.hamiCoreLib); err != nil || !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("--enforcement=hami-core: HAMi-core's library is not at --hami-core-library=%s (%v): install it on the node, "+
+	lib, err := cdi.FindHAMiCoreLibrary(o.hamiCoreLib)
+	if err != nil {
+		return nil, fmt.Errorf("--enforcement=hami-core: --hami-core-library=%s: %w: install it on the node, "+
 			"or run with --enforcement=none to book shares without holding containers to them", o.hamiCoreLib, err)
 	}
-	if err := cdi.CheckHAMiCoreLibrary(o.hamiCoreLib); err != nil {
+	if err := cdi.CheckHAMiCoreLibrary(lib); err != nil {
 		return nil, fmt.Errorf("--enforcement=hami-core: %w", err)
 	}
-	h := &cdi.HAMiCore{Library: o.hamiCoreLib, Preload: filepath.Join(o.hamiCoreDir, "ld.so.preload"), LockDir: filepath.Join(o.hamiCoreDir, "vgpulock")}
+	h := &cdi.HAMiCore{Library: lib, Preload: filepath.Join(o.hamiCoreDir, "ld.so.preload"), LockDir: filepath.Join(o.hamiCoreDir, "vgpulock")}
 	// The lock directory is shared by containers of any user, as HAMi's.
 	if err := os.MkdirAll(h.LockDir, 0o755); err != nil {
 		return nil, err

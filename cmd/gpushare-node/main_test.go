@@ -55,7 +55,7 @@ func TestEnforcement(t *testing.T) {
 		{options{enforcement: "mps"}, "--enforcement=mps needs --mps"},
 		{options{enforcement: "mps", mps: true}, ""},
 		{options{enforcement: "strict"}, `--enforcement="strict": want one of`},
-		{options{enforcement: "hami-core", hamiCoreLib: lib, hamiCoreDir: dir}, "HAMi-core's library is not at --hami-core-library=" + lib},
+		{options{enforcement: "hami-core", hamiCoreLib: lib, hamiCoreDir: dir}, "--hami-core-library=" + lib + ": HAMi-core's library is not at " + lib},
 	} {
 		h, err := enforcement(c.o)
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) || h != nil {

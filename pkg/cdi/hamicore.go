@@ -3,7 +3,11 @@ package cdi
 import (
 	"debug/elf"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -103,4 +107,47 @@ func CheckHAMiCoreLibrary(path string) error {
 		}
 	}
 	return nil
+}
+
+// FindHAMiCoreLibrary returns HAMi-core's library at path, or, where no
+// file is there, the newest of the versioned files beside it (path.v2.9.0,
+// path.2.8: HAMi's device plugin installs libvgpu.so.<version>, and only
+// some versions also a plain libvgpu.so). The error says what it found.
+func FindHAMiCoreLibrary(path string) (string, error) {
+	info, err := os.Stat(path)
+	if err == nil && info.Mode().IsRegular() {
+		return path, nil
+	}
+	if err == nil {
+		return "", fmt.Errorf("HAMi-core's library %s is not a regular file", path)
+	}
+	matches, _ := filepath.Glob(path + ".*")
+	var found []string
+	for _, m := range matches {
+		if info, err := os.Stat(m); err == nil && info.Mode().IsRegular() && libraryVersion(strings.TrimPrefix(m, path+".")) != nil {
+			found = append(found, m)
+		}
+	}
+	if len(found) == 0 {
+		return "", fmt.Errorf("HAMi-core's library is not at %s, nor any %s.<version> beside it (%v)", path, filepath.Base(path), err)
+	}
+	slices.SortFunc(found, func(a, b string) int {
+		return slices.Compare(libraryVersion(strings.TrimPrefix(a, path+".")), libraryVersion(strings.TrimPrefix(b, path+".")))
+	})
+	return found[len(found)-1], nil
+}
+
+// libraryVersion reads a library's version suffix, "v2.9.0" or "2.8":
+// its numbers, nil if it is not one.
+func libraryVersion(s string) []int {
+	parts := strings.Split(strings.TrimPrefix(s, "v"), ".")
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil
+		}
+		out[i] = n
+	}
+	return out
 }

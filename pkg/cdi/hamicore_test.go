@@ -50,3 +50,34 @@ func TestCheckHAMiCoreLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestFindHAMiCoreLibrary: the file named is taken where it is; where it
+// is not, the newest versioned file beside it (HAMi installs
+// libvgpu.so.<version>), by version and not by name; with neither, the
+// error says what was looked for.
+func TestFindHAMiCoreLibrary(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libvgpu.so")
+	touch := func(names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := FindHAMiCoreLibrary(lib); err == nil || !strings.Contains(err.Error(), "nor any libvgpu.so.<version> beside it") {
+		t.Errorf("no library: %v, want an error naming what was looked for", err)
+	}
+	touch("libvgpu.so.v2.9.0", "libvgpu.so.v2.10.1", "libvgpu.so.bak", "libvgpu.so.v2.8.0")
+	if err := os.Mkdir(filepath.Join(dir, "libvgpu.so.v3.0.0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FindHAMiCoreLibrary(lib); err != nil || got != lib+".v2.10.1" {
+		t.Errorf("versioned files only: %q, %v; want the newest, %s.v2.10.1", got, err, lib)
+	}
+	touch("libvgpu.so")
+	if got, err := FindHAMiCoreLibrary(lib); err != nil || got != lib {
+		t.Errorf("with the file named: %q, %v; want it", got, err)
+	}
+}

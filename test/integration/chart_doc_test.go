@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -63,12 +66,51 @@ func TestChartDocCommands(t *testing.T) {
 			render += " --kube-version 1.37 --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 		}
 		render, _, _ = strings.Cut(render, ">")
-		sh := exec.Command("bash", "-c", "set -eo pipefail\n"+render+" >/dev/null")
+		sh := exec.Command("bash", "-c", "set -eo pipefail\n"+render)
 		sh.Dir, sh.Env = root, env
-		if out, err := sh.CombinedOutput(); err != nil {
-			t.Errorf("%s: rendering it (%s): %v\n%s", cmd, render, err, out)
+		var stderr strings.Builder
+		sh.Stderr = &stderr
+		out, err := sh.Output()
+		if err != nil {
+			t.Errorf("%s: rendering it (%s): %v\n%s", cmd, render, err, stderr.String())
+			continue
+		}
+		checkDocNodeSelector(t, cmd, out)
+	}
+}
+
+// checkDocNodeSelector: a command that sets node.nodeSelector with
+// --set-json runs gpushare-node on exactly the labels it names (a key set
+// to null drops the chart's default one): Helm merges a map it is given
+// with the default, and a DaemonSet that also asks the default label never
+// starts on the nodes the doc labels.
+func checkDocNodeSelector(t *testing.T, cmd string, rendered []byte) {
+	t.Helper()
+	_, rest, ok := strings.Cut(cmd, "--set-json 'node.nodeSelector=")
+	if !ok {
+		return
+	}
+	value, _, _ := strings.Cut(rest, "'")
+	var given map[string]*string
+	if err := json.Unmarshal([]byte(value), &given); err != nil {
+		t.Errorf("%s: node.nodeSelector %s: %v", cmd, value, err)
+		return
+	}
+	want := map[string]string{}
+	for k, v := range given {
+		if v != nil {
+			want[k] = *v
 		}
 	}
+	for _, obj := range decodeAll(t, rendered) {
+		if d, ok := obj.(*appsv1.DaemonSet); ok && d.Name == "gpushare-node" {
+			if got := d.Spec.Template.Spec.NodeSelector; !maps.Equal(got, want) {
+				t.Errorf("%s: gpushare-node runs on nodes labelled %v; want exactly %v", cmd, got, want)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: renders no gpushare-node DaemonSet", cmd)
 }
 
 // shellBlocks returns the page's sh blocks, and its helm install, upgrade

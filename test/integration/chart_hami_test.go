@@ -56,9 +56,18 @@ func TestChartHAMiValues(t *testing.T) {
 	}
 	mounted := false
 	for _, m := range c.VolumeMounts {
-		mounted = mounted || (m.MountPath == "/usr/local/vgpu/libvgpu.so" && m.ReadOnly)
+		mounted = mounted || (m.MountPath == "/usr/local/vgpu" && m.ReadOnly)
 	}
 	if !mounted {
-		t.Errorf("HAMi-core's library is not mounted read-only: %v", c.VolumeMounts)
+		t.Errorf("HAMi-core's library's directory is not mounted read-only: %v", c.VolumeMounts)
+	}
+	// The directory, not the file: HAMi installs libvgpu.so.<version>,
+	// and a hostPath of type File that is not there keeps the pod from
+	// starting before gpushare-node can say why.
+	for _, v := range daemon.Spec.Template.Spec.Volumes {
+		if v.Name == "hami-core-library" && (v.HostPath == nil || v.HostPath.Path != "/usr/local/vgpu" || v.HostPath.Type == nil ||
+			*v.HostPath.Type != corev1.HostPathDirectoryOrCreate) {
+			t.Errorf("volume hami-core-library: %+v; want the hostPath directory /usr/local/vgpu, DirectoryOrCreate", v.VolumeSource)
+		}
 	}
 }

@@ -464,6 +464,40 @@ func (in *chartInstall) checkDocCheck(t *testing.T) {
 	}
 }
 
+// checkNotesExample runs the example the release's notes say to try, as
+// an operator pastes it (runDoc): its three pods, selected by selector,
+// are bound with gpushare's records, 3 GiB each on one GPU; and the
+// command is one of docs/install.md's Check block.
+func (in *chartInstall) checkNotesExample(t *testing.T, selector string) {
+	t.Helper()
+	notes := string(helm(t, "get", "notes", "gpushare", "--kubeconfig", in.c.Kubeconfig, "--namespace", chartNamespace))
+	var apply string
+	for l := range strings.Lines(notes) {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "kubectl apply -f ") {
+			apply = l
+		}
+	}
+	if apply == "" {
+		t.Fatalf("the notes name no example to apply:\n%s", notes)
+	}
+	documented := false
+	for _, l := range docBlock(t, "docs/install.md", "### Check") {
+		documented = documented || strings.HasPrefix(l, apply+" ")
+	}
+	if !documented {
+		t.Errorf("the notes' %q is not in docs/install.md's Check block", apply)
+	}
+	runDoc(t, in.c, apply)
+	pods := boundPods(t, in.client, "default", selector, 3)
+	first := record(t, &pods[0])
+	for i := range pods {
+		a := record(t, &pods[i])
+		if g := a.Containers[0].GPUs; len(g) != 1 || g[0].MemoryMiB != 3072 || a.Node != first.Node || g[0].Index != first.Containers[0].GPUs[0].Index {
+			t.Errorf("%s (from the notes' %q): %s on %s; want 3072 MiB on the GPU of the others", pods[i].Name, apply, describeAllocation(a), a.Node)
+		}
+	}
+}
+
 // runDoc runs a command of the docs in bash, as an operator pastes it,
 // with c's kubeconfig, the control plane's kubectl and the chart's
 // namespace for kube-system, and returns its output.
@@ -471,6 +505,7 @@ func runDoc(t *testing.T, c *controlplane.Cluster, cmd string) string {
 	t.Helper()
 	cmd = strings.ReplaceAll(cmd, "kube-system", chartNamespace)
 	sh := exec.Command("bash", "-c", cmd)
+	sh.Dir = root
 	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig,
 		"PATH="+filepath.Dir(tools.Bin("kubectl"))+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := sh.CombinedOutput()
@@ -626,6 +661,7 @@ func TestChartSecondScheduler(t *testing.T) {
 		return record(t, boundPod(t, in.client, "default", name)).Node
 	}
 	first := leader(procs)
+	in.checkNotesExample(t, "app=binpack-gpu")
 	schedule("first")
 	first.Stop(10 * time.Second)
 	var rest []*controlplane.Process

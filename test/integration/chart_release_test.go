@@ -99,6 +99,19 @@ func TestChartRelease(t *testing.T) {
 		t.Errorf("make release without VERSION: %v\n%s; want it refused", err, out)
 	}
 
+	// From a fresh machine: make release builds the pinned helm before
+	// it packages the chart (a dry run, into an empty tools cache).
+	dry := exec.Command("make", "-n", "release", "VERSION="+version, "TOOLS_DIR="+filepath.Join(dir, "tools"))
+	dry.Dir = root
+	plan, err := dry.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n release: %v\n%s", err, plan)
+	}
+	build, run := strings.Index(string(plan), "helm.sh/helm/v4/cmd/helm@"), strings.Index(string(plan), "hack/release.sh "+version)
+	if build < 0 || run < build {
+		t.Errorf("make -n release into an empty tools cache:\n%s\nwant helm built before hack/release.sh runs", plan)
+	}
+
 	out := filepath.Join(dir, "release")
 	if b, err := release(version, out); err != nil {
 		t.Fatalf("hack/release.sh %s: %v\n%s", version, err, b)
@@ -155,9 +168,14 @@ func TestChartRelease(t *testing.T) {
 		t.Errorf("kubectl-inspect-gpushare --version from %s: %v, %q; want %s", archive, err, b, version)
 	}
 
-	// The krew manifest names the version and the archive's sha256.
+	// The krew manifest names the version and the archive's sha256, and
+	// no longer says to install from source.
 	var filled krewPlugin
-	if err := yaml.Unmarshal(readAbs(t, filepath.Join(out, "inspect-gpushare.yaml")), &filled); err != nil {
+	filledRaw := readAbs(t, filepath.Join(out, "inspect-gpushare.yaml"))
+	if strings.Contains(string(filledRaw), "install from source") {
+		t.Errorf("inspect-gpushare.yaml still says to install from source:\n%s", filledRaw)
+	}
+	if err := yaml.Unmarshal(filledRaw, &filled); err != nil {
 		t.Fatal(err)
 	}
 	if filled.Spec.Version != version || len(filled.Spec.Platforms) != 1 {
