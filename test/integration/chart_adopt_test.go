@@ -17,7 +17,7 @@ import (
 // rendered once and applied with kubectl), then follows its "Moving a
 // deploy/ install to Helm" steps, as written: the release takes every
 // object over (the admission policies carry its name), and uninstalling
-// it leaves none of them behind.
+// it leaves none of them behind, the DRA objects included.
 func TestChartAdoptsDeploy(t *testing.T) {
 	c := startCluster(t)
 	client, err := c.Client()
@@ -72,4 +72,6 @@ func TestChartAdoptsDeploy(t *testing.T) {
 			t.Errorf("policy %s after helm uninstall: %v, want it gone", name, err)
 		}
 	}
+	// Nothing of deploy/ is left: the DRA objects included.
+	checkNothingLeft(t, c, client)
 }

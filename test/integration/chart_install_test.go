@@ -428,6 +428,7 @@ func TestChartInstall(t *testing.T) {
 	}
 	helm(t, "uninstall", "gpushare", "--kubeconfig", in.c.Kubeconfig, "--namespace", chartNamespace, "--wait", "--timeout", "2m")
 	in.checkUninstalled(t)
+	in.checkDocCleanup(t)
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "after-uninstall", Namespace: "default"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	if _, err := in.client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{}); err != nil {
@@ -503,7 +504,14 @@ func (in *chartInstall) checkNotesExample(t *testing.T, selector string) {
 // namespace for kube-system, and returns its output.
 func runDoc(t *testing.T, c *controlplane.Cluster, cmd string) string {
 	t.Helper()
-	cmd = strings.ReplaceAll(cmd, "kube-system", chartNamespace)
+	return runDocIn(t, c, cmd, chartNamespace)
+}
+
+// runDocIn is runDoc with ns for kube-system: the node daemons' leases
+// are in kube-system whatever the chart's namespace.
+func runDocIn(t *testing.T, c *controlplane.Cluster, cmd, ns string) string {
+	t.Helper()
+	cmd = strings.ReplaceAll(cmd, "kube-system", ns)
 	sh := exec.Command("bash", "-c", cmd)
 	sh.Dir = root
 	sh.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig,
@@ -531,16 +539,72 @@ func docBlock(t *testing.T, rel, heading string) []string {
 	return strings.Split(strings.TrimSpace(block), "\n")
 }
 
+// checkDocCleanup runs docs/install.md's commands that remove, after
+// helm uninstall, what the operator and the daemons wrote: then no node
+// keeps a gpushare label or annotation, and no daemon's lease is left.
+func (in *chartInstall) checkDocCleanup(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	cmds := docSteps(t, "docs/install.md", "## 6. Uninstall")[0]
+	ran := 0
+	for _, cmd := range cmds {
+		if strings.HasPrefix(cmd, "helm uninstall") {
+			continue
+		}
+		ns := chartNamespace
+		if strings.Contains(cmd, "lease") {
+			ns = "kube-system"
+		}
+		runDocIn(t, in.c, cmd, ns)
+		ran++
+	}
+	if ran < 3 {
+		t.Fatalf("docs/install.md's section 6 has %d cleanup commands (%v); want the annotations, labels and leases", ran, cmds)
+	}
+	nodes, err := in.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for k := range n.Labels {
+			if k == "gpushare" || strings.HasPrefix(k, "gpushare.io/") {
+				t.Errorf("node %s keeps label %s after the doc's cleanup", n.Name, k)
+			}
+		}
+		for k := range n.Annotations {
+			if strings.HasPrefix(k, "gpushare.io/") {
+				t.Errorf("node %s keeps annotation %s after the doc's cleanup", n.Name, k)
+			}
+		}
+	}
+	leases, err := in.client.CoordinationV1().Leases("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if strings.HasPrefix(l.Name, gpusharev1.LeasePrefix) {
+			t.Errorf("lease kube-system/%s left after the doc's cleanup", l.Name)
+		}
+	}
+}
+
 // checkUninstalled fails the test if any object of the release is left:
 // every listable resource of every API group is searched for the chart's
 // labels.
 func (in *chartInstall) checkUninstalled(t *testing.T) {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(in.c.RESTConfig())
+	checkNothingLeft(t, in.c, in.client)
+}
+
+// checkNothingLeft fails the test if any object labelled as gpushare's
+// is left in the cluster of c.
+func checkNothingLeft(t *testing.T, c *controlplane.Cluster, client kubernetes.Interface) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	lists, err := in.client.Discovery().ServerPreferredResources()
+	lists, err := client.Discovery().ServerPreferredResources()
 	if err != nil {
 		t.Fatal(err)
 	}

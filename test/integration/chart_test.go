@@ -150,6 +150,8 @@ func TestChartLint(t *testing.T) {
 		"enforcement unknown":  {set: []string{"node.enforcement=strict"}, want: `node.enforcement: "strict" is not none, mps or hami-core`},
 		"mps enforcement without MPS": {set: []string{"node.pools[0].name=a", "node.pools[0].enforcement=mps"},
 			want: "node.pools[a].enforcement: mps needs mps: true"},
+		"replaceDefault in the extender": {set: []string{"mode=extender", "scheduler.replaceDefault=true"},
+			want: "scheduler.replaceDefault: applies to mode scheduler"},
 		"defrag in the extender": {set: []string{"mode=extender", "gpushare.defrag.enabled=true"},
 			want: "gpushare.defrag.enabled: needs mode scheduler"},
 		"dra on 1.36": {set: []string{"mode=extender", "dra.enabled=true"}, args: []string{"--kube-version", "1.36"},

@@ -46,6 +46,9 @@ system:serviceaccount:{{ .root.Release.Namespace }}:gpushare-{{ .component }}
 {{- if and (eq .Values.mode "extender") .Values.gpushare.defrag .Values.gpushare.defrag.enabled -}}
 {{- fail "gpushare.defrag.enabled: needs mode scheduler (the HTTP extender does not move pods)" -}}
 {{- end -}}
+{{- if and (eq .Values.mode "extender") .Values.scheduler.replaceDefault -}}
+{{- fail "scheduler.replaceDefault: applies to mode scheduler (in extender mode the cluster's kube-scheduler keeps scheduling and calls gpushare-extender)" -}}
+{{- end -}}
 {{- if and (eq .Values.mode "extender") (ne (int .Values.extender.replicas) 1) -}}
 {{- fail "extender.replicas: must be 1 (kube-scheduler's filter and bind calls for a pod must reach the same extender)" -}}
 {{- end -}}
