@@ -80,12 +80,6 @@ type Cache struct {
 	// the hold each moved pod's booking joins when it ends (hold.go).
 	holds   map[string]*hold
 	joining map[types.UID]string
-
-	// freed counts the changes that may have made room: a booking or a
-	// pod's CPU and memory released, a node's inventory set. freedCh
-	// tells of them (Freed).
-	freed   atomic.Uint64
-	freedCh chan struct{}
 }
 
 // podResources is a pod's CPU and memory request on a node.
@@ -262,24 +256,5 @@ func New(logger klog.Logger, o Options) *Cache {
 		released:   make(map[types.UID]types.UID),
 		holds:      make(map[string]*hold),
 		joining:    make(map[types.UID]string),
-		freedCh:    make(chan struct{}, 1),
-	}
-}
-
-// Freed returns how many changes that may have made room the cache has
-// applied (a booking or a pod's CPU and memory released, a node's
-// inventory set), and a channel that receives once a change comes after
-// a receive. A pod judged with an older count was judged on less room
-// than there is.
-func (c *Cache) Freed() (uint64, <-chan struct{}) {
-	return c.freed.Load(), c.freedCh
-}
-
-// noteFreed counts a change that may have made room and tells of it.
-func (c *Cache) noteFreed() {
-	c.freed.Add(1)
-	select {
-	case c.freedCh <- struct{}{}:
-	default:
 	}
 }

@@ -58,7 +58,6 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	}
 	c.rebuild(e)
 	c.applyLive(n.Name, e)
-	c.noteFreed()
 	c.logger.V(2).Info("Node GPU inventory", "node", klog.KObj(n), "gpus", len(node.GPUs), "mode", node.Mode, "pods", len(e.pods))
 }
 

@@ -126,7 +126,6 @@ func (c *Cache) unbook(uid types.UID, p *podEntry) {
 	if p.invalid {
 		return
 	}
-	defer c.noteFreed()
 	if p.conflict {
 		// Rebuild the node from its inventory: the conflict's GPUs may
 		// be usable again.

@@ -21,7 +21,6 @@ func (c *Cache) uncountLocked(uid types.UID) {
 	if r, ok := c.bound[uid]; ok {
 		delete(c.bound, uid)
 		c.addRequested(r, -1)
-		c.noteFreed()
 	}
 }
 

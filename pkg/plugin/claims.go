@@ -152,6 +152,9 @@ func (pl *GPUShare) claimReleased(_ klog.Logger, pod *corev1.Pod, oldObj, newObj
 		if node, _, err := claim.Held(n); err == nil && node != "" {
 			return fwk.QueueSkip, nil
 		}
+		pl.cache.SetClaim(n)
+	} else {
+		pl.cache.RemoveClaim(o.UID)
 	}
 	return pl.retryable(pod), nil
 }

@@ -48,9 +48,6 @@ type GPUShare struct {
 	cache   *gpucache.Cache
 	metrics *metrics
 	seed    uint64
-	// waiters are the pods turned away for want of room, shared by
-	// every profile (Shared.waiters).
-	waiters *waiters
 	// synced reports whether the cache has taken in the informers'
 	// first lists; PreFilter waits for it once.
 	synced func() bool
@@ -104,7 +101,7 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		// The policy weighs model-bound pods against the cluster's GPUs
 		// per model, as the shared cache counts them.
 		policy.Follow(s.cache)
-		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed, waiters: &s.waiters,
+		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
 			pdbs:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 			claims: h.SharedInformerFactory().Resource().V1().ResourceClaims().Lister()}
 		if args.DefragOn() {
@@ -175,10 +172,8 @@ type cycle struct {
 	placer *alloc.Placer
 	// rater rates the pod on each node Filter is called for.
 	rater *alloc.Rater
-	// start is when PreFilter began, for the decision latency, and
-	// freed the cache's count of releases then (Cache.Freed).
+	// start is when PreFilter began, for the decision latency.
 	start time.Time
-	freed uint64
 	// kubelet is what a node's kubelet counts of the pod (kubeletAsks).
 	kubelet []ask
 	// claims is set when the GPUs are asked through ResourceClaims:
@@ -243,8 +238,6 @@ func readCycle(state fwk.CycleState) (*cycle, error) {
 // PreFilter implements fwk.PreFilterPlugin.
 func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	start := time.Now()
-	// Read first: a release the cycle may not see counts after it.
-	freed, _ := pl.cache.Freed()
 	// kube-scheduler waits for its informers to sync, not for their
 	// handlers to have fed the cache: the first decisions would see part
 	// of the cluster and turn pods away for good.
@@ -301,7 +294,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	}
 	kubelet := pl.kubeletAsks(pod)
 	state.Write(stateKey, &cycle{req: req, placer: placer, rater: placer.NewRater(req, pl.seed), start: start, claims: claims, holds: holds,
-		kubelet: kubelet, freed: freed, ratings: newRatings(feasibleNodes(len(nodes)))})
+		kubelet: kubelet, ratings: newRatings(feasibleNodes(len(nodes)))})
 	leaveToGPUShare(state, kubelet)
 	return nil, nil
 }
@@ -385,7 +378,6 @@ func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *c
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	pl.metrics.observe(resultUnschedulable, c.start)
-	pl.turnedAway(ctx, pod, c.freed)
 	c.mu.Lock()
 	d := alloc.Diagnose(len(c.unfits), c.unfits)
 	c.mu.Unlock()
@@ -499,7 +491,6 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 		pl.metrics.observe(resultUnschedulable, c.start)
 		var unfit *alloc.Unfit
 		if errors.As(err, &unfit) {
-			pl.turnedAway(ctx, pod, c.freed)
 			return fwk.NewStatus(fwk.Unschedulable, unfit.Error())
 		}
 		return fwk.AsStatus(err)
@@ -519,7 +510,6 @@ func (pl *GPUShare) Reserve(ctx context.Context, state fwk.CycleState, pod *core
 		}
 	}
 	pl.metrics.observe(resultScheduled, c.start)
-	pl.waiters.remove(pod.UID)
 	c.mu.Lock()
 	c.chosen = p
 	c.mu.Unlock()
@@ -668,11 +658,15 @@ func (pl *GPUShare) allocatableGrew(_ klog.Logger, pod *corev1.Pod, oldObj, newO
 	return fwk.QueueSkip, nil
 }
 
-// The hints only decide: the cache's own informer handlers apply every
-// event. Those may run after the scheduler's, and a pod retried against
-// a cache that still holds a deleted pod is turned away again: it waits
-// among the waiters, judged by an older count of releases, and is
-// activated once the cache applies the release (Shared.wake).
+// The hints apply the event to the cache themselves before they requeue
+// the pod: the cache's own informer handler may run after the scheduler's,
+// and a pod retried against a cache that still holds the deleted pod would
+// be rejected again and wait for the next event. Applying an event twice
+// is harmless. kube-scheduler orders its own cache, and DynamicResources'
+// claim cache, before the queue's events; a plugin's cache has no such
+// hook. Hints that only decide were tried: a preemptor retried before the
+// cache dropped its victims was turned away again and preempted a second
+// node's pods (TestPreemption).
 
 // A pod that held GPUs through claims reserved for it alone frees them
 // when it goes, as a pod with a record does: the claims are deallocated
@@ -684,6 +678,7 @@ func (pl *GPUShare) podReleased(_ klog.Logger, pod *corev1.Pod, oldObj, _ any) (
 		if !record.Recorded(p) && len(p.Spec.ResourceClaims) == 0 {
 			return fwk.QueueSkip, nil
 		}
+		pl.cache.RemovePod(p.UID)
 	}
 	return pl.retryable(pod), nil
 }
@@ -701,6 +696,7 @@ func (pl *GPUShare) podUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj an
 		return fwk.QueueSkip, nil
 	}
 	// A pod holding GPUs ended: they are free.
+	pl.cache.RemovePod(n.UID)
 	return pl.retryable(pod), nil
 }
 
@@ -718,6 +714,7 @@ func (pl *GPUShare) inventoryChanged(_ klog.Logger, pod *corev1.Pod, oldObj, new
 	if !ok || n.Labels[gpusharev1.NodeLabel] != "true" {
 		return fwk.QueueSkip, nil
 	}
+	pl.cache.SetNode(n)
 	o, ok := oldObj.(*corev1.Node)
 	if !ok {
 		return pl.retryable(pod), nil

@@ -91,19 +91,6 @@ type cluster struct {
 	mu         sync.Mutex
 	bound      map[string]*corev1.Binding
 	registered int
-	// activated receives each pod the plugin activates, by
-	// namespace/name.
-	activated chan string
-}
-
-// Activate implements fwk.PodActivator: the scheduling queue's part.
-func (c *cluster) Activate(_ klog.Logger, pods map[string]*corev1.Pod) {
-	if c.activated == nil {
-		return
-	}
-	for k := range pods {
-		c.activated <- k
-	}
 }
 
 // newCluster returns a cluster holding n1 (one 16 GiB GPU), n2 (8 GiB)
@@ -160,7 +147,6 @@ func (c *cluster) profile(name string, opts ...frameworkruntime.Option) framewor
 			frameworkruntime.WithSnapshotSharedLister(c.snapshot),
 			frameworkruntime.WithMutableSnapshotLister(c.snapshot),
 			frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
-			frameworkruntime.WithPodActivator(c),
 		}, opts...)...,
 	)
 	if err != nil {
@@ -418,75 +404,6 @@ func TestPluginRejects(t *testing.T) {
 			t.Errorf("PreFilter: %v, want UnschedulableAndUnresolvable with the model's message", s)
 		}
 	})
-}
-
-// TestPluginWakesPodsJudgedBeforeARelease: a pod turned away while the
-// cache still booked what an event frees is activated once the cache
-// applies the release: the queueing hints only decide, and the cache's
-// own handler may apply the event after the pod was tried again.
-func TestPluginWakesPodsJudgedBeforeARelease(t *testing.T) {
-	c := newCluster(t)
-	c.activated = make(chan string, 10)
-	fw := c.profile("default-scheduler")
-	c.start()
-	hold := func(name, node string) (fwk.CycleState, *corev1.Pod) {
-		pod := gpuPod(name, "default-scheduler", 24576)
-		if node != "n3" {
-			pod = gpuPod(name, "default-scheduler", 16384)
-		}
-		state, _ := c.filter(fw, pod)
-		if s := fw.RunReservePluginsReserve(c.ctx, state, pod, node); !s.IsSuccess() {
-			t.Fatalf("Reserve %s on %s: %v", name, node, s)
-		}
-		return state, pod
-	}
-	fullState, full := hold("full", "n3")
-	n1State, n1 := hold("n1-full", "n1")
-	defer fw.RunReservePluginsUnreserve(c.ctx, n1State, n1, "n1")
-
-	// Turned away, then room is freed: it is activated.
-	wide := gpuPod("wide", "default-scheduler", 20000)
-	state, statuses := c.filter(fw, wide)
-	if got := feasible(statuses); len(got) != 0 {
-		t.Fatalf("Filter passed %v", got)
-	}
-	if _, s := fw.RunPostFilterPlugins(c.ctx, state, wide, nil); s.Code() != fwk.Unschedulable {
-		t.Fatalf("PostFilter: %v", s)
-	}
-	select {
-	case k := <-c.activated:
-		t.Fatalf("%s activated before any room was freed", k)
-	default:
-	}
-	fw.RunReservePluginsUnreserve(c.ctx, fullState, full, "n3")
-	select {
-	case k := <-c.activated:
-		if k != "default/wide" {
-			t.Errorf("activated %s, want default/wide", k)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the pod turned away before the release was never activated")
-	}
-
-	// Judged before a release the cache applied during its cycle: it is
-	// activated when it is turned away.
-	fullState, full = hold("full-2", "n3")
-	late := gpuPod("late", "default-scheduler", 20000)
-	state, _ = c.filter(fw, late)
-	fw.RunReservePluginsUnreserve(c.ctx, fullState, full, "n3")
-	// The wake for that release may run first and find no waiter.
-	time.Sleep(50 * time.Millisecond)
-	if _, s := fw.RunPostFilterPlugins(c.ctx, state, late, nil); s.Code() != fwk.Unschedulable {
-		t.Fatalf("PostFilter: %v", s)
-	}
-	select {
-	case k := <-c.activated:
-		if k != "default/late" {
-			t.Errorf("activated %s, want default/late", k)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a pod judged before a release was not activated when turned away")
-	}
 }
 
 // TestPluginProfilesShareOneCache: the plugins of two profiles built from

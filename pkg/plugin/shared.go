@@ -39,8 +39,6 @@ type Shared struct {
 	err     error
 
 	profiles profiles
-	// waiters are the pods turned away for want of room (waiters.go).
-	waiters waiters
 
 	// Movers follows the defragmentation plans of the profiles that
 	// move pods: the scheduler's main runs it (defrag.Loop.Run).
@@ -123,9 +121,6 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 		}
 		s.synced = func() bool { return synced() && claimsSynced() }
 		go gpucache.WatchLeases(ctx, s.cache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
-		// One queue serves every profile: the first profile's handle
-		// activates any.
-		go s.wake(ctx, logger, h)
 		s.metrics = newMetrics()
 		if s.register != nil {
 			s.register(gpucache.NewCollector(s.cache))
