@@ -73,7 +73,11 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.37.2
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-test: lint unit gpu-check-fake fuzz integration chart-test node-test image-test ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
+test: test-preflight lint unit gpu-check-fake fuzz integration chart-test node-test image-test ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
+
+.PHONY: test-preflight
+test-preflight: ## Refuse at once what would fail make test late: the demo's real node holding the machine's one kubelet socket.
+	@hack/test-preflight.sh
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
