@@ -307,7 +307,13 @@ func runningPods(t *testing.T, client kubernetes.Interface, ns, selector string)
 		return len(pods) > 0 && len(pods) == len(list.Items), nil
 	})
 	if err != nil {
-		t.Fatalf("pods %q in %s: %v", selector, ns, err)
+		var seen []string
+		if list, lerr := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector}); lerr == nil {
+			for _, p := range list.Items {
+				seen = append(seen, fmt.Sprintf("%s on %q: %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions))
+			}
+		}
+		t.Fatalf("pods %q in %s: %v; there are %d: %v", selector, ns, err, len(seen), seen)
 	}
 	return pods
 }

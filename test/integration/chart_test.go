@@ -613,6 +613,12 @@ func TestChartVersions(t *testing.T) {
 				}
 				continue
 			}
+			if minor < 37 && slices.Contains(set, "scheduler.replaceDefault=true") {
+				if want := "scheduler.replaceDefault: applies to mode scheduler"; err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)
+				}
+				continue
+			}
 			if minor < 37 && slices.Contains(set, "gpushare.defrag.enabled=true") {
 				if want := "gpushare.defrag.enabled: needs mode scheduler"; err == nil || !strings.Contains(err.Error(), want) {
 					t.Errorf("%s, %s: %v; want an error saying %q", version, name, err, want)

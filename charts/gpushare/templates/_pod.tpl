@@ -17,7 +17,11 @@ seccompProfile:
 {{- with .values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-{{- with .values.nodeSelector }}
+{{- /* A key set to null drops a default label: helm upgrade --reuse-values
+keeps the null rather than dropping the key. */}}
+{{- $selector := dict }}
+{{- range $k, $x := .values.nodeSelector }}{{ if not (kindIs "invalid" $x) }}{{ $_ := set $selector $k $x }}{{ end }}{{ end }}
+{{- with $selector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
