@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -120,34 +121,42 @@ func (c *Cache) RemoveLease(node string) {
 
 // daemons is a side store of the cache: what each node's daemon says
 // through its lease, until when it holds the lease and the live use it
-// carries. It has its own lock, taken after Cache.mu when both are: a
-// renewal, thousands a minute in a large cluster, neither waits for the
-// bookings' lock nor holds it.
+// carries. A renewal, thousands a minute in a large cluster, neither
+// waits for the bookings' lock nor holds it; Filter reads the expiries of
+// every node it tries without taking a lock (sync.Map), and the samples
+// have a small lock of their own, taken after Cache.mu when both are.
 type daemons struct {
-	mu      sync.RWMutex
-	expires map[string]time.Time
+	// expires holds, per node, until when its daemon holds its lease
+	// (time.Time), and leases how many nodes have one.
+	expires sync.Map
+	leases  atomic.Int64
+
+	mu      sync.Mutex
 	samples map[string]*gpusharev1.GPUUsage
 }
 
 func newDaemons() *daemons {
-	return &daemons{expires: map[string]time.Time{}, samples: map[string]*gpusharev1.GPUUsage{}}
+	return &daemons{samples: map[string]*gpusharev1.GPUUsage{}}
 }
 
 // renew records node's lease until expires and reports whether it had
 // expired by now.
 func (d *daemons) renew(node string, expires, now time.Time) (recovered bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	old, had := d.expires[node]
-	d.expires[node] = expires
-	return had && now.After(old) && !now.After(expires)
+	old, had := d.expires.Swap(node, expires)
+	if !had {
+		d.leases.Add(1)
+		return false
+	}
+	return now.After(old.(time.Time)) && !now.After(expires)
 }
 
 // forget drops node's lease and reports whether it carried live use.
 func (d *daemons) forget(node string) (hadLive bool) {
+	if _, had := d.expires.LoadAndDelete(node); had {
+		d.leases.Add(-1)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.expires, node)
 	_, hadLive = d.samples[node]
 	delete(d.samples, node)
 	return hadLive
@@ -164,27 +173,37 @@ func (d *daemons) setLive(node string, u *gpusharev1.GPUUsage) {
 }
 
 func (d *daemons) liveOf(node string) *gpusharev1.GPUUsage {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return d.samples[node]
 }
+
+// any reports whether some node's daemon holds a lease: ReadEach reads
+// the clock only then.
+func (d *daemons) any() bool { return d.leases.Load() > 0 }
 
 // down says whether node's daemon let its lease expire by now. The
 // clock is read only for a node with a lease: Filter reads every node it
 // tries.
 func (d *daemons) down(node string, now func() time.Time) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if _, ok := d.expires[node]; !ok {
+	v, ok := d.expires.Load(node)
+	if !ok {
 		return nil
 	}
-	return d.downLocked(node, now())
+	return expired(node, v.(time.Time), now())
 }
 
-// downLocked is down with d.mu held: ReadEach holds it once for many
-// nodes.
-func (d *daemons) downLocked(node string, now time.Time) error {
-	if expires, ok := d.expires[node]; ok && now.After(expires) {
+// downAt is down with the clock read once for many nodes (ReadEach).
+func (d *daemons) downAt(node string, now time.Time) error {
+	v, ok := d.expires.Load(node)
+	if !ok {
+		return nil
+	}
+	return expired(node, v.(time.Time), now)
+}
+
+func expired(node string, expires, now time.Time) error {
+	if now.After(expires) {
 		return fmt.Errorf("%w (it expired at %s): %s", ErrDaemonDown, expires.UTC().Format(time.RFC3339), node)
 	}
 	return nil

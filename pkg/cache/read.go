@@ -52,11 +52,9 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	d := c.daemons
-	d.mu.RLock()
-	defer d.mu.RUnlock()
 	// The clock is read only when some node has a lease: Filter reads
 	// every node it tries.
-	leases := len(d.expires) > 0
+	leases := d.any()
 	var now time.Time
 	if leases {
 		now = c.now()
@@ -87,7 +85,7 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 		}
 		prev = e
 		if leases {
-			if err := d.downLocked(name, now); err != nil {
+			if err := d.downAt(name, now); err != nil {
 				fn(name, nil, err)
 				continue
 			}
