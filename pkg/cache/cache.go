@@ -222,8 +222,12 @@ type podEntry struct {
 	// noted is set once unconforming has been reported.
 	noted bool
 	// foreign is set when the record is another system's (record.ForeignAllocation):
-	// alloc names its GPUs by index, placed on the node's at each booking.
+	// alloc names its GPUs by index, placed on the node's at its first
+	// booking. pinned is set from then on: placement names the GPUs by
+	// UUID, as gpushare's own record does, so that a renumbered or
+	// shrunk inventory keeps the booking on the GPUs the pod holds.
 	foreign bool
+	pinned  bool
 	// edited lists the request-shaping annotations that changed since
 	// the pod was bound: the record still books what it names.
 	edited []string

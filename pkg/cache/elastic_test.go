@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,5 +210,25 @@ func TestElasticAllocation(t *testing.T) {
 	}
 	if !record.Recorded(p) {
 		t.Fatal("Recorded = false for Elastic's record")
+	}
+}
+
+// TestForeignRecordsHeldWholeUnderAModelWithoutTheirResources: a
+// resource model that no longer knows Elastic's resources (an operator
+// removed them and restarted the scheduler) reads no request from a
+// running Elastic pod; its record then holds the GPUs it names whole,
+// and is reported, rather than booking nothing while the pod's
+// containers run there.
+func TestForeignRecordsHeldWholeUnderAModelWithoutTheirResources(t *testing.T) {
+	cfg := v1alpha1.Default()
+	cfg.Resources = slices.DeleteFunc(cfg.Resources, func(r v1alpha1.Resource) bool { return strings.HasPrefix(string(r.Name), "elasticgpu.io/") })
+	c, refused := foreignCache(t, cfg)
+	c.SetNode(gpuNode(t, "n1", 15360, 15360))
+	c.SetPod(elasticPod("a", "n1", "true", elasticContainer{name: "main", gpus: "1", asks: []string{"gpu-memory", "1024"}}))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{}, {MemoryMiB: 15360, Compute: alloc.FullCompute}}; !cmp.Equal(got, want) {
+		t.Errorf("booked %v, want %v: GPU 1 held whole", got, want)
+	}
+	if len(*refused) != 1 || !strings.Contains((*refused)[0], "holding the GPUs it names whole") {
+		t.Errorf("reported %q, want once that the record holds its GPUs whole", *refused)
 	}
 }

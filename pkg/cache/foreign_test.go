@@ -181,3 +181,49 @@ func TestAliyunAllocation(t *testing.T) {
 		t.Fatalf("OnNode with no GPUs: %v", err)
 	}
 }
+
+// TestForeignRecordsStayOnTheirGPU: another system's record names its
+// GPU by index, which the cache resolves once: an inventory that drops a
+// GPU and renumbers the rest keeps the booking on the GPU the pod holds
+// (by UUID), not on whatever GPU takes its index; one that drops the
+// pod's GPU keeps it booked on a vanished GPU until the pod goes.
+func TestForeignRecordsStayOnTheirGPU(t *testing.T) {
+	c, refused := aliyunCache(t)
+	inv := inventory("n1", gpusharev1.ModeShared, 15360, 15360, 15360)
+	c.SetNode(inventoryNode(t, "n1", inv))
+	// 3 GiB on GPU 1.
+	c.SetPod(aliyunPod("a", "default", "n1", "1", "3", 3))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{}, {MemoryMiB: 3072}, {}}; !cmp.Equal(got, want) {
+		t.Fatalf("booked %v, want %v", got, want)
+	}
+	// GPU 0 leaves: the pod's GPU is now index 0.
+	shrunk := &gpusharev1.GPUInventory{Mode: inv.Mode, GPUs: append([]gpusharev1.GPU(nil), inv.GPUs[1:]...)}
+	for i := range shrunk.GPUs {
+		shrunk.GPUs[i].Index = i
+	}
+	c.SetNode(inventoryNode(t, "n1", shrunk))
+	if got, want := usage(t, c, "n1"), []alloc.Usage{{MemoryMiB: 3072}, {}}; !cmp.Equal(got, want) {
+		t.Errorf("after GPU 0 left: booked %v, want %v: the booking stays on the pod's GPU (UUID %s)", got, want, inv.GPUs[1].UUID)
+	}
+	// The pod's own GPU leaves: its booking stays, on a vanished GPU.
+	c.SetNode(inventoryNode(t, "n1", &gpusharev1.GPUInventory{Mode: inv.Mode, GPUs: []gpusharev1.GPU{{Index: 0, UUID: inv.GPUs[2].UUID,
+		Model: inv.GPUs[2].Model, MemoryMiB: 15360, Healthy: true, NUMANode: -1}}}))
+	var models []string
+	var held int64
+	if err := c.Read("n1", func(s *alloc.NodeState) {
+		for i, g := range s.Node.GPUs {
+			models = append(models, g.Model)
+			if g.UUID == inv.GPUs[1].UUID {
+				held = s.GPUs[i].MemoryMiB
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if held != 3072 || len(models) != 2 || models[1] != cache.VanishedModel {
+		t.Errorf("after the pod's GPU left: GPUs %v, %d MiB held on %s; want it appended as %s, holding 3072", models, held, inv.GPUs[1].UUID, cache.VanishedModel)
+	}
+	if len(*refused) != 0 {
+		t.Errorf("refused %q", *refused)
+	}
+}

@@ -224,7 +224,7 @@ func withVanished(inv *alloc.Node, pods []*podEntry) *alloc.Node {
 	n := inv
 	var index map[string]int
 	for _, p := range pods {
-		if p.record == "" || p.foreign {
+		if p.record == "" || p.foreign && !p.pinned {
 			continue
 		}
 		if index == nil {

@@ -44,6 +44,7 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		}
 		p.placement = placed.Placement
 		p.unconforming = placed.Unconforming
+		p.pinned = p.foreign
 		c.noteUnconforming(p)
 		if p.pod != nil && !p.foreign {
 			delete(c.refused, p.pod.UID)
@@ -80,7 +81,7 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 // booking is p's record as record.Reader read it, before it is placed on
 // its node.
 func (p *podEntry) booking() *record.Booking {
-	b := &record.Booking{Value: p.record, Placement: p.placement, Request: p.req, Allocation: p.alloc, Unconforming: p.unconforming}
+	b := &record.Booking{Value: p.record, Placement: p.placement, Request: p.req, Allocation: p.alloc, Unconforming: p.unconforming, Pinned: p.pinned}
 	if p.foreign {
 		b.System = record.Foreign(p.pod)
 	}

@@ -64,6 +64,13 @@ type Booking struct {
 	// Unconforming, if set, says why the record is not what the pod asks:
 	// it books what it names all the same (see Reader).
 	Unconforming error
+	// Pinned is set on another system's record once placed on its node:
+	// Placement then names its GPUs by UUID, and On places it as it does
+	// gpushare's, so that an inventory that renumbers or loses GPUs moves
+	// or keeps the booking with the GPU the pod holds rather than giving
+	// it to whatever GPU now has the index (the scheduler's cache pins
+	// them; a reader with no memory places by index each time).
+	Pinned bool
 }
 
 // Why a pod's record books nothing; check with errors.Is.
@@ -149,8 +156,27 @@ func (r Reader) readForeign(pod *corev1.Pod, value string, sys error) (*Booking,
 		return nil, fmt.Errorf("%w: no request model to read it by", sys)
 	}
 	req, err := r.Requests(r.asked(pod, &gpusharev1.Asked{}))
-	if err != nil {
-		return nil, fmt.Errorf("%w: the pod's own request: %w", sys, err)
+	var unread error
+	switch {
+	case err != nil:
+		unread = fmt.Errorf("the pod's own request: %w", err)
+	case req == nil || !req.GPUs():
+		unread = errors.New("the resource model reads no GPU request from the pod")
+	}
+	if unread != nil {
+		// Fail closed: where the record names GPUs for containers that
+		// ask the system's resources, it holds them whole. The pod's
+		// containers run on them, whatever the model now says.
+		whole, werr := wholeRequest(pod, sys)
+		switch {
+		case werr == nil:
+			req = whole
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", sys, unread)
+		default:
+			// Nothing of the system's asked: its own reading says so.
+			unread = nil
+		}
 	}
 	a, err := ForeignAllocation(pod, req)
 	if err != nil {
@@ -160,7 +186,11 @@ func (r Reader) readForeign(pod *corev1.Pod, value string, sys error) (*Booking,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sys, err)
 	}
-	return &Booking{Value: value, System: sys, Allocation: a, Placement: p, Request: req}, nil
+	b := &Booking{Value: value, System: sys, Allocation: a, Placement: p, Request: req}
+	if unread != nil {
+		b.Unconforming = fmt.Errorf("%w: %w: %w; holding the GPUs it names whole", alloc.ErrNonconforming, sys, unread)
+	}
+	return b, nil
 }
 
 // On returns a copy of b placed on node's GPUs, named by UUID (gpushare's
@@ -178,7 +208,7 @@ func (b *Booking) On(node, held *alloc.Node) (*Booking, error) {
 	}
 	out := *b
 	p := b.Placement
-	if b.System != nil {
+	if b.System != nil && !b.Pinned {
 		a, err := OnNode(b.Allocation, b.Request, node.GPUs)
 		if err == nil {
 			p, err = PlacementFrom(a, nil)
