@@ -52,14 +52,22 @@ release: $(HELM) ## Release VERSION=vX.Y.Z: images tagged VERSION, into bin/rele
 image-test: ## Build the images twice (same digests?) and run each one's --version inside it (needs root or user namespaces).
 	$(GO) -C hack/image test -count=1 -timeout 20m ./...
 
+# What the demo runs, built in one go build: not the simulator or the
+# extender, which it never starts.
+DEMO_CMDS := gpushare-demo gpushare-scheduler gpushare-node gpushare-dra kubectl-inspect-gpushare
+
+.PHONY: demo-build
+demo-build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(DEMO_CMDS:%=./cmd/%)
+
 .PHONY: demo
-demo: build cluster-tools ## Start the local GPU cluster, schedule the seed examples, print where they landed.
+demo: demo-build cluster-tools ## Start the local GPU cluster, schedule the seed examples, print where they landed.
 	@# The real node's workload; without it the demo says why it has no real node.
 	-$(GO) -C hack/image run . --out $(BIN)/images --images=gpushare-probe --version=demo
 	$(BIN)/gpushare-demo up
 
 .PHONY: demo-down
-demo-down: build ## Stop the local GPU cluster.
+demo-down: demo-build ## Stop the local GPU cluster.
 	$(BIN)/gpushare-demo down
 
 .PHONY: sim

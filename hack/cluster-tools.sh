@@ -22,18 +22,21 @@ mkdir -p "$dir/bin" "$dir/stages"
 ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 
+# One go build for the Kubernetes commands: they share most of their
+# packages, and one build links each while it compiles the rest. No symbol
+# table or DWARF (-s -w): the tests and the demo never debug them, and
+# linking without them is much of a cold build's link time.
 cd "$root/hack/tools"
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
-	echo "building $cmd $KUBE_VERSION" >&2
-	go build -ldflags "$ldflags" -o "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
-done
+echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet $KUBE_VERSION" >&2
+go build -ldflags "$ldflags -s -w" -o "$dir/bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet
 echo "building etcd" >&2
-go build -o "$dir/bin/etcd" go.etcd.io/etcd/server/v3
+go build -ldflags "-s -w" -o "$dir/bin/etcd" go.etcd.io/etcd/server/v3
 
 if [[ ! -x "$dir/bin/kwok-$KWOK_VERSION" ]]; then
 	echo "building kwok $KWOK_VERSION" >&2
 	# kwok stays out of the tools module: it moves grpc and otel versions.
-	GOBIN="$dir/bin/.kwok" GOFLAGS=-mod=mod go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+	GOBIN="$dir/bin/.kwok" GOFLAGS=-mod=mod go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 	mv "$dir/bin/.kwok/kwok" "$dir/bin/kwok-$KWOK_VERSION"
 fi
 ln -sf "kwok-$KWOK_VERSION" "$dir/bin/kwok"
@@ -50,7 +53,7 @@ install() { # install VERSION DIR TAGS PACKAGE...
 	[[ -e $stamp ]] && return
 	echo "building $* $version" >&2
 	mkdir -p "$out"
-	GOBIN="$out" GOFLAGS=-mod=mod go install -tags "$tags" "${@/%/@$version}"
+	GOBIN="$out" GOFLAGS=-mod=mod go install -ldflags "-s -w" -tags "$tags" "${@/%/@$version}"
 	touch "$stamp"
 }
 if ! pkg-config --exists libseccomp 2>/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
