@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -423,21 +424,14 @@ func (l *Loop) Add(m *Mover) {
 
 // Run follows the movers' plans every tick until ctx ends.
 func (l *Loop) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.mu.Lock()
-			movers := slices.Clone(l.movers)
-			l.mu.Unlock()
-			for _, m := range movers {
-				m.Follow()
-			}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		l.mu.Lock()
+		movers := slices.Clone(l.movers)
+		l.mu.Unlock()
+		for _, m := range movers {
+			m.Follow()
 		}
-	}
+	}, every)
 }
 
 // Follow ends each plan whose holds were all taken, and gives up those
