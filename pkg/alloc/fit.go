@@ -189,6 +189,21 @@ func shareOf(g *GPU, u Usage) int64 {
 // ReasonNotMPS, Usable counts the node's MPS GPUs.
 func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, rejects []GPUReject) Insufficiency {
 	in := Insufficiency{Container: name, Needed: need, Usable: usable}
+	if d.MPS {
+		// Only the node's MPS GPUs count: a node with fewer than the
+		// container needs is short of MPS GPUs, however many others it
+		// has.
+		mps := 0
+		for i := range s.Node.GPUs {
+			if s.Node.GPUs[i].MPS {
+				mps++
+			}
+		}
+		if mps < need {
+			in.Reason, in.Usable = ReasonNotMPS, mps
+			return in
+		}
+	}
 	if len(s.Node.GPUs) < need {
 		// Usable counts the healthy GPUs: a withdrawn GPU is no GPU to
 		// the pod.

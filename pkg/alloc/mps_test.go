@@ -172,6 +172,15 @@ func TestPickMPS(t *testing.T) {
 	if got != want {
 		t.Errorf("Diagnose:\n got %q\nwant %q", got, want)
 	}
+	// More GPUs than any MPS node has: the most MPS GPUs any node has,
+	// not the GPUs of a node that runs no MPS.
+	five := makePod("five").mpsGPUs("c", 5, 0, 10).obj()
+	states = []*NodeState{makeNode("big").gpus(8, "H100", 81559).state(), makeNode("mps").gpus(4, "T4", 15360).mps(0, 1, 2, 3).state()}
+	got = Diagnose(2, pl.Explain(states, five)).String()
+	want = "0/2 nodes are available: 2 GPUNotMPS; a container needs 5 GPUs under MPS, the most any node has is 4."
+	if got != want {
+		t.Errorf("Diagnose, 5 GPUs under MPS:\n got %q\nwant %q", got, want)
+	}
 }
 
 func TestValidateMPSExclusive(t *testing.T) {
