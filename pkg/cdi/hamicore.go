@@ -129,7 +129,7 @@ func FindHAMiCoreLibrary(path string) (string, error) {
 		}
 	}
 	if len(found) == 0 {
-		return "", fmt.Errorf("HAMi-core's library is not at %s, nor any %s.<version> beside it (%v)", path, filepath.Base(path), err)
+		return "", fmt.Errorf("HAMi-core's library is not at %s, nor any %s.<version> beside it (%w)", path, filepath.Base(path), err)
 	}
 	slices.SortFunc(found, func(a, b string) int {
 		return slices.Compare(libraryVersion(strings.TrimPrefix(a, path+".")), libraryVersion(strings.TrimPrefix(b, path+".")))
