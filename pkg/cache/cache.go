@@ -219,8 +219,9 @@ type podEntry struct {
 	// unconforming, if set, says why the record is not what the pod
 	// asks: it books all the same, and is reported.
 	unconforming error
-	// noted is set once unconforming has been reported.
-	noted bool
+	// noted is set once unconforming has been reported, overNoted once
+	// a conflict of gpushare's own record has.
+	noted, overNoted bool
 	// foreign is set when the record is another system's (record.ForeignAllocation):
 	// alloc names its GPUs by index, placed on the node's at its first
 	// booking. pinned is set from then on: placement names the GPUs by

@@ -724,9 +724,16 @@ func TestRecordMustConform(t *testing.T) {
 }
 
 // Records that over-commit a GPU are all shown in the metrics: the booked
-// memory exceeds the capacity instead of hiding the second record.
+// memory exceeds the capacity instead of hiding the second record; the
+// record that over-commits is reported once, naming its pod.
 func TestOvercommitShown(t *testing.T) {
-	c, _ := newCache(t)
+	var reported []string
+	r := &logRecorder{}
+	c := cache.New(r.logger(), cache.Options{Refused: func(p *corev1.Pod, err error) {
+		if errors.Is(err, record.ErrOverCommitted) {
+			reported = append(reported, p.Name)
+		}
+	}})
 	c.SetNode(gpuNode(t, "n1", 15360))
 	a := appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 15360, 0)})
 	c.SetPod(recordedPod(t, "a", a))
@@ -737,6 +744,10 @@ func TestOvercommitShown(t *testing.T) {
 	}
 	if s := c.Snapshot()[0]; s.Node.GPUs[0].Healthy {
 		t.Error("an over-committed GPU is still offered to new pods")
+	}
+	c.SetPod(recordedPod(t, "b", a))
+	if len(reported) != 1 || reported[0] != "pod-b" {
+		t.Errorf("reported over-commits of %q, want once pod-b's", reported)
 	}
 }
 

@@ -60,6 +60,11 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		if p.foreign {
 			// gpushare placed nothing here: say so on the pod.
 			c.report(p.pod, p.key, p.record, fmt.Errorf("%w over-commits its GPU; holding it full: %w", record.Foreign(p.pod), err))
+		} else if p.record != "" && !p.overNoted && p.pod != nil && c.opts.Refused != nil {
+			// A record of gpushare's that no scheduler could have
+			// written beside the others: name the pod.
+			p.overNoted = true
+			c.opts.Refused(p.pod, fmt.Errorf("%w: %w", record.ErrOverCommitted, err))
 		}
 		// A new Node, not a change in place: the core's memo relies on it.
 		n := copyNode(e.state.Node)

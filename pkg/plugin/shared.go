@@ -149,6 +149,11 @@ const ReasonRequestEdited = "GPURequestEdited"
 // the record keeps booking its GPUs.
 const ReasonRecordUnconforming = "GPUAllocationUnconforming"
 
+// ReasonRecordOverCommitted is the reason of the Warning event on a pod
+// whose record does not fit its GPUs beside the records booked before it
+// (record.ErrOverCommitted): its GPUs are held full.
+const ReasonRecordOverCommitted = "GPUAllocationOverCommitted"
+
 // RecordRefused emits the Warning event that says why a pod's allocation
 // record books no GPU, or books though it is not what the pod asks.
 func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
@@ -165,6 +170,10 @@ func RecordRefused(r events.EventRecorder, pod *corev1.Pod, err error) {
 	}
 	if errors.Is(err, record.ErrUnconforming) {
 		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordUnconforming, "Check", "%v", err)
+		return
+	}
+	if errors.Is(err, record.ErrOverCommitted) {
+		r.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRecordOverCommitted, "Check", "%v", err)
 		return
 	}
 	if errors.Is(err, record.ErrForeignRecord) {

@@ -87,6 +87,14 @@ var (
 // though it is not what its pod asks (Booking.Unconforming).
 var ErrUnconforming = errors.New("the record is booked as it stands")
 
+// ErrOverCommitted marks the report of a record whose booking does not
+// fit its GPUs beside the records booked before it: the node's GPUs
+// changed under its pod, or it was written by hand or by a writer that
+// did not count the others. Its GPUs are held full, and nothing more
+// lands there until its pod or another goes.
+var ErrOverCommitted = errors.New("the record's booking does not fit its GPUs beside the others " +
+	"(the node's GPUs changed under the pod, or the record was not written by a scheduler that counted them); gpushare holds them full")
+
 // Ended reports whether a pod no longer holds its GPUs.
 func Ended(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
