@@ -190,20 +190,7 @@ func (d *daemons) down(node string, now func() time.Time) error {
 	if !ok {
 		return nil
 	}
-	return expired(node, v.(time.Time), now())
-}
-
-// downAt is down with the clock read once for many nodes (ReadEach).
-func (d *daemons) downAt(node string, now time.Time) error {
-	v, ok := d.expires.Load(node)
-	if !ok {
-		return nil
-	}
-	return expired(node, v.(time.Time), now)
-}
-
-func expired(node string, expires, now time.Time) error {
-	if now.After(expires) {
+	if expires := v.(time.Time); now().After(expires) {
 		return fmt.Errorf("%w (it expired at %s): %s", ErrDaemonDown, expires.UTC().Format(time.RFC3339), node)
 	}
 	return nil

@@ -59,6 +59,7 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 	if leases {
 		now = c.now()
 	}
+	clock := func() time.Time { return now }
 	// Each name is first tried against the entry that followed the
 	// previous one last time, from the last entry of the latest call on:
 	// kube-scheduler names nodes in the order of its own list, going
@@ -85,7 +86,7 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 		}
 		prev = e
 		if leases {
-			if err := d.downAt(name, now); err != nil {
+			if err := d.down(name, clock); err != nil {
 				fn(name, nil, err)
 				continue
 			}
