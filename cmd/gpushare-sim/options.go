@@ -227,14 +227,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func printTable(w io.Writer, results []*sim.Result, defrag bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	head := "WORKLOAD\tPOLICY\tUNALLOC@100%\tUNALLOC@130%\tFRAG@90%\tDECISION p50\tp99\t"
+	head := "WORKLOAD\tPOLICY\tUNALLOC@100%\tBOUND@100%\tUNALLOC@130%\tFRAG@90%\tDECISION p50\tp99\t"
 	if defrag {
 		head += "MOVED/20 PLACED\tPLANS\tPLAN p99\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%.2f%%\t%.0fµs\t%.0fµs\t",
-			r.Workload, r.Policy, r.Unalloc100, r.Unalloc130, r.Frag90, r.DecisionP50us, r.DecisionP99us)
+		fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t%.0fµs\t%.0fµs\t",
+			r.Workload, r.Policy, r.Unalloc100, r.Bound100, r.Unalloc130, r.Frag90, r.DecisionP50us, r.DecisionP99us)
 		if defrag {
 			fmt.Fprintf(tw, "%.2f\t%d\t%.1fms\t", 20*r.MovedPerPlaced100, r.Plans100, r.PlanP99ms)
 		}

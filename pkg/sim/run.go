@@ -48,6 +48,11 @@ type Result struct {
 	DecisionP99us float64  `json:"decision_us_p99"`
 	// PerSeed holds the unallocated % at 100% arrived for each seed.
 	PerSeed []float64 `json:"unallocated_gpu_pct_at_100_per_seed"`
+	// Bound100 is the mean over seeds of a lower bound on the unallocated
+	// % at 100% arrived that no placement of the same pods, online or
+	// offline, can beat (Bound); BoundPerSeed per seed.
+	Bound100     float64   `json:"unallocated_gpu_pct_bound_at_100"`
+	BoundPerSeed []float64 `json:"unallocated_gpu_pct_bound_at_100_per_seed"`
 	// With Options.Defrag: pods moved per pod placed, up to 100% arrived,
 	// the plans made then, and the p99 time to find a plan (or none).
 	MovedPerPlaced100 float64 `json:"pods_moved_per_placed_at_100,omitempty"`
@@ -148,6 +153,9 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 			if p, errs[i] = workload.NewPolicy(c, o.Learn); errs[i] == nil {
 				runs[i], errs[i] = replay(ctx, w, nodes, p, oracle, seed, o.Defrag, o.Claims)
 			}
+			if errs[i] == nil {
+				runs[i].bound100 = Bound(w, arrivedAt100(w, Order(w, seed)))
+			}
 			mu.Lock()
 			done++
 			if o.Progress != nil {
@@ -170,6 +178,7 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 // seedRun is what one replay measured.
 type seedRun struct {
 	unalloc100, unalloc130, frag90 float64
+	bound100                       float64
 	decisions                      []time.Duration
 	curve                          []Point
 	pods                           int
@@ -310,6 +319,8 @@ func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result 
 		r.Frag90 += s.frag90
 		r.Pods += s.pods
 		r.PerSeed = append(r.PerSeed, s.unalloc100)
+		r.Bound100 += s.bound100
+		r.BoundPerSeed = append(r.BoundPerSeed, s.bound100)
 		all = append(all, s.decisions...)
 		for i, p := range s.curve {
 			points[i] = append(points[i], p)
@@ -317,6 +328,7 @@ func summarize(workload, policy string, seeds []uint64, runs []seedRun) *Result 
 	}
 	n := float64(max(len(runs), 1))
 	r.Unalloc100 /= n
+	r.Bound100 /= n
 	r.Unalloc130 /= n
 	r.Frag90 /= n
 	var moved, placed int
