@@ -211,6 +211,17 @@ bench-default: build ## Packing benchmark on the openb default workload only.
 	@test -f $(OPENB)/openb_node_list_gpu_node.csv || { echo "openb trace not found in $(OPENB); see docs/simulator.md" >&2; exit 1; }
 	$(BIN)/gpushare-sim --nodes $(OPENB)/openb_node_list_gpu_node.csv --pods $(OPENB)/openb_pod_list_default.csv --seeds $(SEEDS) --plot $(BIN)/curve-default.png
 
+.PHONY: bench-churn
+bench-churn: build ## Churn: the openb default trace arriving and leaving at 0.9 and 1.0 offered load, the default policy with and without defragmentation (CHURN_SEEDS, default 42-44).
+	@test -f $(OPENB)/openb_node_list_gpu_node.csv || { echo "openb trace not found in $(OPENB); see docs/simulator.md" >&2; exit 1; }
+	for load in 0.9 1.0; do for defrag in "" --defrag; do \
+		$(BIN)/gpushare-sim --nodes $(OPENB)/openb_node_list_gpu_node.csv --pods $(OPENB)/openb_pod_list_default.csv \
+			--policy fgd-robust --workload online --churn --load $$load $$defrag --seeds $(CHURN_SEEDS) || exit 1; \
+	done; done
+
+# bench-churn's seeds: SEEDS when given, else 42-44 (a replay with moves takes minutes).
+CHURN_SEEDS = $(if $(filter environment command line,$(origin SEEDS)),$(SEEDS),42-44)
+
 .PHONY: bench-scheduler
 bench-scheduler: cluster-tools ## Scheduling throughput and memory: gpushare-scheduler, stock kube-scheduler and the extender (NODES, PODS).
 	$(GO) run ./test/bench/scheduler --nodes $(or $(NODES),1000,5000) --pods $(or $(PODS),10000)

@@ -44,6 +44,9 @@ type options struct {
 	movable     float64
 	maxMoves    int
 	maxTargets  int
+	churn       bool
+	load        float64
+	passes      int
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -66,6 +69,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxMoves, "max-moves", 3, "with --defrag: the most pods one plan moves")
 	fs.IntVar(&o.maxTargets, "max-targets", 64, "with --defrag: the most nodes tried as a waiting pod's node, those with the least movable GPU memory first; 0 for all")
 	fs.BoolVar(&o.claims, "claims", false, "place each pod as gpushare-scheduler places a ResourceClaim of gpushare's devices: the node by the policy, the GPUs the first that fit, as Kubernetes' DRA allocator gives them (docs/dra.md)")
+	fs.BoolVar(&o.churn, "churn", false, "replay with churn: the pods arrive in the trace's creation order, pass after pass, and leave after their trace lifetimes; report the GPUs allocated over time and the pods that waited or were turned away (docs/benchmarks.md, \"Churn\")")
+	fs.Float64Var(&o.load, "load", 1, "with --churn: the offered GPU load, in fractions of the cluster's GPUs")
+	fs.IntVar(&o.passes, "passes", 12, "with --churn: passes over the trace's pods; the first 4 warm the cluster up and are not measured")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -100,6 +106,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.claims && o.defrag {
 		return nil, errors.New("--claims and --defrag do not go together: claims are not moved")
+	}
+	if o.churn && o.claims {
+		return nil, errors.New("--churn and --claims do not go together")
+	}
+	if o.churn && (o.load <= 0 || o.passes <= 4) {
+		return nil, errors.New("--churn needs a positive --load and more than 4 --passes")
 	}
 	if o.maxMoves < 1 || o.maxTargets < 0 {
 		return nil, errors.New("--max-moves must be at least 1 and --max-targets not negative")
@@ -191,6 +203,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stopProfile()
 	}
 	fmt.Fprintf(stderr, "workload %s: %d nodes, %d GPUs, %d pods; %d seed(s)\n", w.Name, len(w.Nodes), w.Capacity()/1000, len(w.Pods), len(o.seeds))
+	if o.churn {
+		return runChurn(ctx, o, w, stdout, stderr)
+	}
 	var results []*sim.Result
 	for _, p := range o.policies {
 		start := time.Now()
@@ -241,6 +256,40 @@ func printTable(w io.Writer, results []*sim.Result, defrag bool) {
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
+}
+
+// runChurn replays each policy with churn (sim.Churn).
+func runChurn(ctx context.Context, o *options, w *sim.Workload, stdout, stderr io.Writer) error {
+	var results []*sim.ChurnResult
+	for _, p := range o.policies {
+		start := time.Now()
+		var defrag *sim.Defrag
+		if o.defrag {
+			defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: o.maxTargets}}
+		}
+		r, err := sim.Churn(ctx, w, p, o.seeds, sim.ChurnOptions{Load: o.load, Passes: o.passes, Workload: o.source, Defrag: defrag,
+			Parallel: o.parallel, Learn: workload.Config{HalfLife: o.halfLife}})
+		fmt.Fprintf(stderr, "%-10s churn %s\n", p, time.Since(start).Round(time.Second))
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", p, err)
+		}
+		results = append(results, r)
+		if o.json {
+			if err := json.NewEncoder(stdout).Encode(r); err != nil {
+				return err
+			}
+		}
+	}
+	if o.json {
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "WORKLOAD\tPOLICY\tDEFRAG\tLOAD\tALLOCATED\tWAITED\tTURNED AWAY\tGPU TURNED AWAY\tWAIT p50\tp99\tMOVED/20 PLACED\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%.2f\t%.2f%%\t%.2f%%\t%.2f%%\t%.2f%%\t%.0fs\t%.0fs\t%.3f\t\n", r.Workload, r.Policy, r.Defrag, r.Load,
+			r.Allocated, r.Waited, r.TurnedAway, r.TurnedAwayGPUs, r.WaitP50s, r.WaitP99s, r.MovedPer20)
+	}
+	return tw.Flush()
 }
 
 // startProfile starts a CPU profile into path; call the result to stop it.

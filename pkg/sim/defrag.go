@@ -5,7 +5,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
@@ -29,14 +28,25 @@ func newMover(cfg *Defrag, seed uint64) *mover {
 	return &mover{cfg: cfg, rand: rand.New(rand.NewPCG(seed, seed^0xdef7a6)), pods: map[string]*movable{}}
 }
 
-// placed records the k-th pod of the order, placed as d says; it may
-// move with the configured chance, if it has GPUs.
-func (m *mover) placed(k int, req alloc.PodRequest, d alloc.Decision) {
+// placed records a pod placed as d says; it may move with the configured
+// chance, if it has GPUs.
+func (m *mover) placed(key string, req alloc.PodRequest, d alloc.Decision) {
 	if m.rand.Float64() >= m.cfg.Movable || !req.GPUs() {
 		return
 	}
-	m.pods[strconv.Itoa(k)] = &movable{req: req, node: d.Index, placement: d.Placement}
+	m.pods[key] = &movable{req: req, node: d.Index, placement: d.Placement}
 }
+
+// pod returns a movable pod by key (where it is now), or nil.
+func (m *mover) pod(key string) *movable {
+	if m == nil {
+		return nil
+	}
+	return m.pods[key]
+}
+
+// gone forgets a pod that left.
+func (m *mover) gone(key string) { delete(m.pods, key) }
 
 // makeRoom plans moves for req (alloc.Placer.PlanDefrag) and makes them
 // on states; d is then the pod's placement. It returns the pods moved.

@@ -266,7 +266,7 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 				run.placed++
 			}
 			if mover != nil {
-				mover.placed(k, req, d)
+				mover.placed(strconv.Itoa(k), req, d)
 			}
 		}
 		arrived += p.RequestedMilli()

@@ -29,6 +29,19 @@ type Pod struct {
 	GPUMilli  int64
 	// Models lists the allowed GPU models; empty allows any.
 	Models []string
+	// Created and Deleted are the trace's creation and deletion times in
+	// seconds, when it has them (HasTimes).
+	Created, Deleted int64
+	HasTimes         bool
+}
+
+// Lifetime returns how long the pod lived in the trace, in seconds, or 0
+// without times.
+func (p *Pod) Lifetime() int64 {
+	if !p.HasTimes {
+		return 0
+	}
+	return max(p.Deleted-p.Created, 0)
 }
 
 // RequestedMilli is the pod's GPU demand in thousandths of a GPU.
@@ -56,7 +69,7 @@ func GPUMemoryMiB(model string) (int64, bool) {
 
 // ReadNodesFile reads a node list CSV (sn, cpu_milli, memory_mib, gpu, model).
 func ReadNodesFile(path string) ([]Node, error) {
-	rows, err := readCSV(path, "sn", "cpu_milli", "memory_mib", "gpu", "model")
+	_, rows, err := readCSV(path, "sn", "cpu_milli", "memory_mib", "gpu", "model")
 	if err != nil {
 		return nil, err
 	}
@@ -78,12 +91,14 @@ func ReadNodesFile(path string) ([]Node, error) {
 }
 
 // ReadPodsFile reads a pod list CSV (name, cpu_milli, memory_mib, num_gpu,
-// gpu_milli[, gpu_spec, ...]).
+// gpu_milli[, gpu_spec, ...]); creation_time and deletion_time, where the
+// header names them, give the pods' times.
 func ReadPodsFile(path string) ([]Pod, error) {
-	rows, err := readCSV(path, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+	header, rows, err := readCSV(path, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 	if err != nil {
 		return nil, err
 	}
+	created, deleted := column(header, "creation_time"), column(header, "deletion_time")
 	pods := make([]Pod, 0, len(rows))
 	for i, r := range rows {
 		var ps parser
@@ -94,6 +109,12 @@ func ReadPodsFile(path string) ([]Pod, error) {
 		if len(r) > 5 && r[5] != "" {
 			p.Models = strings.Split(r[5], "|")
 		}
+		if created >= 0 && deleted >= 0 && created < len(r) && deleted < len(r) && r[created] != "" && r[deleted] != "" {
+			p.Created, p.Deleted, p.HasTimes = ps.int(r[created]), ps.int(r[deleted]), true
+			if ps.err != nil {
+				return nil, fmt.Errorf("%s: row %d: %w", path, i+2, ps.err)
+			}
+		}
 		if p.GPUs < 0 || p.GPUMilli < 0 || p.GPUMilli > 1000 || (p.GPUs > 1 && p.GPUMilli != 1000) || (p.GPUs > 0 && p.GPUMilli == 0) {
 			return nil, fmt.Errorf("%s: row %d: invalid GPU request num_gpu=%d gpu_milli=%d", path, i+2, p.GPUs, p.GPUMilli)
 		}
@@ -102,34 +123,43 @@ func ReadPodsFile(path string) ([]Pod, error) {
 	return pods, nil
 }
 
-func readCSV(path string, columns ...string) ([][]string, error) {
+// column returns the index of name in header, or -1.
+func column(header []string, name string) int {
+	for i, h := range header {
+		if h == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func readCSV(path string, columns ...string) (header []string, rows [][]string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
 	r.FieldsPerRecord = -1
-	header, err := r.Read()
+	header, err = r.Read()
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading header: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: reading header: %w", path, err)
 	}
 	for i, c := range columns {
 		if i >= len(header) || header[i] != c {
-			return nil, fmt.Errorf("%s: column %d is %q, want %q", path, i+1, at(header, i), c)
+			return nil, nil, fmt.Errorf("%s: column %d is %q, want %q", path, i+1, at(header, i), c)
 		}
 	}
-	var rows [][]string
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
-			return rows, nil
+			return header, rows, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
 		if len(rec) < len(columns) {
-			return nil, fmt.Errorf("%s: line %d has %d columns, want at least %d", path, len(rows)+2, len(rec), len(columns))
+			return nil, nil, fmt.Errorf("%s: line %d has %d columns, want at least %d", path, len(rows)+2, len(rec), len(columns))
 		}
 		rows = append(rows, rec)
 	}

@@ -37,6 +37,18 @@ func TestReadPodsFile(t *testing.T) {
 	}
 }
 
+func TestReadPodTimes(t *testing.T) {
+	p := write(t, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"+
+		"a,1000,2048,1,470,,LS,Running,100,1300,100\nb,1000,2048,1,470,,LS,Pending,500,,\n")
+	got, err := ReadPodsFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].HasTimes || got[0].Lifetime() != 1200 || got[1].HasTimes || got[1].Lifetime() != 0 {
+		t.Errorf("times: got %+v and %+v, want a living 1200 s and b without times", got[0], got[1])
+	}
+}
+
 func TestReadBadFiles(t *testing.T) {
 	cases := map[string]struct {
 		body  string
@@ -47,6 +59,7 @@ func TestReadBadFiles(t *testing.T) {
 		"share of 2 GPUs":   {body: "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,2,500\n"},
 		"share above whole": {body: "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,1500\n"},
 		"short row":         {body: "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1\n"},
+		"bad time":          {body: "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\na,1,1,1,500,soon,9\n"},
 		"unknown model":     {body: "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,2,Z9\n", nodes: true},
 	}
 	for name, tc := range cases {
