@@ -152,7 +152,7 @@ func run(ctx context.Context, o options) error {
 	logger.Info("Serving", "address", servers[0].Addr, "tls", tlsConfig != nil, "clientCertificates", o.serving.ClientCAFile != "",
 		"urlPrefix", o.prefix, "schedulers", schedulers, "nodePolicy", args.NodePolicy, "learnsWorkload", policy.Learns(),
 		"resources", model.Names())
-	return serve(ctx, servers)
+	return extender.Serve(ctx, servers)
 }
 
 // dropManagedFields removes an object's managedFields before its informer

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -38,36 +36,4 @@ func (o *options) servers(srv *extender.Server, reg *prometheus.Registry, tlsCon
 			ReadHeaderTimeout: 10 * time.Second})
 	}
 	return out
-}
-
-// serve runs the servers until ctx ends or one fails, then shuts all
-// down.
-func serve(ctx context.Context, servers []*http.Server) error {
-	errc := make(chan error, len(servers))
-	for _, hs := range servers {
-		go func() {
-			if hs.TLSConfig != nil {
-				// The certificate is in TLSConfig.
-				errc <- hs.ListenAndServeTLS("", "")
-				return
-			}
-			errc <- hs.ListenAndServe()
-		}()
-	}
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, hs := range servers {
-		if e := hs.Shutdown(shutdown); e != nil && !errors.Is(e, http.ErrServerClosed) {
-			err = errors.Join(err, e)
-		}
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }

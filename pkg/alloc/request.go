@@ -158,6 +158,13 @@ func (p *PodRequest) Validate() error {
 // GPUs reports whether the pod asks for any GPU.
 func (p *PodRequest) GPUs() bool { return len(p.Containers) > 0 }
 
+// Allows reports whether g is a GPU d may ever take, whatever its health
+// and what is booked on it: of an allowed model, running MPS if d asks for
+// it, and passing d's filter.
+func (d *Demand) Allows(g *GPU) bool {
+	return allows(d.Models, g.Model) && (!d.MPS || g.MPS) && d.Filter.Allows(g)
+}
+
 // allows reports whether model is allowed by the list (empty allows all).
 func allows(models []string, model string) bool {
 	return len(models) == 0 || slices.Contains(models, model)
