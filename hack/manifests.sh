@@ -31,6 +31,12 @@ render dra-deviceclass.yaml dra-deviceclass.yaml --set dra.enabled=true
 render scheduler-rbac.yaml scheduler-rbac.yaml
 render extender-rbac.yaml extender-rbac.yaml --set mode=extender
 render gpu-hook-policy.yaml gpu-hook-policy.yaml --set hookPolicy.enabled=true
+# GPU quotas (quota.enabled): gpushare-webhook's RBAC, and the webhook with
+# a Secret of the operator's own (the chart makes one; here caBundle is
+# to be filled in).
+render webhook-rbac.yaml quota-webhook-rbac.yaml --set quota.enabled=true
+render quota-webhook.yaml quota-webhook.yaml --set quota.enabled=true \
+	--set quota.tls.secretName=gpushare-webhook-tls --set quota.tls.caBundle=CA_BUNDLE_BASE64
 # Every way in at once: gpushare-scheduler with kubeadm's scheduler.conf
 # (system:kube-scheduler), or either component as its service account.
 render allocation-policy.yaml allocation-policy.yaml \

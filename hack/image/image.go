@@ -66,10 +66,13 @@ func specs() []imageSpec {
 		env:         []string{pathEnv},
 		description: "kube-scheduler with gpushare's GPUShare plugin",
 	}, {
-		name:        "gpushare-extender",
-		user:        nonroot,
-		env:         []string{pathEnv},
-		description: "gpushare's HTTP scheduler extender for stock kube-scheduler",
+		name: "gpushare-extender",
+		user: nonroot,
+		env:  []string{pathEnv},
+		// gpushare-webhook, the GPU quota webhook (quota.enabled), runs
+		// from this image too.
+		also:        []string{"gpushare-webhook"},
+		description: "gpushare's HTTP scheduler extender for stock kube-scheduler; gpushare-webhook, its GPU quota webhook",
 	}, {
 		// gpushare-node runs as root: it creates the device plugin
 		// sockets in the kubelet's directory and CDI specs, both host

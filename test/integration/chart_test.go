@@ -117,6 +117,7 @@ var chartToggles = map[string][]string{
 	"runtime-class":    {"node.runtimeClassName=nvidia"},
 	"own-extender-tls": {"mode=extender", "extender.tls.secretName=my-tls"},
 	"extender-service": {"mode=extender", "extender.beside=false"},
+	"quota":            {"quota.enabled=true"},
 	"node-pools": {"node.pools[0].name=whole-card", "node.pools[0].wholeCard=true",
 		"node.pools[1].name=mps", "node.pools[1].mps=true"},
 }
@@ -235,8 +236,13 @@ func TestChartRender(t *testing.T) {
 					pools++
 				}
 			}
-			if workloads != 2+pools {
-				t.Errorf("%d Deployments and DaemonSets; want the node daemon, one per node pool (%d) and the scheduler or extender", workloads, pools)
+			webhook := 0
+			if slices.Contains(set, "quota.enabled=true") {
+				webhook = 1
+			}
+			if workloads != 2+pools+webhook {
+				t.Errorf("%d Deployments and DaemonSets; want the node daemon, one per node pool (%d), the scheduler or extender, and the quota webhook (%d)",
+					workloads, pools, webhook)
 			}
 			monitors := 0
 			if slices.Contains(set, "serviceMonitor.enabled=true") {
@@ -575,8 +581,10 @@ var servedSince = map[string]int{
 	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicy":        30,
 	"admissionregistration.k8s.io/v1, Kind=ValidatingAdmissionPolicyBinding": 30,
 	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicy":          36,
-	"resource.k8s.io/v1, Kind=DeviceClass":                                   34,
-	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicyBinding":   36,
+	// v1 since 1.16; its matchConditions, which the chart's uses, since 1.30.
+	"admissionregistration.k8s.io/v1, Kind=MutatingWebhookConfiguration":   30,
+	"resource.k8s.io/v1, Kind=DeviceClass":                                 34,
+	"admissionregistration.k8s.io/v1, Kind=MutatingAdmissionPolicyBinding": 36,
 }
 
 // TestChartVersions: for Kubernetes 1.33 to 1.38, with every toggle, the

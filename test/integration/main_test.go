@@ -23,8 +23,9 @@ import (
 
 var (
 	tools controlplane.Tools
-	// schedulerBin and extenderBin are gpushare's, built for this run.
-	schedulerBin, extenderBin string
+	// schedulerBin, extenderBin and webhookBin are gpushare's, built for
+	// this run.
+	schedulerBin, extenderBin, webhookBin string
 	// binDir holds the binaries the tests build; TestMain removes it.
 	binDir string
 	// root is the repository root.
@@ -61,7 +62,8 @@ func run(m *testing.M) int {
 	binDir = dir
 	schedulerBin = filepath.Join(dir, "gpushare-scheduler")
 	extenderBin = filepath.Join(dir, "gpushare-extender")
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender")
+	webhookBin = filepath.Join(dir, "gpushare-webhook")
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/gpushare-scheduler", "./cmd/gpushare-extender", "./cmd/gpushare-webhook")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building gpushare-scheduler:", err)

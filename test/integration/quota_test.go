@@ -1,0 +1,324 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/pkg/claim"
+	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/quota"
+)
+
+// startWebhook runs gpushare-webhook on loopback with its own CA and
+// registers it with deploy/quota-webhook.yaml's MutatingWebhookConfiguration
+// (the chart's), its service swapped for the webhook's URL.
+func startWebhook(t *testing.T, c *controlplane.Cluster, admin kubernetes.Interface) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := controlplane.NewCA("gpushare-webhook-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.IssueFiles(dir, "webhook", "gpushare-webhook", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Run("gpushare-webhook", webhookBin, "--kubeconfig="+accountKubeconfig(t, c, "webhook"),
+		"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--healthz-port="+strconv.Itoa(health),
+		"--tls-cert-file="+cert, "--tls-private-key-file="+key, "--config="+filepath.Join(root, "deploy/extender-config.yaml"), "-v=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notForbidden(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := controlplane.WaitHTTP(ctx, p, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg := quotaWebhookConfig(t)
+	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/quota"
+	cfg.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
+	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// quotaWebhookConfig is the MutatingWebhookConfiguration of
+// deploy/quota-webhook.yaml.
+func quotaWebhookConfig(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
+	t.Helper()
+	// Its caBundle is a placeholder for the operator's CA.
+	data := bytes.ReplaceAll(readFile(t, "deploy/quota-webhook.yaml"), []byte("caBundle: CA_BUNDLE_BASE64"), []byte(`caBundle: ""`))
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj admissionregistrationv1.MutatingWebhookConfiguration
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatalf("deploy/quota-webhook.yaml has no MutatingWebhookConfiguration: %v", err)
+		}
+		if obj.Kind == "MutatingWebhookConfiguration" {
+			if len(obj.Webhooks) != 1 {
+				t.Fatalf("%d webhooks, want 1", len(obj.Webhooks))
+			}
+			return &obj
+		}
+	}
+}
+
+func withLimits(p *corev1.Pod, ns string, limits map[corev1.ResourceName]string) *corev1.Pod {
+	p.Namespace = ns
+	if limits == nil {
+		return p
+	}
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{}
+	for k, v := range limits {
+		p.Spec.Containers[0].Resources.Limits[k] = k8sresource.MustParse(v)
+	}
+	return p
+}
+
+// chargeOf returns the charge written on the pod's first container.
+func chargeOf(p *corev1.Pod) quota.Charge {
+	var ch quota.Charge
+	r := p.Spec.Containers[0].Resources.Requests
+	if q, ok := r[quota.MemoryResource]; ok {
+		ch.MemoryMiB = q.Value() >> 20
+	}
+	if q, ok := r[quota.ComputeResource]; ok {
+		ch.Compute = q.Value()
+	}
+	return ch
+}
+
+// TestQuota: a namespace's ResourceQuota on gpushare's charged resources
+// bounds its GPU memory and compute over every dialect and claims; a
+// tenant with the edit role cannot write its own charge, raise its quota
+// or change a charge after creation; GPU pods still schedule, and pods
+// without GPUs never reach the webhook.
+func TestQuota(t *testing.T) {
+	c, admin, _ := startPlugin(t, nil)
+	ctx := context.Background()
+	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
+	startWebhook(t, c, admin)
+	tenant := tenantClient(t, c, admin, "team-a")
+	free := tenantClient(t, c, admin, "team-b")
+	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "team-a"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+		"requests." + quota.MemoryResource:  k8sresource.MustParse("40Gi"),
+		"requests." + quota.ComputeResource: k8sresource.MustParse("150"),
+	}}}
+	if _, err := admin.CoreV1().ResourceQuotas("team-a").Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota admission plugin refuses pods in a namespace until its
+	// controller has counted the quota once.
+	if err := waitFor(30*time.Second, func() (bool, error) {
+		q, err := admin.CoreV1().ResourceQuotas("team-a").Get(ctx, "gpus", metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil, nil
+	}); err != nil {
+		t.Fatal("the quota was never counted")
+	}
+	create := func(cl kubernetes.Interface, p *corev1.Pod) (*corev1.Pod, error) {
+		return cl.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	}
+	mustCreate := func(cl kubernetes.Interface, p *corev1.Pod, want quota.Charge) *corev1.Pod {
+		t.Helper()
+		got, err := create(cl, p)
+		if err != nil {
+			t.Fatalf("creating %s: %v", p.Name, err)
+		}
+		if ch := chargeOf(got); ch != want {
+			t.Errorf("%s charged %+v, want %+v", p.Name, ch, want)
+		}
+		return got
+	}
+	refused := func(cl kubernetes.Interface, p *corev1.Pod, want ...string) {
+		t.Helper()
+		_, err := create(cl, p)
+		if err == nil {
+			t.Fatalf("%s was created, want it refused (%v)", p.Name, want)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s refused with %q, want it to say %q", p.Name, err, w)
+			}
+		}
+	}
+
+	// The plain case: a pod without GPUs, whatever the webhook.
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "team-a"},
+		Spec: corev1.PodSpec{SchedulerName: "gpu-scheduler", Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+	mustCreate(tenant, plain, quota.Charge{})
+	boundPod(t, admin, "team-a", "plain")
+
+	// Each dialect, charged in gpushare's units; the pods still bind.
+	mustCreate(tenant, withLimits(gpuPod("mine", 4096, 30), "team-a", nil), quota.Charge{MemoryMiB: 4096, Compute: 30})
+	mustCreate(tenant, withLimits(gpuPod("aliyun", 1, 0), "team-a", map[corev1.ResourceName]string{"aliyun.com/gpu-mem": "3"}), quota.Charge{MemoryMiB: 3072})
+	// A whole GPU: its memory is the largest GPU's it may take.
+	mustCreate(tenant, withLimits(gpuPod("whole", 1, 0), "team-a", map[corev1.ResourceName]string{"gpushare.io/gpu-count": "1"}),
+		quota.Charge{MemoryMiB: 16384, Compute: 100})
+	for _, name := range []string{"mine", "aliyun", "whole"} {
+		boundPod(t, admin, "team-a", name)
+	}
+	// Used: 23 GiB of 40, 130% of 150.
+
+	// Over the compute quota, in Elastic's dialect: refused with the numbers.
+	refused(tenant, withLimits(gpuPod("elastic", 1, 0), "team-a", map[corev1.ResourceName]string{
+		"elasticgpu.io/gpu-memory": "2000", "elasticgpu.io/gpu-core": "30"}),
+		"exceeded quota: gpus", "requested: requests.gpushare.io/quota-compute=30", "used: requests.gpushare.io/quota-compute=130",
+		"limited: requests.gpushare.io/quota-compute=150")
+	// A charge written by the tenant is replaced by the pod's own.
+	forged := withLimits(gpuPod("forged", 1, 0), "team-a", map[corev1.ResourceName]string{
+		"gpushare.io/gpu-mem": "20480", quota.MemoryResource: "1Mi"})
+	forged.Spec.Containers[0].Resources.Requests = corev1.ResourceList{quota.MemoryResource: k8sresource.MustParse("1Mi")}
+	refused(tenant, forged, "exceeded quota: gpus", "requested: requests.gpushare.io/quota-memory=20Gi", "limited: requests.gpushare.io/quota-memory=40Gi")
+	// On an init container, or a second container, too.
+	sneaky := withLimits(gpuPod("sneaky", 1000, 0), "team-a", nil)
+	sneaky.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{quota.MemoryResource: k8sresource.MustParse("1Mi")}}}}
+	sneaky.Spec.Containers = append(sneaky.Spec.Containers, corev1.Container{Name: "side", Image: "busybox", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{quota.ComputeResource: k8sresource.MustParse("1")}}})
+	got := mustCreate(tenant, sneaky, quota.Charge{MemoryMiB: 1000})
+	for _, ctr := range append(got.Spec.InitContainers, got.Spec.Containers[1]) {
+		for _, n := range []corev1.ResourceName{quota.MemoryResource, quota.ComputeResource} {
+			if _, ok := ctr.Resources.Limits[n]; ok {
+				t.Errorf("container %s keeps %s", ctr.Name, n)
+			}
+		}
+	}
+	// A claim's memory counts: a template's claim of 20 GiB passes 40.
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "team-a"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: claim.Class, Count: 1,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{claim.Memory: k8sresource.MustParse("20Gi")}}}}}}}}}
+	if _, err := tenant.ResourceV1().ResourceClaimTemplates("team-a").Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claimPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "claims", Namespace: "team-a"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("big")}},
+		Containers:     []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+	refused(tenant, claimPod, "exceeded quota: gpus", "requested: requests.gpushare.io/quota-memory=20Gi")
+	// A claim not yet created cannot be priced: refused under a quota,
+	// with what to do; let through where no quota bounds GPUs.
+	missing := claimPod.DeepCopy()
+	missing.Name, missing.Spec.ResourceClaims[0].ResourceClaimTemplateName = "missing", ptr.To("nope")
+	refused(tenant, missing, "create a pod's claim templates before the pod")
+	missing.Namespace = "team-b"
+	mustCreate(free, missing, quota.Charge{})
+
+	// The quota's count is the truth: 23 GiB + 1000 MiB, 130%.
+	if err := waitFor(30*time.Second, func() (bool, error) {
+		q, err := admin.CoreV1().ResourceQuotas("team-a").Get(ctx, "gpus", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		mem, cpu := q.Status.Used["requests."+quota.MemoryResource], q.Status.Used["requests."+quota.ComputeResource]
+		return mem.Value() == (23*1024+1000)<<20 && cpu.Value() == 130, nil
+	}); err != nil {
+		t.Error("the quota's used never came to 24552 MiB and 130%")
+	}
+
+	// The tenant cannot raise its quota, nor change a charge once created.
+	q, err := tenant.CoreV1().ResourceQuotas("team-a").Get(ctx, "gpus", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Spec.Hard["requests."+quota.MemoryResource] = k8sresource.MustParse("400Gi")
+	if _, err := tenant.CoreV1().ResourceQuotas("team-a").Update(ctx, q, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the tenant raised its quota: %v", err)
+	}
+	whole, err := tenant.CoreV1().Pods("team-a").Get(ctx, "whole", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole.Spec.Containers[0].Resources.Requests[quota.MemoryResource] = k8sresource.MustParse("1Mi")
+	whole.Spec.Containers[0].Resources.Limits[quota.MemoryResource] = k8sresource.MustParse("1Mi")
+	if _, err := tenant.CoreV1().Pods("team-a").Update(ctx, whole, metav1.UpdateOptions{}); err == nil {
+		t.Error("the tenant lowered a running pod's charge")
+	}
+
+	// Room comes back when a pod goes: the whole GPU's 100% frees the
+	// Elastic pod's 30.
+	if err := tenant.CoreV1().Pods("team-a").Delete(ctx, "whole", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	elastic := withLimits(gpuPod("elastic", 1, 0), "team-a", map[corev1.ResourceName]string{"elasticgpu.io/gpu-memory": "2000", "elasticgpu.io/gpu-core": "30"})
+	if err := waitFor(60*time.Second, func() (bool, error) {
+		_, err := create(tenant, elastic.DeepCopy())
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the Elastic pod was still refused after the whole GPU's pod was deleted")
+	}
+	boundPod(t, admin, "team-a", "elastic")
+	checkNoOvercommit(t, admin)
+}
+
+// TestQuotaExtender: with stock kube-scheduler and gpushare-extender
+// (deploy/extender-scheduler-config.yaml), pods carrying their charge
+// still bind, through the extender, and the quota refuses past it.
+func TestQuotaExtender(t *testing.T) {
+	c := startCluster(t)
+	admin, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e := startSecureExtender(t, c)
+	if _, err := c.StartScheduler(ctx, "kube-scheduler", tools.Bin("kube-scheduler"), e.schedulerConfig(t)); err != nil {
+		t.Fatal(err)
+	}
+	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
+	startWebhook(t, c, admin)
+	tenant := tenantClient(t, c, admin, "team-a")
+	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "team-a"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+		"requests." + quota.MemoryResource: k8sresource.MustParse("20Gi")}}}
+	if _, err := admin.CoreV1().ResourceQuotas("team-a").Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(30*time.Second, func() (bool, error) {
+		q, err := admin.CoreV1().ResourceQuotas("team-a").Get(ctx, "gpus", metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil, nil
+	}); err != nil {
+		t.Fatal("the quota was never counted")
+	}
+	for _, p := range []*corev1.Pod{
+		withLimits(gpuPod("share", 4096, 0), "team-a", nil),
+		withLimits(gpuPod("whole", 1, 0), "team-a", map[corev1.ResourceName]string{"gpushare.io/gpu-count": "1"}),
+	} {
+		got, err := tenant.CoreV1().Pods("team-a").Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating %s: %v", p.Name, err)
+		}
+		if chargeOf(got).MemoryMiB == 0 {
+			t.Errorf("%s carries no charge", p.Name)
+		}
+		boundPod(t, admin, "team-a", p.Name)
+	}
+	// 20 GiB used of 20: one more MiB is refused.
+	_, err = tenant.CoreV1().Pods("team-a").Create(ctx, withLimits(gpuPod("more", 1, 0), "team-a", nil), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "exceeded quota: gpus") {
+		t.Errorf("a pod past the quota: %v", err)
+	}
+	checkNoOvercommit(t, admin)
+}
