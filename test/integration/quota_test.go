@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/claim"
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/inspect"
 	"github.com/gpushare/gpushare/pkg/quota"
 )
 
@@ -200,6 +202,7 @@ func TestQuota(t *testing.T) {
 	sneaky.Spec.Containers = append(sneaky.Spec.Containers, corev1.Container{Name: "side", Image: "busybox", Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{quota.ComputeResource: k8sresource.MustParse("1")}}})
 	got := mustCreate(tenant, sneaky, quota.Charge{MemoryMiB: 1000})
+	boundPod(t, admin, "team-a", "sneaky")
 	for _, ctr := range append(got.Spec.InitContainers, got.Spec.Containers[1]) {
 		for _, n := range []corev1.ResourceName{quota.MemoryResource, quota.ComputeResource} {
 			if _, ok := ctr.Resources.Limits[n]; ok {
@@ -237,6 +240,23 @@ func TestQuota(t *testing.T) {
 		return mem.Value() == (23*1024+1000)<<20 && cpu.Value() == 130, nil
 	}); err != nil {
 		t.Error("the quota's used never came to 24552 MiB and 130%")
+	}
+
+	// kubectl inspect gpushare quota shows the same use beside what the
+	// pods hold of the GPUs: 4096 + 3072 + 16384 + 1000 MiB, 30 + 100%.
+	var qs []inspect.Quota
+	if err := json.Unmarshal(inspectCmd(t, c.Kubeconfig, "quota", "-o", "json"), &qs); err != nil {
+		t.Fatal(err)
+	}
+	var teamA *inspect.Quota
+	for i := range qs {
+		if qs[i].Namespace == "team-a" {
+			teamA = &qs[i]
+		}
+	}
+	if teamA == nil || teamA.Memory == nil || teamA.Memory.Used != 23*1024+1000 || teamA.Memory.Hard != 40*1024 ||
+		teamA.Compute == nil || teamA.Compute.Used != 130 || teamA.BookedMemoryMiB != 23*1024+1000 || teamA.BookedCompute != 130 || len(teamA.Uncharged) != 0 {
+		t.Errorf("inspect quota for team-a: %+v", teamA)
 	}
 
 	// The tenant cannot raise its quota, nor change a charge once created.

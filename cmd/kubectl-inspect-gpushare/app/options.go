@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -42,9 +43,10 @@ type InspectOptions struct {
 	MaxMoves int
 
 	// pod is the pod NAME of `pod NAME`, empty for the cluster views;
-	// defrag is set for `defrag`.
+	// defrag is set for `defrag`, quota for `quota`.
 	pod       string
 	defrag    bool
+	quota     bool
 	args      *configv1.GPUShareArgs
 	namespace string
 	unit      inspect.Unit
@@ -61,7 +63,7 @@ func NewInspectOptions(streams genericiooptions.IOStreams) *InspectOptions {
 func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewInspectOptions(streams)
 	cmd := &cobra.Command{
-		Use:         "kubectl-inspect-gpushare [pod NAME | defrag]",
+		Use:         "kubectl-inspect-gpushare [pod NAME | defrag | quota]",
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
 		Short:       "Show how much of each GPU gpushare has booked, and by whom",
 		Long: `Show how much of each GPU gpushare has booked, read from the pods'
@@ -69,12 +71,16 @@ gpushare.io/allocation records and the nodes' GPU inventories the way the
 scheduler reads them. With "pod NAME", show where the pod's containers
 landed or why it waits. With "defrag", show for each pod that waits for
 GPUs which running pods would move to make room for it (a dry run:
-nothing moves).`,
+nothing moves). With "quota", show each namespace's GPU quota (the
+ResourceQuotas on gpushare.io/quota-memory and quota-compute) used and
+hard, beside what its pods hold of the GPUs and the pods it does not
+count.`,
 		Example: `  kubectl inspect gpushare
   kubectl inspect gpushare -d --unit MiB
   kubectl inspect gpushare -l pool=h100 -o wide
   kubectl inspect gpushare pod -n team-mib gpu-test-mem-0
-  kubectl inspect gpushare defrag --max-moves 2`,
+  kubectl inspect gpushare defrag --max-moves 2
+  kubectl inspect gpushare quota`,
 		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -113,8 +119,10 @@ func (o *InspectOptions) Complete(getter genericclioptions.RESTClientGetter, arg
 		o.pod = args[1]
 	case len(args) == 1 && args[0] == "defrag":
 		o.defrag = true
+	case len(args) == 1 && args[0] == "quota":
+		o.quota = true
 	default:
-		return fmt.Errorf("unexpected arguments %q: want none, \"pod NAME\" or \"defrag\"", args)
+		return fmt.Errorf("unexpected arguments %q: want none, \"pod NAME\", \"defrag\" or \"quota\"", args)
 	}
 	unit, err := inspect.ParseUnit(o.Unit)
 	if err != nil {
@@ -153,6 +161,9 @@ func (o *InspectOptions) Validate() error {
 	if o.defrag && (o.Details || o.Output == "wide" || o.Selector != "") {
 		return errors.New("defrag takes -o json or yaml only, and no -d or -l: it plans over the whole cluster")
 	}
+	if o.quota && (o.Details || o.Output == "wide" || o.Selector != "") {
+		return errors.New("quota takes -o json or yaml only, and no -d or -l: it sums over the whole cluster")
+	}
 	return nil
 }
 
@@ -176,6 +187,9 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 		return o.runDefrag(ctx, in, snap, model)
 	}
 	c := inspect.Build(in)
+	if o.quota {
+		return o.runQuota(ctx, c, snap.pods)
+	}
 	if o.pod != "" {
 		return o.runPod(ctx, c, model, snap.nodes)
 	}
@@ -288,4 +302,17 @@ func (o *InspectOptions) encode(v any) error {
 	}
 	_, err = fmt.Fprintf(o.Out, "%s\n", b)
 	return err
+}
+
+// runQuota writes each namespace's GPU quota beside what it holds.
+func (o *InspectOptions) runQuota(ctx context.Context, c *inspect.Cluster, pods []corev1.Pod) error {
+	quotas, err := o.client.CoreV1().ResourceQuotas(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing ResourceQuotas: %w", err)
+	}
+	qs := inspect.Quotas(c, quotas.Items, pods)
+	if o.Output == "json" || o.Output == "yaml" {
+		return o.encode(qs)
+	}
+	return inspect.WriteQuotas(o.Out, qs, o.unit)
 }
