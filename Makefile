@@ -54,7 +54,7 @@ image-test: ## Build the images twice (same digests?) and run each one's --versi
 
 # What the demo runs, built in one go build: not the simulator or the
 # extender, which it never starts.
-DEMO_CMDS := gpushare-demo gpushare-scheduler gpushare-node gpushare-dra kubectl-inspect-gpushare
+DEMO_CMDS := gpushare-demo gpushare-scheduler gpushare-node gpushare-dra gpushare-webhook kubectl-inspect-gpushare
 
 .PHONY: demo-build
 demo-build:

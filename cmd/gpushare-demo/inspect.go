@@ -22,6 +22,12 @@ func printInspect(ctx context.Context, kubeconfig string, pods []corev1.Pod) err
 			views = append(views, []string{"pod", "-n", p.Namespace, p.Name})
 		}
 	}
+	return printInspectViews(ctx, kubeconfig, views...)
+}
+
+// printInspectViews runs kubectl inspect gpushare with each args, after
+// the command line it stands for.
+func printInspectViews(ctx context.Context, kubeconfig string, views ...[]string) error {
 	for _, args := range views {
 		fmt.Printf("\n$ %s\n", strings.Join(append([]string{"kubectl inspect gpushare"}, args...), " "))
 		cmd := app.NewCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})

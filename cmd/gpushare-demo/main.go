@@ -37,6 +37,10 @@ func main() {
 	draDaemon := fs.String("dra-daemon", "bin/gpushare-dra", "the gpushare-dra binary, run on the real node as its DRA driver; empty to leave it out")
 	draRBAC := fs.String("dra-rbac", "deploy/node-dra-rbac.yaml", "what gpushare-dra may do: its role and admission policy")
 	draClass := fs.String("dra-class", "deploy/dra-deviceclass.yaml", "the DeviceClass of gpushare's DRA devices")
+	webhook := fs.String("webhook", "bin/gpushare-webhook", "the gpushare-webhook binary, run for two teams' GPU quotas (--teams); empty to leave them out")
+	webhookRBAC := fs.String("webhook-rbac", "deploy/webhook-rbac.yaml", "what gpushare-webhook may do: its service account and role")
+	quotaWebhook := fs.String("quota-webhook", "deploy/quota-webhook.yaml", "the manifest whose MutatingWebhookConfiguration registers gpushare-webhook")
+	teamsDir := fs.String("teams", "examples/teams", "directory of the teams' quotas.yaml and pods.yaml")
 	hookPolicy := fs.String("hook-policy", "deploy/gpu-hook-policy.yaml", "the admission policies that give each GPU container its gpushare.io/gpu-hook; empty to leave them out")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpushare-demo [flags] [up|down]\n       gpushare-demo --listen=ADDR serve-image LAYOUT (the real node's image mirror)\n")
@@ -56,7 +60,8 @@ func main() {
 		case "auto", "on", "off":
 			err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples,
 				schedulerRBAC: *schedulerRBAC, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy,
-				realNode: *realNodeMode, probeImage: *probeImage, draDaemon: *draDaemon, draRBAC: *draRBAC, draClass: *draClass})
+				realNode: *realNodeMode, probeImage: *probeImage, draDaemon: *draDaemon, draRBAC: *draRBAC, draClass: *draClass,
+				webhook: *webhook, webhookRBAC: *webhookRBAC, quotaWebhook: *quotaWebhook, teams: *teamsDir})
 		default:
 			err = fmt.Errorf("--real-node=%q: want auto, on or off", *realNodeMode)
 		}

@@ -28,6 +28,9 @@ type options struct {
 	// realNode is auto, on or off; probeImage the real node's workload
 	// image.
 	realNode, probeImage string
+	// webhook, webhookRBAC and quotaWebhook run gpushare-webhook for the
+	// teams' quotas and pods in teams; webhook empty leaves them out.
+	webhook, webhookRBAC, quotaWebhook, teams string
 }
 
 // nodes are the demo's simulated GPU nodes.
@@ -214,6 +217,11 @@ func up(ctx context.Context, o options) (err error) {
 	}
 	if hasReal {
 		if err := printRealPods(ctx, c, client); err != nil {
+			return err
+		}
+	}
+	if o.webhook != "" {
+		if err := teams(ctx, c, client, o, config); err != nil {
 			return err
 		}
 	}

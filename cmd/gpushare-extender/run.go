@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,13 +78,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	var raw []byte
-	if o.config != "" {
-		if raw, err = os.ReadFile(o.config); err != nil {
-			return fmt.Errorf("reading --config: %w", err)
-		}
-	}
-	args, err := v1alpha1.LoadArgs(raw)
+	args, err := v1alpha1.LoadArgsFile(o.config)
 	if err != nil {
 		return err
 	}

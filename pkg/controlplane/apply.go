@@ -78,6 +78,8 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 		_, err = client.CoreV1().Namespaces().Create(ctx, t, o)
 	case *corev1.Pod:
 		_, err = client.CoreV1().Pods(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *corev1.ResourceQuota:
+		_, err = client.CoreV1().ResourceQuotas(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *appsv1.Deployment:
 		_, err = client.AppsV1().Deployments(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *appsv1.StatefulSet:

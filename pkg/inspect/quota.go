@@ -162,8 +162,8 @@ func charged(p *corev1.Pod) bool {
 }
 
 // WriteQuotas writes one row per namespace: its GPU memory and compute
-// used against hard, what its pods hold on the GPUs, and the pods the
-// quota does not count.
+// used against hard, what its pods hold on the GPUs, and how many pods
+// the quota does not count.
 func WriteQuotas(out io.Writer, qs []Quota, u Unit) error {
 	w := newTable(out)
 	w.row("NAMESPACE", "QUOTA", fmt.Sprintf("MEMORY(%s) USED/HARD", u), "COMPUTE(%) USED/HARD", fmt.Sprintf("BOOKED(%s)", u), "BOOKED COMPUTE(%)", "UNCHARGED PODS")
@@ -175,10 +175,9 @@ func WriteQuotas(out io.Writer, qs []Quota, u Unit) error {
 		if q.Compute != nil {
 			cpu = strconv.FormatInt(q.Compute.Used, 10) + "/" + strconv.FormatInt(q.Compute.Hard, 10)
 		}
-		uncharged := "-"
-		if len(q.Uncharged) > 0 {
-			uncharged = strings.Join(q.Uncharged, ",")
-		}
+		// The names are in -o json and yaml: a namespace from before the
+		// webhook may have thousands.
+		uncharged := strconv.Itoa(len(q.Uncharged))
 		w.row(q.Namespace, orDash(strings.Join(q.Quotas, ",")), mem, cpu, u.Format(q.BookedMemoryMiB), strconv.FormatInt(q.BookedCompute, 10), uncharged)
 	}
 	return w.flush()

@@ -72,8 +72,8 @@ func TestQuotas(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `NAMESPACE  QUOTA       MEMORY(GiB) USED/HARD  COMPUTE(%) USED/HARD  BOOKED(GiB)  BOOKED COMPUTE(%)  UNCHARGED PODS
-a          gpus,tight  6/7                    15/200                4.8          15                 -
-b          -           -                      -                     2            100                old
+a          gpus,tight  6/7                    15/200                4.8          15                 0
+b          -           -                      -                     2            100                1
 `
 	if out.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", out.String(), want)

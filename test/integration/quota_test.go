@@ -1,22 +1,18 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -26,66 +22,34 @@ import (
 	"github.com/gpushare/gpushare/pkg/quota"
 )
 
-// startWebhook runs gpushare-webhook on loopback with its own CA and
-// registers it with deploy/quota-webhook.yaml's MutatingWebhookConfiguration
-// (the chart's), its service swapped for the webhook's URL.
-func startWebhook(t *testing.T, c *controlplane.Cluster, admin kubernetes.Interface) {
+// startWebhook runs gpushare-webhook as its service account and registers
+// it with deploy/quota-webhook.yaml's MutatingWebhookConfiguration (the
+// chart's), on loopback.
+func startWebhook(t *testing.T, c *controlplane.Cluster) {
 	t.Helper()
-	dir := t.TempDir()
-	ca, err := controlplane.NewCA("gpushare-webhook-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key, err := ca.IssueFiles(dir, "webhook", "gpushare-webhook", "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := controlplane.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	health, err := controlplane.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.Run("gpushare-webhook", webhookBin, "--kubeconfig="+accountKubeconfig(t, c, "webhook"),
-		"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--healthz-port="+strconv.Itoa(health),
-		"--tls-cert-file="+cert, "--tls-private-key-file="+key, "--config="+filepath.Join(root, "deploy/extender-config.yaml"), "-v=2")
+	p, err := c.StartQuotaWebhook(context.Background(), controlplane.QuotaWebhook{Bin: webhookBin, Kubeconfig: accountKubeconfig(t, c, "webhook"),
+		Args: filepath.Join(root, "deploy/extender-config.yaml"), Manifest: readFile(t, "deploy/quota-webhook.yaml")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	notForbidden(t, p)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := controlplane.WaitHTTP(ctx, p, "http://127.0.0.1:"+strconv.Itoa(health)+"/healthz", ""); err != nil {
-		t.Fatal(err)
-	}
-	cfg := quotaWebhookConfig(t)
-	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/quota"
-	cfg.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
-	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
-// quotaWebhookConfig is the MutatingWebhookConfiguration of
-// deploy/quota-webhook.yaml.
-func quotaWebhookConfig(t *testing.T) *admissionregistrationv1.MutatingWebhookConfiguration {
+// createQuota creates ResourceQuota ns/gpus with hard and waits until
+// its controller has counted it: until then the quota admission plugin
+// refuses the namespace's pods.
+func createQuota(t *testing.T, admin kubernetes.Interface, ns string, hard corev1.ResourceList) {
 	t.Helper()
-	// Its caBundle is a placeholder for the operator's CA.
-	data := bytes.ReplaceAll(readFile(t, "deploy/quota-webhook.yaml"), []byte("caBundle: CA_BUNDLE_BASE64"), []byte(`caBundle: ""`))
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var obj admissionregistrationv1.MutatingWebhookConfiguration
-		if err := dec.Decode(&obj); err != nil {
-			t.Fatalf("deploy/quota-webhook.yaml has no MutatingWebhookConfiguration: %v", err)
-		}
-		if obj.Kind == "MutatingWebhookConfiguration" {
-			if len(obj.Webhooks) != 1 {
-				t.Fatalf("%d webhooks, want 1", len(obj.Webhooks))
-			}
-			return &obj
-		}
+	ctx := context.Background()
+	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: ns}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	if _, err := admin.CoreV1().ResourceQuotas(ns).Create(ctx, rq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(30*time.Second, func() (bool, error) {
+		q, err := admin.CoreV1().ResourceQuotas(ns).Get(ctx, "gpus", metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil, nil
+	}); err != nil {
+		t.Fatal("the quota was never counted")
 	}
 }
 
@@ -123,24 +87,13 @@ func TestQuota(t *testing.T) {
 	c, admin, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
-	startWebhook(t, c, admin)
+	startWebhook(t, c)
 	tenant := tenantClient(t, c, admin, "team-a")
 	free := tenantClient(t, c, admin, "team-b")
-	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "team-a"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+	createQuota(t, admin, "team-a", corev1.ResourceList{
 		"requests." + quota.MemoryResource:  k8sresource.MustParse("40Gi"),
 		"requests." + quota.ComputeResource: k8sresource.MustParse("150"),
-	}}}
-	if _, err := admin.CoreV1().ResourceQuotas("team-a").Create(ctx, rq, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The quota admission plugin refuses pods in a namespace until its
-	// controller has counted the quota once.
-	if err := waitFor(30*time.Second, func() (bool, error) {
-		q, err := admin.CoreV1().ResourceQuotas("team-a").Get(ctx, "gpus", metav1.GetOptions{})
-		return err == nil && q.Status.Hard != nil, nil
-	}); err != nil {
-		t.Fatal("the quota was never counted")
-	}
+	})
 	create := func(cl kubernetes.Interface, p *corev1.Pod) (*corev1.Pod, error) {
 		return cl.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	}
@@ -309,19 +262,9 @@ func TestQuotaExtender(t *testing.T) {
 		t.Fatal(err)
 	}
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
-	startWebhook(t, c, admin)
+	startWebhook(t, c)
 	tenant := tenantClient(t, c, admin, "team-a")
-	rq := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "team-a"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-		"requests." + quota.MemoryResource: k8sresource.MustParse("20Gi")}}}
-	if _, err := admin.CoreV1().ResourceQuotas("team-a").Create(ctx, rq, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitFor(30*time.Second, func() (bool, error) {
-		q, err := admin.CoreV1().ResourceQuotas("team-a").Get(ctx, "gpus", metav1.GetOptions{})
-		return err == nil && q.Status.Hard != nil, nil
-	}); err != nil {
-		t.Fatal("the quota was never counted")
-	}
+	createQuota(t, admin, "team-a", corev1.ResourceList{"requests." + quota.MemoryResource: k8sresource.MustParse("20Gi")})
 	for _, p := range []*corev1.Pod{
 		withLimits(gpuPod("share", 4096, 0), "team-a", nil),
 		withLimits(gpuPod("whole", 1, 0), "team-a", map[corev1.ResourceName]string{"gpushare.io/gpu-count": "1"}),

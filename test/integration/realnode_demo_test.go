@@ -37,7 +37,7 @@ func TestRealNodeDemo(t *testing.T) {
 	demo := func(args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(binDir, "gpushare-demo"), append([]string{"--dir=" + dir,
 			"--scheduler=" + schedulerBin, "--node-daemon=" + filepath.Join(binDir, "gpushare-node"),
-			"--dra-daemon=" + filepath.Join(binDir, "gpushare-dra"),
+			"--dra-daemon=" + filepath.Join(binDir, "gpushare-dra"), "--webhook=" + webhookBin,
 			"--probe-image=" + filepath.Join(layouts, "gpushare-probe")}, args...)...)
 		var out bytes.Buffer
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &out
@@ -73,6 +73,20 @@ func TestRealNodeDemo(t *testing.T) {
 	}
 	if strings.Contains(summary, "could not ask") {
 		t.Errorf("the demo could not ask a running container what it sees:\n%s", summary)
+	}
+	// Two teams under GPU quotas: the last pod of each is refused with
+	// the numbers, and inspect sets their use against what they hold.
+	for _, want := range []string{
+		"team-a/train-1: refused: pods \"train-1\" is forbidden: exceeded quota: gpus, requested: requests.gpushare.io/quota-memory=20Gi, " +
+			"used: requests.gpushare.io/quota-memory=36Gi, limited: requests.gpushare.io/quota-memory=48Gi",
+		"team-b/notebook-1: refused: pods \"notebook-1\" is forbidden: exceeded quota: gpus",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the demo's output does not say %q:\n%s", want, summary)
+		}
+	}
+	if row := regexp.MustCompile(`\nteam-a +gpus +36/48 +50/300 +36 +50 +0\n`); !row.MatchString(summary) {
+		t.Errorf("kubectl inspect gpushare quota does not show team-a at 36 of 48 GiB, 50 of 300%%, all of it booked:\n%s", summary)
 	}
 	kubeletDir := controlplane.KubeletRoot
 	if _, err := os.Stat(filepath.Join(kubeletDir, "device-plugins", "kubelet.sock")); err != nil {

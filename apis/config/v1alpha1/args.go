@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -302,6 +303,19 @@ func LoadArgs(data []byte) (*GPUShareArgs, error) {
 		return nil, fmt.Errorf("invalid %s: %w", KindGPUShareArgs, errs.ToAggregate())
 	}
 	return a, nil
+}
+
+// LoadArgsFile is LoadArgs of the file at path (a component's --config
+// flag); an empty path gives the defaults.
+func LoadArgsFile(path string) (*GPUShareArgs, error) {
+	var data []byte
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("reading --config: %w", err)
+		}
+	}
+	return LoadArgs(data)
 }
 
 // LoadArgsFrom reads GPUShareArgs from data: a GPUShareArgs document (as
