@@ -88,6 +88,9 @@ func TestQuota(t *testing.T) {
 	ctx := context.Background()
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
 	startWebhook(t, c)
+	if err := controlplane.ApplyAllocationPolicy(ctx, admin, readFile(t, "deploy/allocation-policy.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	tenant := tenantClient(t, c, admin, "team-a")
 	free := tenantClient(t, c, admin, "team-b")
 	createQuota(t, admin, "team-a", corev1.ResourceList{
@@ -244,6 +247,22 @@ func TestQuota(t *testing.T) {
 		t.Fatal("the Elastic pod was still refused after the whole GPU's pod was deleted")
 	}
 	boundPod(t, admin, "team-a", "elastic")
+
+	// A charged pod's request annotations are fixed from its creation,
+	// bound or not: its charge was reckoned from them.
+	waiting := withLimits(gpuPod("waiting", 1000, 0), "team-a", nil)
+	waiting.Annotations = map[string]string{"gpushare.io/gpu-models": "Tesla T4"}
+	waiting.Spec.NodeSelector = map[string]string{"pool": "none"}
+	mustCreate(tenant, waiting, quota.Charge{MemoryMiB: 1000})
+	got, err = tenant.CoreV1().Pods("team-a").Get(ctx, "waiting", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Annotations["gpushare.io/gpu-models"] = "NVIDIA H200"
+	_, err = tenant.CoreV1().Pods("team-a").Update(ctx, got, metav1.UpdateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "gpushare.io/gpu-models shapes the pod's GPU request and cannot change once the pod is charged to its namespace's GPU quota") {
+		t.Errorf("a pending pod's GPU models changed after it was charged: %v", err)
+	}
 	checkNoOvercommit(t, admin)
 }
 
