@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +56,7 @@ type options struct {
 func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; if empty, the KUBECONFIG environment variable, then the in-cluster configuration")
 	fs.StringVar(&o.address, "bind-address", "0.0.0.0", "address to serve on; the API server calls the webhook through its Service")
-	fs.IntVar(&o.port, "port", 9443, "port to serve the webhook (POST /quota) on, over HTTPS")
+	fs.IntVar(&o.port, "port", 9443, "port to serve the webhook (POST /quota) and its metrics (GET /metrics) on, over HTTPS")
 	fs.IntVar(&o.healthzPort, "healthz-port", 0, "if not 0, also serve /healthz on this port of --bind-address over plain HTTP (for kubelet probes)")
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM), for the name the API server calls (the Service's DNS name); required")
 	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "private key (PEM) of --tls-cert-file; required")
@@ -129,7 +132,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	quotas := factory.Core().V1().ResourceQuotas().Lister()
-	charger := &webhook.Charger{Model: model, GPUs: gpus.List, Claims: claims{client}, Bounded: bounded(quotas)}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		webhook.NewQuotaCollector(func() ([]*corev1.ResourceQuota, error) { return quotas.List(labels.Everything()) }))
+	charger := &webhook.Charger{Model: model, GPUs: gpus.List, Claims: claims{client}, Bounded: bounded(quotas), Metrics: webhook.NewMetrics(reg)}
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -147,6 +153,7 @@ func run(ctx context.Context, o options) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/quota", charger.Handler(logger))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	servers := []*http.Server{{Addr: net.JoinHostPort(o.address, strconv.Itoa(o.port)), Handler: mux, TLSConfig: tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}}

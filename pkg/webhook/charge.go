@@ -50,6 +50,8 @@ type Charger struct {
 	// let through unchanged elsewhere: the scheduler says what is wrong
 	// with it, and no quota misses it.
 	Bounded func(namespace string) bool
+	// Metrics, if set, counts the answers to pod creations.
+	Metrics *Metrics
 }
 
 // Review answers one admission request: pods being created get their
@@ -60,9 +62,24 @@ func (c *Charger) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
 		return allow
 	}
+	resp, charge := c.review(ctx, req)
+	switch {
+	case !resp.Allowed:
+		c.Metrics.review("refused")
+	case !charge.Zero():
+		c.Metrics.review("charged")
+	default:
+		c.Metrics.review("uncharged")
+	}
+	return resp
+}
+
+// review is Review of a pod's creation; it returns the charge written.
+func (c *Charger) review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, quota.Charge) {
+	allow := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return deny(req, fmt.Sprintf("gpushare cannot read the pod: %v", err))
+		return deny(req, fmt.Sprintf("gpushare cannot read the pod: %v", err)), quota.Charge{}
 	}
 	// A pod being created may have no namespace of its own yet.
 	pod.Namespace = req.Namespace
@@ -73,19 +90,19 @@ func (c *Charger) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	charge, err := c.charge(ctx, &pod)
 	if err != nil {
 		if c.Bounded(req.Namespace) {
-			return deny(req, fmt.Sprintf("gpushare cannot charge pod %s to the GPU quota of namespace %s: %v", name, req.Namespace, err))
+			return deny(req, fmt.Sprintf("gpushare cannot charge pod %s to the GPU quota of namespace %s: %v", name, req.Namespace, err)), quota.Charge{}
 		}
 		charge = quota.Charge{}
 	}
 	patch, err := patchFor(&pod, charge)
 	if err != nil {
-		return deny(req, fmt.Sprintf("gpushare cannot write the GPU quota charge of pod %s: %v", name, err))
+		return deny(req, fmt.Sprintf("gpushare cannot write the GPU quota charge of pod %s: %v", name, err)), quota.Charge{}
 	}
 	if patch != nil {
 		pt := admissionv1.PatchTypeJSONPatch
 		allow.Patch, allow.PatchType = patch, &pt
 	}
-	return allow
+	return allow, charge
 }
 
 func deny(req *admissionv1.AdmissionRequest, msg string) *admissionv1.AdmissionResponse {

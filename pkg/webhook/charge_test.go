@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -297,5 +299,48 @@ func TestHandler(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: status %d", resp.StatusCode)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := charger(t, true)
+	c.Metrics = NewMetrics(reg)
+	for _, p := range []*corev1.Pod{
+		{Spec: corev1.PodSpec{Containers: []corev1.Container{container("a", map[string]string{"gpushare.io/gpu-mem": "100"})}}},
+		{Spec: corev1.PodSpec{Containers: []corev1.Container{container("a", map[string]string{"gpushare.io/gpu-mem": "100"})}}},
+		{Spec: corev1.PodSpec{Containers: []corev1.Container{container("a", nil)}}},
+		{Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "x", ResourceClaimName: ptr.To("missing")}},
+			Containers: []corev1.Container{container("a", nil)}}},
+	} {
+		review(t, c, p)
+	}
+	reg.MustRegister(NewQuotaCollector(func() ([]*corev1.ResourceQuota, error) {
+		return []*corev1.ResourceQuota{{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "gpus"},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+				"requests." + quota.MemoryResource: apiresource.MustParse("1Gi"), "requests." + quota.ComputeResource: apiresource.MustParse("250")}},
+			Status: corev1.ResourceQuotaStatus{Used: corev1.ResourceList{"requests." + quota.MemoryResource: apiresource.MustParse("512Mi")}}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "cpu"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"requests.cpu": apiresource.MustParse("1")}}}}, nil
+	}))
+	want := `
+# HELP gpushare_quota_compute_gpus GPU compute charged to a namespace (type used) and its bound (type hard), in GPUs, by ResourceQuota on gpushare.io/quota-compute.
+# TYPE gpushare_quota_compute_gpus gauge
+gpushare_quota_compute_gpus{namespace="team-a",resourcequota="gpus",type="hard"} 2.5
+gpushare_quota_compute_gpus{namespace="team-a",resourcequota="gpus",type="used"} 0
+# HELP gpushare_quota_list_errors 1 when the webhook could not list its ResourceQuotas for this scrape.
+# TYPE gpushare_quota_list_errors gauge
+gpushare_quota_list_errors 0
+# HELP gpushare_quota_memory_bytes GPU memory charged to a namespace (type used) and its bound (type hard), by ResourceQuota on gpushare.io/quota-memory.
+# TYPE gpushare_quota_memory_bytes gauge
+gpushare_quota_memory_bytes{namespace="team-a",resourcequota="gpus",type="hard"} 1.073741824e+09
+gpushare_quota_memory_bytes{namespace="team-a",resourcequota="gpus",type="used"} 5.36870912e+08
+# HELP gpushare_quota_reviews_total Pod creations the quota webhook answered, by result: charged (a GPU charge written), uncharged (nothing to charge, or not priceable where no quota bounds GPUs), refused.
+# TYPE gpushare_quota_reviews_total counter
+gpushare_quota_reviews_total{result="charged"} 2
+gpushare_quota_reviews_total{result="refused"} 1
+gpushare_quota_reviews_total{result="uncharged"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
