@@ -118,7 +118,7 @@ func run(ctx context.Context, o options) error {
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	gpus := &webhook.GPUs{}
-	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodes, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { gpus.Set(obj.(*corev1.Node)) },
 		UpdateFunc: func(_, obj any) { gpus.Set(obj.(*corev1.Node)) },
 		DeleteFunc: func(obj any) {
@@ -128,7 +128,8 @@ func run(ctx context.Context, o options) error {
 			}
 			gpus.Delete(obj.(*corev1.Node).Name)
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	quotas := factory.Core().V1().ResourceQuotas().Lister()
@@ -142,14 +143,11 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
 	}
-	// Nodes carry the largest GPU too: requests beyond it are refused
-	// as the scheduler refuses them.
-	model.SetLargestGPU(largest(gpus))
-	go func() {
-		for range time.Tick(10 * time.Second) {
-			model.SetLargestGPU(largest(gpus))
-		}
-	}()
+	// Every node's GPUs are known before the first review: they price
+	// whole GPUs and bound the memory a request may ask.
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced) {
+		return fmt.Errorf("the nodes' GPUs were not read: %w", ctx.Err())
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/quota", charger.Handler(logger))
@@ -165,14 +163,6 @@ func run(ctx context.Context, o options) error {
 	}
 	logger.Info("Serving", "address", servers[0].Addr, "resources", model.Names())
 	return extender.Serve(ctx, servers)
-}
-
-func largest(g *webhook.GPUs) int64 {
-	var mib int64
-	for _, gpu := range g.List() {
-		mib = max(mib, gpu.MemoryMiB)
-	}
-	return mib
 }
 
 // bounded reports whether a ResourceQuota of a namespace bounds either

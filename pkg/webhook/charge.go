@@ -113,6 +113,13 @@ func deny(req *admissionv1.AdmissionRequest, msg string) *admissionv1.AdmissionR
 // charge reckons what pod charges: its containers' requests and its
 // ResourceClaims' requests of gpushare's device classes.
 func (c *Charger) charge(ctx context.Context, pod *corev1.Pod) (quota.Charge, error) {
+	gpus := c.GPUs()
+	// The model refuses memory no GPU could hold, as the scheduler does.
+	var largest int64
+	for i := range gpus {
+		largest = max(largest, gpus[i].MemoryMiB)
+	}
+	c.Model.SetLargestGPU(largest)
 	req, err := c.Model.PodRequest(pod)
 	if err != nil {
 		return quota.Charge{}, err
@@ -129,7 +136,7 @@ func (c *Charger) charge(ctx context.Context, pod *corev1.Pod) (quota.Charge, er
 		}
 		claims = append(claims, reqs...)
 	}
-	return quota.Of(req, claims, c.GPUs())
+	return quota.Of(req, claims, gpus)
 }
 
 // claim returns the claim pc names, or one with the spec of the template

@@ -25,7 +25,7 @@ import (
 // startWebhook runs gpushare-webhook as its service account and registers
 // it with deploy/quota-webhook.yaml's MutatingWebhookConfiguration (the
 // chart's), on loopback.
-func startWebhook(t *testing.T, c *controlplane.Cluster) {
+func startWebhook(t *testing.T, c *controlplane.Cluster) *controlplane.Process {
 	t.Helper()
 	p, err := c.StartQuotaWebhook(context.Background(), controlplane.QuotaWebhook{Bin: webhookBin, Kubeconfig: accountKubeconfig(t, c, "webhook"),
 		Args: filepath.Join(root, "deploy/extender-config.yaml"), Manifest: readFile(t, "deploy/quota-webhook.yaml")})
@@ -33,6 +33,7 @@ func startWebhook(t *testing.T, c *controlplane.Cluster) {
 		t.Fatal(err)
 	}
 	notForbidden(t, p)
+	return p
 }
 
 // createQuota creates ResourceQuota ns/gpus with hard and waits until
@@ -87,7 +88,7 @@ func TestQuota(t *testing.T) {
 	c, admin, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
-	startWebhook(t, c)
+	webhook := startWebhook(t, c)
 	if err := controlplane.ApplyAllocationPolicy(ctx, admin, readFile(t, "deploy/allocation-policy.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +147,14 @@ func TestQuota(t *testing.T) {
 		"elasticgpu.io/gpu-memory": "2000", "elasticgpu.io/gpu-core": "30"}),
 		"exceeded quota: gpus", "requested: requests.gpushare.io/quota-compute=30", "used: requests.gpushare.io/quota-compute=130",
 		"limited: requests.gpushare.io/quota-compute=150")
-	// A charge written by the tenant is replaced by the pod's own.
-	forged := withLimits(gpuPod("forged", 1, 0), "team-a", map[corev1.ResourceName]string{
-		"gpushare.io/gpu-mem": "20480", quota.MemoryResource: "1Mi"})
+	// A charge written by the tenant is replaced by the pod's own: two
+	// containers of 9000 MiB, 18000 in all.
+	forged := withLimits(gpuPod("forged", 9000, 0), "team-a", nil)
+	forged.Spec.Containers = append(forged.Spec.Containers, *forged.Spec.Containers[0].DeepCopy())
+	forged.Spec.Containers[1].Name = "second"
+	forged.Spec.Containers[0].Resources.Limits[quota.MemoryResource] = k8sresource.MustParse("1Mi")
 	forged.Spec.Containers[0].Resources.Requests = corev1.ResourceList{quota.MemoryResource: k8sresource.MustParse("1Mi")}
-	refused(tenant, forged, "exceeded quota: gpus", "requested: requests.gpushare.io/quota-memory=20Gi", "limited: requests.gpushare.io/quota-memory=40Gi")
+	refused(tenant, forged, "exceeded quota: gpus", "requested: requests.gpushare.io/quota-memory=18000Mi", "limited: requests.gpushare.io/quota-memory=40Gi")
 	// On an init container, or a second container, too.
 	sneaky := withLimits(gpuPod("sneaky", 1000, 0), "team-a", nil)
 	sneaky.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
@@ -264,6 +268,16 @@ func TestQuota(t *testing.T) {
 		t.Errorf("a pending pod's GPU models changed after it was charged: %v", err)
 	}
 	checkNoOvercommit(t, admin)
+
+	// With the webhook down, a GPU pod is refused (failurePolicy Fail:
+	// none escapes its charge) and a pod with another extended resource
+	// is created as usual.
+	webhook.Stop(5 * time.Second)
+	if _, err := create(tenant, withLimits(gpuPod("down", 100, 0), "team-a", nil)); err == nil || !strings.Contains(err.Error(), "quota.gpushare.io") {
+		t.Errorf("a GPU pod while the webhook is down: %v", err)
+	}
+	other := withLimits(gpuPod("nic", 1, 0), "team-a", map[corev1.ResourceName]string{"example.com/nic": "1"})
+	mustCreate(tenant, other, quota.Charge{})
 }
 
 // TestQuotaExtender: with stock kube-scheduler and gpushare-extender
