@@ -259,16 +259,21 @@ func checkOnly(t *testing.T, root string, spec imageSpec) {
 		"etc/group",
 		"etc/passwd",
 		"etc/ssl/certs/ca-certificates.crt",
-		"usr/local/bin/" + spec.name,
-		"usr/share/doc/ca-certificates/copyright",
 	}
+	bins := append([]string{spec.name}, spec.also...)
+	slices.Sort(bins)
+	for _, b := range bins {
+		want = append(want, "usr/local/bin/"+b)
+	}
+	want = append(want, "usr/share/doc/ca-certificates/copyright")
 	if !slices.Equal(got, want) {
 		t.Errorf("files %q, want %q", got, want)
 	}
 }
 
-// runVersion runs the entrypoint with --version, chrooted into root, as
-// the image's user, and wants the build's version and commit back.
+// runVersion runs the entrypoint, and each command the image holds
+// beside it, with --version, chrooted into root, as the image's user, and
+// wants the build's version and commit back.
 func runVersion(t *testing.T, root string, img v1.Image, spec imageSpec, o options) {
 	t.Helper()
 	cf, err := img.ConfigFile()
@@ -278,7 +283,15 @@ func runVersion(t *testing.T, root string, img v1.Image, spec imageSpec, o optio
 	if len(cf.Config.Entrypoint) == 0 {
 		t.Fatal("no entrypoint")
 	}
-	entry := cf.Config.Entrypoint[0]
+	runVersionOf(t, root, cf, cf.Config.Entrypoint[0], spec.name, o)
+	for _, a := range spec.also {
+		runVersionOf(t, root, cf, "/"+binDir+"/"+a, a, o)
+	}
+}
+
+// runVersionOf runs entry --version in the image and wants name's line.
+func runVersionOf(t *testing.T, root string, cf *v1.ConfigFile, entry, name string, o options) {
+	t.Helper()
 	cmd := exec.Command(entry, "--version")
 	// Path is looked up after the chroot, inside the image.
 	cmd.Path = entry
@@ -310,7 +323,7 @@ func runVersion(t *testing.T, root string, img v1.Image, spec imageSpec, o optio
 			entry, as, err, stdout.String(), stderr.String(), missing(root, entry))
 	}
 	out := stdout.String()
-	for _, want := range []string{spec.name + " " + o.version + " ", "commit " + o.commit[:12]} {
+	for _, want := range []string{name + " " + o.version + " ", "commit " + o.commit[:12]} {
 		if !strings.Contains(out, want) {
 			t.Errorf("%s --version printed %q, want it to hold %q", entry, out, want)
 		}
