@@ -98,23 +98,10 @@ func Churn(ctx context.Context, w *Workload, policy string, seeds []uint64, o Ch
 	if err != nil {
 		return nil, err
 	}
-	cfg := parsePolicy(policy)
-	cfg.Workload = Shapes(w.Pods, shapeCover)
-	if _, err := alloc.NewPlacer(cfg); err != nil {
-		return nil, err
-	}
-	switch o.Workload {
-	case "", Oracle:
-	case Online:
-		cfg.Workload = nil
-	default:
-		return nil, fmt.Errorf("unknown workload source %q (want %s or %s)", o.Workload, Oracle, Online)
-	}
-	nodes, err := w.nodes()
+	cfg, _, nodes, err := placerConfig(w, policy, o.Workload)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Supply = alloc.SupplyOf(nodes)
 	runs := make([]churnRun, len(seeds))
 	errs := make([]error, len(seeds))
 	parallel := o.Parallel

@@ -62,6 +62,31 @@ type Result struct {
 	Curve             []Point `json:"curve"`
 }
 
+// placerConfig returns policy's placer configuration for w's nodes and
+// workload source (Oracle: the trace's own mix; Online: none, to learn),
+// the trace's mix, and the nodes; it refuses an unknown policy or source.
+func placerConfig(w *Workload, policy, source string) (alloc.Config, []alloc.Shape, []*alloc.Node, error) {
+	cfg := parsePolicy(policy)
+	oracle := Shapes(w.Pods, shapeCover)
+	cfg.Workload = oracle
+	if _, err := alloc.NewPlacer(cfg); err != nil {
+		return cfg, nil, nil, err
+	}
+	switch source {
+	case "", Oracle:
+	case Online:
+		cfg.Workload = nil
+	default:
+		return cfg, nil, nil, fmt.Errorf("unknown workload source %q (want %s or %s)", source, Oracle, Online)
+	}
+	nodes, err := w.nodes()
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	cfg.Supply = alloc.SupplyOf(nodes)
+	return cfg, oracle, nodes, nil
+}
+
 // Policy names a node-level and a GPU-level policy: "NAME" for both or
 // "NODE/GPU".
 func parsePolicy(name string) alloc.Config {
@@ -115,24 +140,10 @@ func Run(ctx context.Context, w *Workload, policy string, seeds []uint64, o Opti
 	if o.Claims && o.Defrag != nil {
 		return nil, errors.New("claims are not moved: a replay of claims cannot defragment")
 	}
-	cfg := parsePolicy(policy)
-	oracle := Shapes(w.Pods, shapeCover)
-	cfg.Workload = oracle
-	if _, err := alloc.NewPlacer(cfg); err != nil {
-		return nil, err
-	}
-	switch o.Workload {
-	case "", Oracle:
-	case Online:
-		cfg.Workload = nil
-	default:
-		return nil, fmt.Errorf("unknown workload source %q (want %s or %s)", o.Workload, Oracle, Online)
-	}
-	nodes, err := w.nodes()
+	cfg, oracle, nodes, err := placerConfig(w, policy, o.Workload)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Supply = alloc.SupplyOf(nodes)
 	runs := make([]seedRun, len(seeds))
 	errs := make([]error, len(seeds))
 	var wg sync.WaitGroup
