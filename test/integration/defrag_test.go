@@ -55,7 +55,11 @@ func scatteredShares(t *testing.T, admin kubernetes.Interface) (corev1.Pod, type
 	if _, err := admin.CoreV1().Pods("default").Create(ctx, db, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return web, boundPod(t, admin, "default", "db").UID
+	dbUID := boundPod(t, admin, "default", "db").UID
+	// Both pods run before anyone waits for room: a pod still starting
+	// is counted as one that cannot move for that reason alone.
+	waitRunning(t, admin, "default", "db")
+	return web, dbUID
 }
 
 // TestInspectDefrag: an operator asks what would move for a whole-GPU pod
