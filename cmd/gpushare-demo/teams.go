@@ -6,14 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/quota"
@@ -85,11 +90,63 @@ func teams(ctx context.Context, c *controlplane.Cluster, client kubernetes.Inter
 		mem, cpu := r[quota.MemoryResource], r[quota.ComputeResource]
 		fmt.Printf("    %s/%s: created, charged %s of GPU memory and %s%% of a GPU's compute\n", p.Namespace, p.Name, mem.String(), cpu.String())
 	}
+	gangsFile := filepath.Join(o.teams, "gangs.yaml")
+	if b, err = os.ReadFile(gangsFile); err != nil {
+		return err
+	}
+	step("applying " + gangsFile + ": two PodGroups whose pods are placed all together or not at all")
+	if err := controlplane.Apply(ctx, client, b); err != nil {
+		return fmt.Errorf("%s: %w", gangsFile, err)
+	}
 	step("waiting for the teams' pods to be scheduled")
 	if _, err := settle(ctx, client); err != nil {
 		return err
 	}
+	if err := printGangs(ctx, client); err != nil {
+		return err
+	}
 	return printInspectViews(ctx, c.Kubeconfig, []string{"quota"})
+}
+
+// printGangs says of each PodGroup how many of its pods are bound, and
+// its scheduling condition.
+func printGangs(ctx context.Context, client kubernetes.Interface) error {
+	groups, err := client.SchedulingV1beta1().PodGroups("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	for _, g := range groups.Items {
+		var members, bound int
+		nodes := map[string]bool{}
+		for _, p := range pods.Items {
+			if p.Namespace != g.Namespace || p.Spec.SchedulingGroup == nil || ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") != g.Name {
+				continue
+			}
+			members++
+			if p.Spec.NodeName != "" {
+				bound++
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		state := "not tried yet"
+		if c := apimeta.FindStatusCondition(g.Status.Conditions, "PodGroupInitiallyScheduled"); c != nil {
+			state = c.Reason
+			if c.Message != "" {
+				state += ": " + c.Message
+			}
+		}
+		where := ""
+		if bound > 0 {
+			where = " on " + strings.Join(slices.Sorted(maps.Keys(nodes)), ", ")
+		}
+		fmt.Printf("    PodGroup %s/%s: %d of %d pods bound%s; %s\n", g.Namespace, g.Name, bound, members, where, state)
+	}
+	return nil
 }
 
 // waitQuotas waits until the quota controller has counted each

@@ -63,8 +63,8 @@ func up(ctx context.Context, o options) (err error) {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return err
 	}
-	step("starting etcd, kube-apiserver, kube-controller-manager and kwok")
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir})
+	step("starting etcd, kube-apiserver (serving the Workload API: " + strings.Join(controlplane.WorkloadAPI, " ") + "), kube-controller-manager and kwok")
+	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir, APIServerArgs: controlplane.WorkloadAPI})
 	if err != nil {
 		return err
 	}
@@ -86,8 +86,8 @@ func up(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.schedulerRBAC, err)
 	}
-	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler) as that service account")
-	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", o.scheduler, kubeconfig, config); err != nil {
+	step("starting gpushare-scheduler (profiles default-scheduler and gpu-scheduler; " + controlplane.WorkloadAPI[0] + ": PodGroups are placed whole) as that service account")
+	if _, err := c.StartSchedulerAs(ctx, "gpushare-scheduler", o.scheduler, kubeconfig, config, controlplane.WorkloadAPI[0]); err != nil {
 		return err
 	}
 	step("publishing its GPUShareArgs in ConfigMap kube-system/" + argsConfigMap + ", as the chart does: kubectl inspect gpushare reads the cluster's resource model there")

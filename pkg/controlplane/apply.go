@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,9 +27,10 @@ import (
 )
 
 // Apply creates the objects of a multi-document YAML manifest: namespaces,
-// pods, deployments, statefulsets, jobs, service accounts, cluster roles
-// and their bindings, and validating and mutating admission policies and
-// their bindings. A namespaced object without a namespace goes to "default".
+// pods, PodGroups, deployments, statefulsets, jobs, service accounts,
+// cluster roles and their bindings, and validating and mutating admission
+// policies and their bindings. A namespaced object without a namespace
+// goes to "default".
 func Apply(ctx context.Context, client kubernetes.Interface, manifest []byte) error {
 	r := utilyaml.NewYAMLReader(bufioReader(manifest))
 	for {
@@ -78,6 +80,8 @@ func create(ctx context.Context, client kubernetes.Interface, obj any) error {
 		_, err = client.CoreV1().Namespaces().Create(ctx, t, o)
 	case *corev1.Pod:
 		_, err = client.CoreV1().Pods(ns(&t.ObjectMeta)).Create(ctx, t, o)
+	case *schedulingv1beta1.PodGroup:
+		_, err = client.SchedulingV1beta1().PodGroups(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *corev1.ResourceQuota:
 		_, err = client.CoreV1().ResourceQuotas(ns(&t.ObjectMeta)).Create(ctx, t, o)
 	case *appsv1.Deployment:

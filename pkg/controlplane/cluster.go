@@ -34,10 +34,17 @@ type Options struct {
 	// --controllers=*,-node-lifecycle-controller to keep nodes without
 	// kwok Ready.
 	ControllerManagerArgs []string
+	// APIServerArgs are added to kube-apiserver's, e.g. WorkloadAPI.
+	APIServerArgs []string
 	// QPS and Burst of the clients the cluster hands out; 0 means 500/1000.
 	QPS   float32
 	Burst int
 }
+
+// WorkloadAPI are the flags that serve 1.37's Workload and PodGroup API
+// (beta, off by default): kube-apiserver's, and with the gate alone
+// gpushare-scheduler's, which then schedules a PodGroup's pods together.
+var WorkloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"}
 
 // Cluster is a running control plane.
 type Cluster struct {
@@ -99,7 +106,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.startEtcd(ctx, etcdPort, peerPort); err != nil {
 		return nil, err
 	}
-	if err := c.startAPIServer(ctx, apiPort, etcdPort); err != nil {
+	if err := c.startAPIServer(ctx, apiPort, etcdPort, o.APIServerArgs); err != nil {
 		return nil, err
 	}
 	if err := c.startControllerManager(ctx, kcmPort, o.ControllerManagerArgs); err != nil {
@@ -135,7 +142,7 @@ func (c *Cluster) startEtcd(ctx context.Context, port, peer int) error {
 	return WaitHTTP(ctxTimeout(ctx, time.Minute), p, client+"/health", "")
 }
 
-func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error {
+func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int, extraArgs []string) error {
 	if err := os.MkdirAll(c.path("pki"), 0o700); err != nil {
 		return err
 	}
@@ -208,6 +215,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		"--enable-priority-and-fairness=false",
 		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
 	}
+	c.apiArgs = append(c.apiArgs, extraArgs...)
 	p, err := start(c.Dir, "kube-apiserver", c.Tools.Bin("kube-apiserver"), c.apiArgs...)
 	if err != nil {
 		return err

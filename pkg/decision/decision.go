@@ -135,6 +135,12 @@ const (
 	// ReasonDaemonDown is for nodes whose gpushare-node let its lease
 	// expire: nothing there would hand a container its GPUs.
 	ReasonDaemonDown = "gpushare-node is not running on the node (its lease expired)"
+	// ReasonGangInExtender is for a GPU pod of a PodGroup in extender
+	// mode: kube-scheduler places a group's pods in one cycle and undoes
+	// what did not fit without telling its extenders, which would keep
+	// GPUs booked for a group that waits; gpushare-scheduler books each
+	// pod in that cycle and undoes it with the cycle.
+	ReasonGangInExtender = "a PodGroup's GPU pods (spec.schedulingGroup) are placed by gpushare-scheduler, not by the extender: set schedulerName to gpushare-scheduler's"
 )
 
 // OutsideReason is the reason for a node the cache refused with err, and

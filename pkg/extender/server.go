@@ -282,6 +282,9 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	if err == nil && req != nil {
 		placer, err = decision.Placer(s.Policy, c.pod)
 	}
+	if err == nil && req != nil && c.pod.Spec.SchedulingGroup != nil {
+		err = errors.New(decision.ReasonGangInExtender)
+	}
 	if err != nil {
 		for _, n := range c.names {
 			res.FailedAndUnresolvableNodes[n] = err.Error()

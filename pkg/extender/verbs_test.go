@@ -13,6 +13,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/controlplane"
@@ -45,6 +46,10 @@ func TestFilterAnswers(t *testing.T) {
 	const short = "GPUTooSmall (gpushare: largest free share on any GPU is 16384 MiB, pod needs 20000 MiB)"
 	const full = "InsufficientGPUMemory (gpushare: largest free share on any GPU is 15360 MiB, pod needs 16384 MiB)"
 	const malformed = `container "main": gpushare.io/gpu-core: 150 is above 100`
+	gang := pod("gang-0", 1024)
+	gang.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("gang")}
+	plainGang := pod("plain-gang-0", 0)
+	plainGang.Spec.SchedulingGroup = gang.Spec.SchedulingGroup
 	for name, c := range map[string]struct {
 		pod                     *corev1.Pod
 		passed                  []string
@@ -59,6 +64,10 @@ func TestFilterAnswers(t *testing.T) {
 		"full":      {pod: pod("full", 16384), passed: []string{"n2"}, failed: map[string]string{"n1": full}, unresolvable: outside},
 		"no GPUs":   {pod: pod("plain", 0), passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
 		"malformed": {pod: bad, passed: []string{}, failed: map[string]string{}, unresolvablePrefixOnAll: malformed},
+		// A PodGroup's GPU pod is refused everywhere, saying who places
+		// it; one without GPUs passes as any such pod.
+		"gang":       {pod: gang, passed: []string{}, failed: map[string]string{}, unresolvablePrefixOnAll: decision.ReasonGangInExtender},
+		"plain gang": {pod: plainGang, passed: names, failed: map[string]string{}, unresolvable: map[string]string{}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ts := newTestServer(t)

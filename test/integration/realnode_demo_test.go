@@ -80,13 +80,17 @@ func TestRealNodeDemo(t *testing.T) {
 		"team-a/train-1: refused: pods \"train-1\" is forbidden: exceeded quota: gpus, requested: requests.gpushare.io/quota-memory=20Gi, " +
 			"used: requests.gpushare.io/quota-memory=36Gi, limited: requests.gpushare.io/quota-memory=48Gi",
 		"team-b/notebook-1: refused: pods \"notebook-1\" is forbidden: exceeded quota: gpus",
+		// Gangs: one placed whole, one that can never fit placed not at all.
+		"PodGroup team-a/allreduce: 3 of 3 pods bound on ",
+		"PodGroup default/too-wide: 0 of 3 pods bound; Unschedulable: minCount (3) cannot be satisfied",
 	} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("the demo's output does not say %q:\n%s", want, summary)
 		}
 	}
-	if row := regexp.MustCompile(`\nteam-a +gpus +36/48 +50/300 +36 +50 +0\n`); !row.MatchString(summary) {
-		t.Errorf("kubectl inspect gpushare quota does not show team-a at 36 of 48 GiB, 50 of 300%%, all of it booked:\n%s", summary)
+	// team-a: train-0 and infer-0 (36 GiB) and its gang (3 x 4 GiB).
+	if row := regexp.MustCompile(`\nteam-a +gpus +48/48 +50/300 +48 +50 +0\n`); !row.MatchString(summary) {
+		t.Errorf("kubectl inspect gpushare quota does not show team-a at 48 of 48 GiB, 50 of 300%%, all of it booked:\n%s", summary)
 	}
 	kubeletDir := controlplane.KubeletRoot
 	if _, err := os.Stat(filepath.Join(kubeletDir, "device-plugins", "kubelet.sock")); err != nil {
