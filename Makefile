@@ -19,6 +19,8 @@ HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 PROMETHEUS_VERSION := v0.316.0
 PROMETHEUS := $(TOOLS_DIR)/prometheus-$(PROMETHEUS_VERSION)
 PROMTOOL := $(TOOLS_DIR)/promtool-$(PROMETHEUS_VERSION)
+KUEUE_VERSION := v0.17.0
+KUEUE := $(TOOLS_DIR)/kueue-$(KUEUE_VERSION)
 
 # The openb trace (Alibaba cluster-trace-gpu-v2023); see docs/simulator.md.
 OPENB ?= ../shared/traces/openb
@@ -129,6 +131,7 @@ helm: $(HELM) ## Build the pinned helm into the tools cache.
 # components on loopback and runs every dashboard and alert query.
 export GPUSHARE_PROMETHEUS := $(PROMETHEUS)
 export GPUSHARE_PROMTOOL := $(PROMTOOL)
+export GPUSHARE_KUEUE := $(KUEUE)
 
 $(PROMETHEUS) $(PROMTOOL) &:
 	@mkdir -p $(TOOLS_DIR)
@@ -142,10 +145,16 @@ $(PROMETHEUS) $(PROMTOOL) &:
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) $(PROMTOOL) ## Build the pinned prometheus and promtool into the tools cache.
 
+$(KUEUE):
+	hack/kueue.sh $(KUEUE_VERSION) $(KUEUE)
+
+.PHONY: kueue
+kueue: $(KUEUE) ## Build the pinned Kueue, its CRDs and webhooks into the tools cache.
+
 # After the tools' variables: make expands a rule's prerequisites as it
 # reads the rule.
 .PHONY: integration
-integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
+integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) $(KUEUE) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
 	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: rules

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,9 @@ type Options struct {
 	ControllerManagerArgs []string
 	// APIServerArgs are added to kube-apiserver's, e.g. WorkloadAPI.
 	APIServerArgs []string
+	// JobPodsRun keeps the pods of Jobs running: kwok otherwise
+	// completes them as soon as they run.
+	JobPodsRun bool
 	// QPS and Burst of the clients the cluster hands out; 0 means 500/1000.
 	QPS   float32
 	Burst int
@@ -113,7 +117,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if !o.NoKwok {
-		if err := c.startKwok(kwokPort); err != nil {
+		if err := c.startKwok(kwokPort, o.JobPodsRun); err != nil {
 			return nil, err
 		}
 	}
@@ -286,9 +290,26 @@ func (c *Cluster) startControllerManager(ctx context.Context, port int, extra []
 	return WaitHTTP(ctxTimeout(ctx, time.Minute), p, "https://"+hostPort(port)+"/healthz", "")
 }
 
-func (c *Cluster) startKwok(port int) error {
+func (c *Cluster) startKwok(port int, jobPodsRun bool) error {
+	stages := c.Tools.KwokStages()
+	if jobPodsRun {
+		b, err := os.ReadFile(stages)
+		if err != nil {
+			return err
+		}
+		var kept []string
+		for doc := range strings.SplitSeq(string(b), "\n---\n") {
+			if !strings.Contains(doc, "\n  name: pod-complete\n") {
+				kept = append(kept, doc)
+			}
+		}
+		stages = c.path("kwok-stages.yaml")
+		if err := os.WriteFile(stages, []byte(strings.Join(kept, "\n---\n")), 0o600); err != nil {
+			return err
+		}
+	}
 	p, err := start(c.Dir, "kwok", c.Tools.Bin("kwok"),
-		"--kubeconfig="+c.Kubeconfig, "--config="+c.Tools.KwokStages(),
+		"--kubeconfig="+c.Kubeconfig, "--config="+stages,
 		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake", "--server-address="+hostPort(port),
 		"--node-ip=127.0.0.1")
 	if err != nil {

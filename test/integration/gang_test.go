@@ -17,38 +17,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
 
-// startGangPlugin starts a control plane serving the Workload API and
-// gpushare-scheduler with its gate on (deploy/scheduler-config.yaml).
-func startGangPlugin(t *testing.T) (*controlplane.Cluster, kubernetes.Interface) {
-	t.Helper()
-	if skip != "" {
-		t.Skip(skip)
-	}
-	c, err := controlplane.Start(context.Background(), controlplane.Options{Tools: tools, APIServerArgs: controlplane.WorkloadAPI})
-	if err != nil {
-		t.Fatalf("starting the control plane: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range c.Processes() {
-				t.Logf("--- %s log (tail) ---\n%s", p.Name, p.Tail(3000))
-			}
-		}
-		c.Stop()
-	})
-	admin, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.StartSchedulerAs(context.Background(), "gpushare-scheduler", schedulerBin, accountKubeconfig(t, c, "scheduler"),
-		readFile(t, "deploy/scheduler-config.yaml"), controlplane.WorkloadAPI[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	notForbidden(t, s.Process)
-	return c, admin
-}
-
 // createGang creates a PodGroup that schedules n pods together and its n
 // pods, each asking mib MiB of one GPU.
 func createGang(t *testing.T, admin kubernetes.Interface, name string, n int, mib int64) {
@@ -130,7 +98,7 @@ func deleteGang(t *testing.T, admin kubernetes.Interface, name string) {
 //
 // A watcher checks every second that no GPU is over-committed.
 func TestGang(t *testing.T) {
-	c, admin := startGangPlugin(t)
+	c, admin, _ := startPluginWith(t, controlplane.Options{APIServerArgs: controlplane.WorkloadAPI}, nil, controlplane.WorkloadAPI[0])
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
 	checked := watchRecords(t, c)
 

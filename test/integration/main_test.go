@@ -76,10 +76,18 @@ func run(m *testing.M) int {
 // test ends; on failure it prints the tail of every log.
 func startCluster(t testing.TB) *controlplane.Cluster {
 	t.Helper()
+	return startClusterWith(t, controlplane.Options{})
+}
+
+// startClusterWith is startCluster with options (their Tools are the
+// tests').
+func startClusterWith(t testing.TB, o controlplane.Options) *controlplane.Cluster {
+	t.Helper()
 	if skip != "" {
 		t.Skip(skip)
 	}
-	c, err := controlplane.Start(context.Background(), controlplane.Options{Tools: tools})
+	o.Tools = tools
+	c, err := controlplane.Start(context.Background(), o)
 	if err != nil {
 		t.Fatalf("starting the control plane: %v", err)
 	}
@@ -99,7 +107,14 @@ func startCluster(t testing.TB) *controlplane.Cluster {
 // client and the scheduler.
 func startPlugin(t testing.TB, config []byte) (*controlplane.Cluster, kubernetes.Interface, *controlplane.Scheduler) {
 	t.Helper()
-	c := startCluster(t)
+	return startPluginWith(t, controlplane.Options{}, config)
+}
+
+// startPluginWith is startPlugin on a cluster started with o, with
+// gpushare-scheduler's extra flags args.
+func startPluginWith(t testing.TB, o controlplane.Options, config []byte, args ...string) (*controlplane.Cluster, kubernetes.Interface, *controlplane.Scheduler) {
+	t.Helper()
+	c := startClusterWith(t, o)
 	client, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +122,7 @@ func startPlugin(t testing.TB, config []byte) (*controlplane.Cluster, kubernetes
 	if config == nil {
 		config = readFile(t, "deploy/scheduler-config.yaml")
 	}
-	s, err := c.StartSchedulerAs(context.Background(), "gpushare-scheduler", schedulerBin, accountKubeconfig(t, c, "scheduler"), config)
+	s, err := c.StartSchedulerAs(context.Background(), "gpushare-scheduler", schedulerBin, accountKubeconfig(t, c, "scheduler"), config, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
