@@ -86,7 +86,7 @@ func (r *ContainerRequest) Validate() error {
 	case r.MemoryMiB < 0 || r.Compute < 0 || r.MemoryPercent < 0:
 		return fmt.Errorf("container %q: %w: negative GPU memory or compute", r.Name, ErrInvalidRequest)
 	case r.MemoryPercent > 100:
-		return fmt.Errorf("container %q: %w: memory %d%% of each GPU is more than 100%%", r.Name, ErrInvalidRequest, r.MemoryPercent)
+		return fmt.Errorf("container %q: %w: memory %d percent of each GPU is more than 100 percent", r.Name, ErrInvalidRequest, r.MemoryPercent)
 	case r.MemoryPercent > 0 && r.MemoryMiB > 0:
 		return fmt.Errorf("container %q: %w: both MiB and a percent of GPU memory; ask one", r.Name, ErrInvalidRequest)
 	case r.Exclusive && r.MPS:
@@ -96,7 +96,7 @@ func (r *ContainerRequest) Validate() error {
 	case !r.Exclusive && r.MemoryMiB == 0 && r.Compute == 0 && r.MemoryPercent == 0:
 		return fmt.Errorf("container %q: %w: a shared GPU request needs memory or compute", r.Name, ErrInvalidRequest)
 	case r.Compute > FullCompute:
-		return fmt.Errorf("container %q: %w: compute %d%% of one GPU is more than %d%%", r.Name, ErrInvalidRequest, r.Compute, FullCompute)
+		return fmt.Errorf("container %q: %w: compute %d percent of one GPU is more than %d percent", r.Name, ErrInvalidRequest, r.Compute, FullCompute)
 	}
 	return nil
 }

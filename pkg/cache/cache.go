@@ -55,6 +55,9 @@ type Cache struct {
 	// gpuSizes counts the GPUs of each memory size over the nodes, for
 	// LargestGPU.
 	gpuSizes map[int64]int
+	// gpuKinds counts the GPUs of each model, memory and MPS over the
+	// nodes, health aside, for Kinds.
+	gpuKinds map[gpuKind]int
 	// supply counts the healthy GPUs of each kind (model and memory), for
 	// Supply; supplyGen counts its changes.
 	supply    map[alloc.Supply]int64
@@ -252,6 +255,7 @@ func New(logger klog.Logger, o Options) *Cache {
 		refused:    make(map[types.UID]string),
 		unrecorded: make(map[types.UID]bool),
 		gpuSizes:   make(map[int64]int),
+		gpuKinds:   make(map[gpuKind]int),
 		supply:     make(map[alloc.Supply]int64),
 		daemons:    newDaemons(),
 		now:        time.Now,

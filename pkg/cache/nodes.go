@@ -151,6 +151,10 @@ func (c *Cache) countGPUs(n *alloc.Node, delta int) {
 		if c.gpuSizes[g.MemoryMiB] += delta; c.gpuSizes[g.MemoryMiB] <= 0 {
 			delete(c.gpuSizes, g.MemoryMiB)
 		}
+		k := gpuKind{model: g.Model, memoryMiB: g.MemoryMiB, mps: g.MPS}
+		if c.gpuKinds[k] += delta; c.gpuKinds[k] <= 0 {
+			delete(c.gpuKinds, k)
+		}
 		if !g.Healthy {
 			continue
 		}
@@ -188,6 +192,26 @@ func (c *Cache) LargestGPU() int64 {
 		largest = max(largest, size)
 	}
 	return largest
+}
+
+// gpuKind is what prices a GPU (pkg/quota): its model, memory and MPS.
+type gpuKind struct {
+	model     string
+	memoryMiB int64
+	mps       bool
+}
+
+// Kinds returns one GPU of each model, memory and MPS setting the nodes
+// have, healthy or not, in no particular order: enough to price a
+// request that leaves its memory to the GPU (quota.Of).
+func (c *Cache) Kinds() []alloc.GPU {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]alloc.GPU, 0, len(c.gpuKinds))
+	for k := range c.gpuKinds {
+		out = append(out, alloc.GPU{Model: k.model, MemoryMiB: k.memoryMiB, MPS: k.mps, Healthy: true})
+	}
+	return out
 }
 
 // rebuild books every entry of e again on a fresh state of its inventory,

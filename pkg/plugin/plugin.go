@@ -261,6 +261,10 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, mixedRequest)
 		}
 	}
+	if why := pl.chargeShort(pod, req); why != "" {
+		pl.metrics.observe(resultInvalid, start)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+	}
 	if req == nil && len(pod.Spec.ResourceClaims) > 0 {
 		base, _ := pl.model.PodRequest(pod)
 		if req, err = pl.claimRequest(pod, base); err != nil {

@@ -48,7 +48,9 @@ func (c Charge) max(o Charge) Charge {
 }
 
 func (c Charge) String() string {
-	return fmt.Sprintf("%d MiB of GPU memory and %d%% of a GPU's compute", c.MemoryMiB, c.Compute)
+	// No percent sign: kube-scheduler's events take a status message as
+	// a format.
+	return fmt.Sprintf("%d MiB of GPU memory and %d percent of a GPU's compute", c.MemoryMiB, c.Compute)
 }
 
 // ErrUnpriced is a request whose memory depends on the GPU it lands on

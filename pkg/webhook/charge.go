@@ -88,13 +88,16 @@ func (c *Charger) review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		name = pod.GenerateName + "*"
 	}
 	charge, err := c.charge(ctx, &pod)
+	// A pod of claims says its charge even when it is zero (listOf),
+	// where the charge was reckoned.
+	explicit := err == nil && len(pod.Spec.ResourceClaims) > 0
 	if err != nil {
 		if c.Bounded(req.Namespace) {
 			return deny(req, fmt.Sprintf("gpushare cannot charge pod %s to the GPU quota of namespace %s: %v", name, req.Namespace, err)), quota.Charge{}
 		}
 		charge = quota.Charge{}
 	}
-	patch, err := patchFor(&pod, charge)
+	patch, err := patchFor(&pod, charge, explicit)
 	if err != nil {
 		return deny(req, fmt.Sprintf("gpushare cannot write the GPU quota charge of pod %s: %v", name, err)), quota.Charge{}
 	}
@@ -169,7 +172,7 @@ type op struct {
 // patchFor returns the JSON Patch that writes charge onto pod's first
 // app container and removes the charged resources from every other; nil
 // when the pod already says exactly that.
-func patchFor(pod *corev1.Pod, charge quota.Charge) ([]byte, error) {
+func patchFor(pod *corev1.Pod, charge quota.Charge, explicit bool) ([]byte, error) {
 	var ops []op
 	fix := func(path string, c *corev1.Container, want corev1.ResourceList) {
 		r := c.Resources.DeepCopy()
@@ -194,7 +197,7 @@ func patchFor(pod *corev1.Pod, charge quota.Charge) ([]byte, error) {
 	for i := range pod.Spec.Containers {
 		var want corev1.ResourceList
 		if i == 0 {
-			want = listOf(charge)
+			want = listOf(charge, explicit)
 		}
 		fix(fmt.Sprintf("/spec/containers/%d/resources", i), &pod.Spec.Containers[i], want)
 	}
@@ -204,13 +207,17 @@ func patchFor(pod *corev1.Pod, charge quota.Charge) ([]byte, error) {
 	return json.Marshal(ops)
 }
 
-// listOf returns charge as resources; a zero figure is left out.
-func listOf(charge quota.Charge) corev1.ResourceList {
+// listOf returns charge as resources; a zero figure is left out unless
+// explicit. A pod that names ResourceClaims carries its charge even when
+// it is zero: its claims may be replaced before it is scheduled, and
+// gpushare-scheduler refuses a pod that then asks more than it was
+// charged, which it can tell only of a pod that says what it was.
+func listOf(charge quota.Charge, explicit bool) corev1.ResourceList {
 	l := corev1.ResourceList{}
-	if charge.MemoryMiB > 0 {
+	if charge.MemoryMiB > 0 || explicit {
 		l[quota.MemoryResource] = *apiresource.NewQuantity(charge.MemoryMiB<<20, apiresource.BinarySI)
 	}
-	if charge.Compute > 0 {
+	if charge.Compute > 0 || explicit {
 		l[quota.ComputeResource] = *apiresource.NewQuantity(charge.Compute, apiresource.DecimalSI)
 	}
 	return l

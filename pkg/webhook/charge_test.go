@@ -178,6 +178,33 @@ func TestReviewWritesCharge(t *testing.T) {
 	}
 }
 
+// TestReviewClaimPodSaysZero: a pod of claims carries its charge even
+// when its claims ask nothing of gpushare's devices, so that
+// gpushare-scheduler can tell a claim replaced by a larger one before the
+// pod is scheduled; where its claims cannot be read (no quota bounds the
+// namespace) it carries none.
+func TestReviewClaimPodSaysZero(t *testing.T) {
+	c := charger(t, false)
+	c.Claims = fakeClaims{"team-a/other": &resourceapi.ResourceClaim{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "nic.example.com", Count: 1}}}}}}}
+	_, pod := review(t, c, &corev1.Pod{Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "x", ResourceClaimName: ptr.To("other")}},
+		Containers:     []corev1.Container{container("a", nil)}}})
+	for _, list := range []corev1.ResourceList{pod.Spec.Containers[0].Resources.Requests, pod.Spec.Containers[0].Resources.Limits} {
+		m, okM := list[quota.MemoryResource]
+		cp, okC := list[quota.ComputeResource]
+		if !okM || !okC || !m.IsZero() || !cp.IsZero() {
+			t.Errorf("a pod of a claim of no GPU: charged %v, want zero memory and compute written", list)
+		}
+	}
+	resp, pod := review(t, c, &corev1.Pod{Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "x", ResourceClaimName: ptr.To("missing")}},
+		Containers:     []corev1.Container{container("a", nil)}}})
+	if _, ok := pod.Spec.Containers[0].Resources.Requests[quota.MemoryResource]; ok || resp.Patch != nil {
+		t.Errorf("a pod whose claim is not created yet, in a namespace of no quota: patched %s", resp.Patch)
+	}
+}
+
 // TestReviewReplacesForgedCharge: a charge the pod's author wrote is
 // replaced by the pod's own, wherever it was written.
 func TestReviewReplacesForgedCharge(t *testing.T) {

@@ -269,6 +269,36 @@ func TestQuota(t *testing.T) {
 	}
 	checkNoOvercommit(t, admin)
 
+	// A claim the tenant creates again larger behind a waiting pod: the
+	// pod was charged the small one, and gpushare-scheduler refuses it
+	// with both figures rather than place the large one uncharged.
+	small := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "swap", Namespace: "team-a"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: claim.Class, Count: 1,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{claim.Memory: k8sresource.MustParse("1Gi")}}}}}}}}
+	if err := controlplane.Apply(ctx, admin, readFile(t, "deploy/dra-deviceclass.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenant.ResourceV1().ResourceClaims("team-a").Create(ctx, small, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	swap := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "swap", Namespace: "team-a"}, Spec: corev1.PodSpec{
+		// No node publishes gpushare's DRA devices here: the pod waits.
+		SchedulerName:  "gpu-scheduler",
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("swap")}},
+		Containers:     []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+	mustCreate(tenant, swap, quota.Charge{MemoryMiB: 1024})
+	if err := tenant.ResourceV1().ResourceClaims("team-a").Delete(ctx, "swap", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	large := small.DeepCopy()
+	large.Spec.Devices.Requests[0].Exactly.Capacity.Requests[claim.Memory] = k8sresource.MustParse("12Gi")
+	if _, err := tenant.ResourceV1().ResourceClaims("team-a").Create(ctx, large, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a claim created again larger: %s", failedSchedulingMessage(t, admin, "team-a", "swap",
+		"the pod was charged 1024 MiB of GPU memory and 0 percent of a GPU's compute to its namespace's GPU quota when it was created, but asks 12288 MiB"))
+
 	// With the webhook down, a GPU pod is refused (failurePolicy Fail:
 	// none escapes its charge) and a pod with another extended resource
 	// is created as usual.
