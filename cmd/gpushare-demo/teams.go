@@ -6,19 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/quota"
@@ -102,51 +97,7 @@ func teams(ctx context.Context, c *controlplane.Cluster, client kubernetes.Inter
 	if _, err := settle(ctx, client); err != nil {
 		return err
 	}
-	if err := printGangs(ctx, client); err != nil {
-		return err
-	}
-	return printInspectViews(ctx, c.Kubeconfig, []string{"quota"})
-}
-
-// printGangs says of each PodGroup how many of its pods are bound, and
-// its scheduling condition.
-func printGangs(ctx context.Context, client kubernetes.Interface) error {
-	groups, err := client.SchedulingV1beta1().PodGroups("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	fmt.Println()
-	for _, g := range groups.Items {
-		var members, bound int
-		nodes := map[string]bool{}
-		for _, p := range pods.Items {
-			if p.Namespace != g.Namespace || p.Spec.SchedulingGroup == nil || ptr.Deref(p.Spec.SchedulingGroup.PodGroupName, "") != g.Name {
-				continue
-			}
-			members++
-			if p.Spec.NodeName != "" {
-				bound++
-				nodes[p.Spec.NodeName] = true
-			}
-		}
-		state := "not tried yet"
-		if c := apimeta.FindStatusCondition(g.Status.Conditions, "PodGroupInitiallyScheduled"); c != nil {
-			state = c.Reason
-			if c.Message != "" {
-				state += ": " + c.Message
-			}
-		}
-		where := ""
-		if bound > 0 {
-			where = " on " + strings.Join(slices.Sorted(maps.Keys(nodes)), ", ")
-		}
-		fmt.Printf("    PodGroup %s/%s: %d of %d pods bound%s; %s\n", g.Namespace, g.Name, bound, members, where, state)
-	}
-	return nil
+	return printInspectViews(ctx, c.Kubeconfig, []string{"gangs"}, []string{"quota"})
 }
 
 // waitQuotas waits until the quota controller has counted each

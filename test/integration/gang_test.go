@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
+	"github.com/gpushare/gpushare/pkg/inspect"
 )
 
 // createGang creates a PodGroup that schedules n pods together and its n
@@ -136,6 +138,21 @@ func TestGang(t *testing.T) {
 	}
 	if n := gangBound(t, admin, "three"); n != 0 {
 		t.Fatalf("%d of gang three's pods bound with no room for all", n)
+	}
+	// kubectl inspect gpushare gangs reads it the same way.
+	var gangs []inspect.Gang
+	if err := json.Unmarshal(inspectCmd(t, c.Kubeconfig, "gangs", "-o", "json"), &gangs); err != nil {
+		t.Fatal(err)
+	}
+	verdicts := map[string]string{}
+	for _, g := range gangs {
+		verdicts[g.Name] = g.Verdict + ": " + g.Why
+	}
+	if want := inspect.GangWaits + ": 0 of the 3 pod(s) it needs fit the GPUs as they are; none binds until all do"; verdicts["default/three"] != want {
+		t.Errorf("inspect gangs says of three %q, want %q", verdicts["default/three"], want)
+	}
+	if verdicts["default/four"] != inspect.GangPlaced+": " {
+		t.Errorf("inspect gangs says of four %q, want placed", verdicts["default/four"])
 	}
 
 	// One pod of four goes; a lone pod takes its room: the waiting gang

@@ -80,12 +80,19 @@ func TestRealNodeDemo(t *testing.T) {
 		"team-a/train-1: refused: pods \"train-1\" is forbidden: exceeded quota: gpus, requested: requests.gpushare.io/quota-memory=20Gi, " +
 			"used: requests.gpushare.io/quota-memory=36Gi, limited: requests.gpushare.io/quota-memory=48Gi",
 		"team-b/notebook-1: refused: pods \"notebook-1\" is forbidden: exceeded quota: gpus",
-		// Gangs: one placed whole, one that can never fit placed not at all.
-		"PodGroup team-a/allreduce: 3 of 3 pods bound on ",
-		"PodGroup default/too-wide: 0 of 3 pods bound; Unschedulable: minCount (3) cannot be satisfied",
 	} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("the demo's output does not say %q:\n%s", want, summary)
+		}
+	}
+	// Gangs: one placed whole, one that can never fit placed not at all,
+	// and inspect says why.
+	for _, row := range []*regexp.Regexp{
+		regexp.MustCompile(`\nteam-a/allreduce +3 +3 +3 +Scheduled +placed\n`),
+		regexp.MustCompile(`\ndefault/too-wide +3 +3 +0 +Unschedulable +never fits: even with every GPU free, 2 of the 3 pod\(s\) it needs fit at once\n`),
+	} {
+		if !row.MatchString(summary) {
+			t.Errorf("kubectl inspect gpushare gangs has no row %s:\n%s", row, summary)
 		}
 	}
 	// team-a: train-0 and infer-0 (36 GiB) and its gang (3 x 4 GiB).

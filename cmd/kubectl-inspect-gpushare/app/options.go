@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -22,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/inspect"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/version"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // InspectOptions are the plugin's flags and what Complete derives.
@@ -43,10 +45,11 @@ type InspectOptions struct {
 	MaxMoves int
 
 	// pod is the pod NAME of `pod NAME`, empty for the cluster views;
-	// defrag is set for `defrag`, quota for `quota`.
+	// defrag, quota and gangs are set for those views.
 	pod       string
 	defrag    bool
 	quota     bool
+	gangs     bool
 	args      *configv1.GPUShareArgs
 	namespace string
 	unit      inspect.Unit
@@ -63,7 +66,7 @@ func NewInspectOptions(streams genericiooptions.IOStreams) *InspectOptions {
 func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewInspectOptions(streams)
 	cmd := &cobra.Command{
-		Use:         "kubectl-inspect-gpushare [pod NAME | defrag | quota]",
+		Use:         "kubectl-inspect-gpushare [pod NAME | defrag | quota | gangs]",
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
 		Short:       "Show how much of each GPU gpushare has booked, and by whom",
 		Long: `Show how much of each GPU gpushare has booked, read from the pods'
@@ -74,13 +77,17 @@ GPUs which running pods would move to make room for it (a dry run:
 nothing moves). With "quota", show each namespace's GPU quota (the
 ResourceQuotas on gpushare.io/quota-memory and quota-compute) used and
 hard, beside what its pods hold of the GPUs and the pods it does not
-count.`,
+count. With "gangs", show each PodGroup with a gang policy (1.37's
+Workload API): its pods, how many are bound, kube-scheduler's state, and
+for one that waits whether the pods it needs fit the GPUs now, would fit
+were every GPU free, or never can.`,
 		Example: `  kubectl inspect gpushare
   kubectl inspect gpushare -d --unit MiB
   kubectl inspect gpushare -l pool=h100 -o wide
   kubectl inspect gpushare pod -n team-mib gpu-test-mem-0
   kubectl inspect gpushare defrag --max-moves 2
-  kubectl inspect gpushare quota`,
+  kubectl inspect gpushare quota
+  kubectl inspect gpushare gangs`,
 		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -121,8 +128,10 @@ func (o *InspectOptions) Complete(getter genericclioptions.RESTClientGetter, arg
 		o.defrag = true
 	case len(args) == 1 && args[0] == "quota":
 		o.quota = true
+	case len(args) == 1 && args[0] == "gangs":
+		o.gangs = true
 	default:
-		return fmt.Errorf("unexpected arguments %q: want none, \"pod NAME\", \"defrag\" or \"quota\"", args)
+		return fmt.Errorf("unexpected arguments %q: want none, \"pod NAME\", \"defrag\", \"quota\" or \"gangs\"", args)
 	}
 	unit, err := inspect.ParseUnit(o.Unit)
 	if err != nil {
@@ -164,6 +173,9 @@ func (o *InspectOptions) Validate() error {
 	if o.quota && (o.Details || o.Output == "wide" || o.Selector != "") {
 		return errors.New("quota takes -o json or yaml only, and no -d or -l: it sums over the whole cluster")
 	}
+	if o.gangs && (o.Details || o.Output == "wide" || o.Selector != "") {
+		return errors.New("gangs takes -o json or yaml only, and no -d or -l: it places over the whole cluster")
+	}
 	return nil
 }
 
@@ -185,6 +197,9 @@ func (o *InspectOptions) Run(ctx context.Context) error {
 	}
 	if o.defrag {
 		return o.runDefrag(ctx, in, snap, model)
+	}
+	if o.gangs {
+		return o.runGangs(ctx, in, snap, model)
 	}
 	c := inspect.Build(in)
 	if o.quota {
@@ -240,7 +255,10 @@ func (o *InspectOptions) model(ctx context.Context) (*resource.Model, bool, erro
 // runDefrag plans, for each pod that waits for GPUs, the moves that would
 // make room for it, by the cluster's policy (learned from the bound pods,
 // as the scheduler learns it when it starts).
-func (o *InspectOptions) runDefrag(ctx context.Context, in inspect.Input, snap *snapshot, model *resource.Model) error {
+// policy returns the cluster's placement policy (--config's, else the
+// defaults) having seen the bound pods, as the scheduler's has, and its
+// seed.
+func (o *InspectOptions) policy(snap *snapshot, model *resource.Model) (*workload.Policy, uint64, error) {
 	args := o.args
 	if args == nil {
 		args = &configv1.GPUShareArgs{}
@@ -248,7 +266,7 @@ func (o *InspectOptions) runDefrag(ctx context.Context, in inspect.Input, snap *
 	}
 	policy, err := decision.Policy(args, model)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	for i := range snap.pods {
 		p := &snap.pods[i]
@@ -259,13 +277,45 @@ func (o *InspectOptions) runDefrag(ctx context.Context, in inspect.Input, snap *
 			policy.Observe(string(p.UID), req)
 		}
 	}
+	return policy, args.Seed, nil
+}
+
+// runGangs writes each gang and gpushare's reading of it.
+func (o *InspectOptions) runGangs(ctx context.Context, in inspect.Input, snap *snapshot, model *resource.Model) error {
+	groups, err := o.client.SchedulingV1beta1().PodGroups(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return errors.New("the cluster does not serve PodGroups (scheduling.k8s.io/v1beta1): gangs need the API server's GenericWorkload gate and --runtime-config=scheduling.k8s.io/v1beta1=true")
+	}
+	if err != nil {
+		return fmt.Errorf("listing PodGroups: %w", err)
+	}
+	policy, seed, err := o.policy(snap, model)
+	if err != nil {
+		return err
+	}
+	in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
+	gangs, err := inspect.BuildGangs(inspect.GangInput{Input: in, Groups: groups.Items, Placer: policy.Placer(), Seed: seed})
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" || o.Output == "yaml" {
+		return o.encode(gangs)
+	}
+	return inspect.WriteGangs(o.Out, gangs)
+}
+
+func (o *InspectOptions) runDefrag(ctx context.Context, in inspect.Input, snap *snapshot, model *resource.Model) error {
+	policy, seed, err := o.policy(snap, model)
+	if err != nil {
+		return err
+	}
 	namespaces, pdbs, err := listDefrag(ctx, o.client)
 	if err != nil {
 		return err
 	}
 	in.Requests, in.RequestAnnotations = model.PodRequest, model.RequestAnnotations()
 	d, err := inspect.BuildDefrag(inspect.DefragInput{Input: in, Namespaces: namespaces, PDBs: pdbs, Placer: policy.Placer(),
-		Budget: alloc.DefragBudget{MaxMoves: o.MaxMoves, MaxTargets: 64}, Seed: args.Seed})
+		Budget: alloc.DefragBudget{MaxMoves: o.MaxMoves, MaxTargets: 64}, Seed: seed})
 	if err != nil {
 		return err
 	}
