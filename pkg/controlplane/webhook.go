@@ -27,9 +27,16 @@ type QuotaWebhook struct {
 	Manifest []byte
 }
 
+// Webhook is a running gpushare-webhook.
+type Webhook struct {
+	*Process
+	// URL is its HTTPS base: /quota, /metrics.
+	URL string
+}
+
 // StartQuotaWebhook runs gpushare-webhook on loopback with a certificate
 // of a CA of its own, waits until it serves, and registers it.
-func (c *Cluster) StartQuotaWebhook(ctx context.Context, w QuotaWebhook) (*Process, error) {
+func (c *Cluster) StartQuotaWebhook(ctx context.Context, w QuotaWebhook) (*Webhook, error) {
 	dir := filepath.Join(c.Dir, "quota-webhook")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -59,7 +66,8 @@ func (c *Cluster) StartQuotaWebhook(ctx context.Context, w QuotaWebhook) (*Proce
 	if err := WaitHTTP(ctxTimeout(ctx, time.Minute), p, "http://"+hostPort(ports[1])+"/healthz", ""); err != nil {
 		return nil, err
 	}
-	url := "https://" + hostPort(ports[0]) + "/quota"
+	base := "https://" + hostPort(ports[0])
+	url := base + "/quota"
 	cfg.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
 	client, err := c.Client()
 	if err != nil {
@@ -68,7 +76,7 @@ func (c *Cluster) StartQuotaWebhook(ctx context.Context, w QuotaWebhook) (*Proce
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("registering the quota webhook: %w", err)
 	}
-	return p, nil
+	return &Webhook{Process: p, URL: base}, nil
 }
 
 // quotaWebhookConfig is the one MutatingWebhookConfiguration of manifest,

@@ -20,12 +20,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/kubelettest"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
+	"github.com/gpushare/gpushare/pkg/quota"
 )
 
 // The dashboard and the alerts, as the chart ships them.
@@ -55,9 +58,10 @@ func TestMonitoringRules(t *testing.T) {
 	}
 }
 
-// TestMonitoring runs Prometheus against gpushare-scheduler and a
+// TestMonitoring runs Prometheus against gpushare-scheduler, a
 // gpushare-node of 8 simulated GPUs whose device plugin has started three
-// pods' containers, with one more pod that fits no GPU; then every query
+// pods' containers, with one more pod that fits no GPU, and the quota
+// webhook with a team's quota and a pod charged to it; then every query
 // of the dashboard must return data and every alert must evaluate. A
 // metric renamed in the code fails here instead of blanking a panel. The
 // components' gpushare_* metrics must pass promtool check metrics (naming
@@ -102,13 +106,29 @@ func TestMonitoring(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The quota webhook, a team's quota and a pod charged to it.
+	webhook := startWebhook(t, c)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createQuota(t, client, "team-a", corev1.ResourceList{"requests." + quota.MemoryResource: k8sresource.MustParse("8Gi"),
+		"requests." + quota.ComputeResource: k8sresource.MustParse("200")})
+	if _, err := client.CoreV1().Pods("team-a").Create(ctx, withLimits(gpuPod("charged", 1024, 10), "team-a", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	schedulerURL, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhookURL, err := url.Parse(webhook.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	targets := map[string]string{
 		"gpushare-scheduler-metrics": s.URL + "/metrics",
 		"gpushare-node-metrics":      "http://127.0.0.1:" + strconv.Itoa(nodePort) + "/metrics",
+		"gpushare-webhook-metrics":   webhook.URL + "/metrics",
 	}
 	for job, u := range targets {
 		checkMetricNames(t, promtool, job, u)
@@ -122,7 +142,11 @@ scrape_configs:
   static_configs: [{targets: [%q]}]
 - job_name: gpushare-node-metrics
   static_configs: [{targets: ["127.0.0.1:%d"]}]
-`, filepath.Join(root, alertsFile), schedulerURL.Host, nodePort))
+- job_name: gpushare-webhook-metrics
+  scheme: https
+  tls_config: {insecure_skip_verify: true}
+  static_configs: [{targets: [%q]}]
+`, filepath.Join(root, alertsFile), schedulerURL.Host, nodePort, webhookURL.Host))
 
 	panels := dashboardQueries(t)
 	rules := ruleQueries(t)

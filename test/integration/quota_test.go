@@ -25,14 +25,14 @@ import (
 // startWebhook runs gpushare-webhook as its service account and registers
 // it with deploy/quota-webhook.yaml's MutatingWebhookConfiguration (the
 // chart's), on loopback.
-func startWebhook(t *testing.T, c *controlplane.Cluster) *controlplane.Process {
+func startWebhook(t *testing.T, c *controlplane.Cluster) *controlplane.Webhook {
 	t.Helper()
 	p, err := c.StartQuotaWebhook(context.Background(), controlplane.QuotaWebhook{Bin: webhookBin, Kubeconfig: accountKubeconfig(t, c, "webhook"),
 		Args: filepath.Join(root, "deploy/extender-config.yaml"), Manifest: readFile(t, "deploy/quota-webhook.yaml")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	notForbidden(t, p)
+	notForbidden(t, p.Process)
 	return p
 }
 
