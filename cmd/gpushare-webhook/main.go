@@ -173,12 +173,13 @@ func bounded(quotas corelisters.ResourceQuotaLister) func(string) bool {
 		if err != nil {
 			return true
 		}
+		// The API server bounds extended resources as requests.<name>
+		// alone: a quota on the bare name or limits.<name> is accepted
+		// and never enforced (kubectl inspect gpushare quota says so).
 		for _, q := range list {
 			for _, n := range webhook.Charged {
-				for _, key := range []corev1.ResourceName{n, "requests." + n} {
-					if _, ok := q.Spec.Hard[key]; ok {
-						return true
-					}
+				if _, ok := q.Spec.Hard["requests."+n]; ok {
+					return true
 				}
 			}
 		}

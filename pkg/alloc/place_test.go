@@ -309,6 +309,7 @@ func TestNewPlacerUnknownPolicy(t *testing.T) {
 func TestRequestValidate(t *testing.T) {
 	cases := map[string]ContainerRequest{
 		"negative count":       {Name: "c", Count: -1, MemoryMiB: 1},
+		"count past the most":  {Name: "c", Count: MaxCount + 1, Exclusive: true},
 		"negative memory":      {Name: "c", MemoryMiB: -5},
 		"nothing asked":        {Name: "c"},
 		"compute over 100":     {Name: "c", Compute: 150},

@@ -75,6 +75,10 @@ func PercentOf(mib, percent int64) int64 {
 	return max(mib*percent/100, 1)
 }
 
+// MaxCount is the most GPUs one request may ask: far past any node, and
+// low enough that what a request charges (pkg/quota) cannot overflow.
+const MaxCount = 1024
+
 // GPUCount returns how many GPUs the request needs.
 func (r *ContainerRequest) GPUCount() int { return max(r.Count, 1) }
 
@@ -83,6 +87,8 @@ func (r *ContainerRequest) Validate() error {
 	switch {
 	case r.Count < 0:
 		return fmt.Errorf("container %q: %w: gpu count %d is negative", r.Name, ErrInvalidRequest, r.Count)
+	case r.Count > MaxCount:
+		return fmt.Errorf("container %q: %w: gpu count %d is more than %d", r.Name, ErrInvalidRequest, r.Count, MaxCount)
 	case r.MemoryMiB < 0 || r.Compute < 0 || r.MemoryPercent < 0:
 		return fmt.Errorf("container %q: %w: negative GPU memory or compute", r.Name, ErrInvalidRequest)
 	case r.MemoryPercent > 100:

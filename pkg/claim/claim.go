@@ -55,6 +55,13 @@ func DeviceIndex(name string) (int, bool) {
 // places it alone.
 var ErrUnsupported = errors.New("request not placed by gpushare's policy")
 
+// The most one device request may ask, so that what a claim charges
+// (memory times count) cannot overflow: far past any GPU and any node.
+const (
+	maxCount  = 1024
+	maxMemory = 1 << 50
+)
+
 // Requests returns what claim c asks of gpushare's devices, one container
 // request per device request of class Class or MPSClass (on MPS GPUs
 // only), named "claim/<claim>/<request>":
@@ -80,6 +87,9 @@ func Requests(c *resourceapi.ResourceClaim) ([]alloc.ContainerRequest, error) {
 		if e.AllocationMode == resourceapi.DeviceAllocationModeAll {
 			return nil, fmt.Errorf("claim %s request %s: %w: allocationMode All", c.Name, r.Name, ErrUnsupported)
 		}
+		if e.Count > maxCount {
+			return nil, fmt.Errorf("claim %s request %s: count %d is more than the %d devices one request may take", c.Name, r.Name, e.Count, maxCount)
+		}
 		count := int(e.Count)
 		if count <= 0 {
 			count = 1
@@ -89,8 +99,8 @@ func Requests(c *resourceapi.ResourceClaim) ([]alloc.ContainerRequest, error) {
 		if e.Capacity != nil {
 			if q, ok := e.Capacity.Requests[Memory]; ok {
 				b := q.Value()
-				if b <= 0 {
-					return nil, fmt.Errorf("claim %s request %s: memory %s is not positive", c.Name, r.Name, q.String())
+				if b <= 0 || b > maxMemory {
+					return nil, fmt.Errorf("claim %s request %s: memory %s is not from 1 byte to 1 PiB", c.Name, r.Name, q.String())
 				}
 				mem = (b + 1<<20 - 1) >> 20
 			}

@@ -55,6 +55,13 @@ func TestRequests(t *testing.T) {
 			nil, ErrUnsupported},
 		{"compute past 100", claimOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: exact(Class, 1, map[resourceapi.QualifiedName]string{Memory: "1Gi", Compute: "101"})}),
 			nil, errAny},
+		// What a claim charges (memory times count) cannot wrap.
+		{"memory past 1 PiB", claimOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: exact(Class, 1, map[resourceapi.QualifiedName]string{Memory: "9223372036854775807"})}),
+			nil, errAny},
+		{"a count past any node", claimOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: exact(Class, 2251799813685248, map[resourceapi.QualifiedName]string{Memory: "8Gi"})}),
+			nil, errAny},
+		{"the most", claimOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: exact(Class, 1024, map[resourceapi.QualifiedName]string{Memory: "1Pi"})}),
+			[]alloc.ContainerRequest{{Name: "claim/c/gpu", Count: 1024, MemoryMiB: 1024 << 30}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Requests(tc.claim)

@@ -92,6 +92,9 @@ func BuildGangs(in GangInput) ([]Gang, error) {
 		slices.SortFunc(pods, func(a, b *corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
 		var waiting []*alloc.PodRequest
 		var invalid error
+		// plain are the waiting pods that ask no GPUs: gpushare does
+		// not judge them, and counts them as fitting.
+		plain := 0
 		for _, p := range pods {
 			v.Pods++
 			if p.Spec.NodeName != "" {
@@ -104,6 +107,8 @@ func BuildGangs(in GangInput) ([]Gang, error) {
 				invalid = cmp.Or(invalid, fmt.Errorf("pod %s: %w", p.Name, err))
 			case req != nil && req.GPUs():
 				waiting = append(waiting, req)
+			default:
+				plain++
 			}
 		}
 		need := int(v.MinCount) - v.Bound
@@ -120,12 +125,13 @@ func BuildGangs(in GangInput) ([]Gang, error) {
 			v.Verdict = GangNotShare
 			v.Why = "its waiting pods ask no GPUs of gpushare: kube-scheduler's reasons are the ones"
 		default:
-			fitNow := fitTogether(now, waiting, need, in.Placer, in.Seed)
-			fitEmpty := fitTogether(empty, waiting, need, in.Placer, in.Seed)
+			fitNow := min(need, plain+fitTogether(now, waiting, need-min(need, plain), in.Placer, in.Seed))
+			fitEmpty := min(need, plain+fitTogether(empty, waiting, need-min(need, plain), in.Placer, in.Seed))
 			switch {
 			case fitNow >= need:
 				v.Verdict = GangFitsNow
-				v.Why = fmt.Sprintf("the %d pod(s) it needs fit the GPUs as they are: it binds at its next try", need)
+				v.Why = fmt.Sprintf("the %d pod(s) it needs fit the GPUs as they are; if it still waits, GPUs are not why: "+
+					"see its condition and its pods' events (node selectors, affinity, one schedulerName for all)", need)
 			case fitEmpty < need:
 				v.Verdict = GangNever
 				v.Why = fmt.Sprintf("even with every GPU free, %d of the %d pod(s) it needs fit at once", fitEmpty, need)

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -54,6 +55,12 @@ func TestGangs(t *testing.T) {
 	gang("wide", 3, 3, "12288", 0)
 	gang("short", 3, 2, "1024", 0)
 	gang("plain", 2, 2, "", 0)
+	// Two 1 GiB pods and one of no GPUs: it is not the GPUs.
+	gang("mixed", 3, 2, "1024", 0)
+	plain := pod("default", "mixed-2").obj()
+	plain.Spec.Containers = []corev1.Container{{Name: "main"}}
+	plain.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("mixed")}
+	pods = append(pods, *plain)
 	pl, err := alloc.NewPlacer(alloc.Config{Node: "binpack"})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +72,8 @@ func TestGangs(t *testing.T) {
 	}
 	want := map[string]string{
 		"default/bound": GangPlaced,
-		"default/pair":  GangFitsNow + ": the 2 pod(s) it needs fit the GPUs as they are: it binds at its next try",
+		"default/pair":  GangFitsNow + ": the 2 pod(s) it needs fit the GPUs as they are; if it still waits, GPUs are not why: see its condition and its pods' events (node selectors, affinity, one schedulerName for all)",
+		"default/mixed": GangFitsNow + ": the 3 pod(s) it needs fit the GPUs as they are; if it still waits, GPUs are not why: see its condition and its pods' events (node selectors, affinity, one schedulerName for all)",
 		"default/four":  GangWaits + ": 2 of the 4 pod(s) it needs fit the GPUs as they are; none binds until all do",
 		"default/huge":  GangNever + ": pod huge-0: container \"main\": gpushare.io/gpu-mem: 20480 MiB per GPU is more than the largest GPU holds (16384 MiB)",
 		"default/wide":  GangNever + ": even with every GPU free, 2 of the 3 pod(s) it needs fit at once",
@@ -90,5 +98,27 @@ func TestGangs(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "default/huge   3    3     0      -      never fits") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestPodGang: the pod view names the gang a pod waits with, or the
+// PodGroup it names that does not exist, in place of "no scheduling
+// attempt has failed yet".
+func TestPodGang(t *testing.T) {
+	p := pod("default", "ghost-0").app("main", "1024", "").obj()
+	p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("nosuch")}
+	missing := apierrors.NewNotFound(schedulingv1beta1.Resource("podgroups"), "nosuch")
+	var out bytes.Buffer
+	if err := WritePod(&out, BuildPod(&Cluster{}, PodInput{Pod: p, GroupErr: missing}), GiB); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Gang:       names PodGroup default/nosuch, which does not exist: kube-scheduler tries none of its pods until it does"; !strings.Contains(out.String(), want) ||
+		strings.Contains(out.String(), "no scheduling attempt") {
+		t.Errorf("pod view:\n%s\nwant %q and no word of attempts", out.String(), want)
+	}
+	g := &schedulingv1beta1.PodGroup{Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+		Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 3}}}}
+	if v := BuildPod(&Cluster{}, PodInput{Pod: p, Group: g}); !strings.Contains(v.Gang, "placed only with 3 of its pods at once") {
+		t.Errorf("gang member: %q", v.Gang)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
@@ -27,6 +29,11 @@ type PodInput struct {
 	// of them the pod may land on: Closest names only those. Nil names
 	// any node.
 	Nodes []corev1.Node
+	// Group is the PodGroup the pod names in spec.schedulingGroup, nil
+	// if it names none or it could not be read; GroupErr says why not
+	// (apierrors.IsNotFound: it does not exist).
+	Group    *schedulingv1beta1.PodGroup
+	GroupErr error
 }
 
 // PodView is where a pod's containers landed, or why it waits.
@@ -49,6 +56,8 @@ type PodView struct {
 	Reason  string    `json:"reason,omitempty"`
 	Event   string    `json:"event,omitempty"`
 	Closest []Closest `json:"closest,omitempty"`
+	// Gang says what the PodGroup the pod names asks of it.
+	Gang string `json:"gang,omitempty"`
 	// asksGPUs is set when the pod's request names GPUs.
 	asksGPUs bool
 }
@@ -83,6 +92,7 @@ func BuildPod(c *Cluster, in PodInput) *PodView {
 	p := in.Pod
 	key := p.Namespace + "/" + p.Name
 	v := &PodView{Pod: key, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Scheduler: p.Spec.SchedulerName}
+	v.Gang = gangOf(p, in.Group, in.GroupErr)
 	switch {
 	case in.RequestErr != nil:
 		v.Asks = []string{"unreadable: " + in.RequestErr.Error()}
@@ -274,7 +284,10 @@ func WritePod(out io.Writer, v *PodView, u Unit) error {
 		return nil
 	}
 	fmt.Fprintln(out)
-	if v.Reason == "" && v.Event == "" {
+	if v.Gang != "" {
+		fmt.Fprintf(out, "Gang:       %s\n", v.Gang)
+	}
+	if v.Reason == "" && v.Event == "" && v.Gang == "" {
 		fmt.Fprintln(out, "Waiting:    no scheduling attempt has failed yet")
 	}
 	if v.Reason != "" {
@@ -293,4 +306,22 @@ func WritePod(out io.Writer, v *PodView, u Unit) error {
 		return w.flush()
 	}
 	return nil
+}
+
+// gangOf says what the PodGroup p names asks of it, "" if it names none.
+func gangOf(p *corev1.Pod, g *schedulingv1beta1.PodGroup, err error) string {
+	if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+		return ""
+	}
+	name := p.Namespace + "/" + *p.Spec.SchedulingGroup.PodGroupName
+	switch {
+	case apierrors.IsNotFound(err):
+		return "names PodGroup " + name + ", which does not exist: kube-scheduler tries none of its pods until it does"
+	case err != nil || g == nil:
+		return fmt.Sprintf("member of PodGroup %s, which cannot be read (%v)", name, err)
+	case g.Spec.SchedulingPolicy.Gang != nil:
+		return fmt.Sprintf("member of PodGroup %s, placed only with %d of its pods at once; kubectl inspect gpushare gangs says whether they fit",
+			name, g.Spec.SchedulingPolicy.Gang.MinCount)
+	}
+	return "member of PodGroup " + name + ", placed pod by pod"
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,11 @@ type Quota struct {
 	// before the quota webhook, or past it): the quota does not count
 	// them.
 	Uncharged []string `json:"uncharged,omitempty"`
+	// Unenforced lists the keys of the namespace's ResourceQuotas that
+	// name a charged resource but that the API server never enforces
+	// ("bare/gpushare.io/quota-memory": only requests.<name> bounds an
+	// extended resource).
+	Unenforced []string `json:"unenforced,omitempty"`
 }
 
 // Bound is a charged resource's use against its hard limit: MiB for
@@ -59,6 +65,13 @@ func Quotas(c *Cluster, quotas []corev1.ResourceQuota, pods []corev1.Pod) []Quot
 		rq := &quotas[i]
 		mem := bound(rq, quota.MemoryResource, func(v int64) int64 { return v >> 20 })
 		cpu := bound(rq, quota.ComputeResource, func(v int64) int64 { return v })
+		for _, key := range slices.Sorted(maps.Keys(rq.Spec.Hard)) {
+			if name := string(key); name != "requests."+quota.MemoryResource && name != "requests."+quota.ComputeResource &&
+				strings.Contains(name, "gpushare.io/quota-") {
+				q := get(rq.Namespace)
+				q.Unenforced = append(q.Unenforced, rq.Name+"/"+name)
+			}
+		}
 		if mem == nil && cpu == nil {
 			continue
 		}
@@ -117,21 +130,29 @@ func podBookings(holders []Holder) map[string]use {
 	return running
 }
 
-// bound reads the hard and used of resource name from rq, requests.name
-// or name, scaled by unit; nil if rq does not bound it.
+// bound reads the hard and used of requests.name from rq, scaled by
+// unit; nil if rq does not bound it. The API server bounds an extended
+// resource by requests.<name> alone.
 func bound(rq *corev1.ResourceQuota, name string, unit func(int64) int64) *Bound {
-	for _, key := range []corev1.ResourceName{corev1.ResourceName("requests." + name), corev1.ResourceName(name)} {
-		hard, ok := rq.Spec.Hard[key]
-		if !ok {
-			continue
-		}
-		b := &Bound{Hard: unit(hard.Value())}
-		if used, ok := rq.Status.Used[key]; ok {
-			b.Used = unit(used.Value())
-		}
-		return b
+	key := corev1.ResourceName("requests." + name)
+	hard, ok := rq.Spec.Hard[key]
+	if !ok {
+		return nil
 	}
-	return nil
+	b := &Bound{Hard: unit(hard.Value())}
+	if used, ok := rq.Status.Used[key]; ok {
+		b.Used = unit(used.Value())
+	}
+	return b
+}
+
+// over marks a bound used past its hard limit (lowered below what its
+// pods already hold: they keep running, and new ones are refused).
+func over(b *Bound) string {
+	if b.Used > b.Hard {
+		return " (over)"
+	}
+	return ""
 }
 
 // tighter is the bound with less room left.
@@ -170,15 +191,31 @@ func WriteQuotas(out io.Writer, qs []Quota, u Unit) error {
 	for _, q := range qs {
 		mem, cpu := "-", "-"
 		if q.Memory != nil {
-			mem = u.ratio(q.Memory.Used, q.Memory.Hard)
+			mem = u.ratio(q.Memory.Used, q.Memory.Hard) + over(q.Memory)
 		}
 		if q.Compute != nil {
-			cpu = strconv.FormatInt(q.Compute.Used, 10) + "/" + strconv.FormatInt(q.Compute.Hard, 10)
+			cpu = strconv.FormatInt(q.Compute.Used, 10) + "/" + strconv.FormatInt(q.Compute.Hard, 10) + over(q.Compute)
 		}
 		// The names are in -o json and yaml: a namespace from before the
 		// webhook may have thousands.
 		uncharged := strconv.Itoa(len(q.Uncharged))
 		w.row(q.Namespace, orDash(strings.Join(q.Quotas, ",")), mem, cpu, u.Format(q.BookedMemoryMiB), strconv.FormatInt(q.BookedCompute, 10), uncharged)
 	}
-	return w.flush()
+	if err := w.flush(); err != nil {
+		return err
+	}
+	for _, q := range qs {
+		for _, key := range q.Unenforced {
+			quotaName, name, _ := strings.Cut(key, "/")
+			bare := strings.TrimPrefix(strings.TrimPrefix(name, "limits."), "requests.")
+			why := "the API server bounds an extended resource as requests." + bare + " alone"
+			if bare != quota.MemoryResource && bare != quota.ComputeResource {
+				why = "gpushare charges " + quota.MemoryResource + " and " + quota.ComputeResource + " alone"
+			}
+			if _, err := fmt.Fprintf(out, "\nResourceQuota %s/%s: %s bounds nothing: %s.\n", q.Namespace, quotaName, name, why); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

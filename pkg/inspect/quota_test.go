@@ -79,3 +79,41 @@ b          -           -                      -                     2           
 		t.Errorf("table:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
+
+// TestQuotasUnenforced: keys the API server never enforces (the bare
+// name, limits., a misspelled resource) are not shown as bounds but named
+// under the table; a bound lowered below its use is marked over.
+func TestQuotasUnenforced(t *testing.T) {
+	hard := func(kv ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			l[corev1.ResourceName(kv[i])] = k8sresource.MustParse(kv[i+1])
+		}
+		return l
+	}
+	quotas := []corev1.ResourceQuota{
+		{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "typo"},
+			Spec: corev1.ResourceQuotaSpec{Hard: hard(quota.MemoryResource, "1Gi", "limits."+quota.ComputeResource, "100", "requests.gpushare.io/quota-memroy", "1Gi")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "z"},
+			Spec:   corev1.ResourceQuotaSpec{Hard: hard("requests."+quota.ComputeResource, "50")},
+			Status: corev1.ResourceQuotaStatus{Used: hard("requests."+quota.ComputeResource, "80")}},
+	}
+	qs := Quotas(&Cluster{}, quotas, nil)
+	if len(qs) != 2 || qs[0].Memory != nil || qs[0].Compute != nil || len(qs[0].Quotas) != 0 {
+		t.Fatalf("quotas: %+v", qs)
+	}
+	var out bytes.Buffer
+	if err := WriteQuotas(&out, qs, GiB); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"z          gpus   -                      80/50 (over)",
+		"ResourceQuota typo/bare: gpushare.io/quota-memory bounds nothing: the API server bounds an extended resource as requests.gpushare.io/quota-memory alone.",
+		"ResourceQuota typo/bare: limits.gpushare.io/quota-compute bounds nothing: the API server bounds an extended resource as requests.gpushare.io/quota-compute alone.",
+		"ResourceQuota typo/bare: requests.gpushare.io/quota-memroy bounds nothing: gpushare charges gpushare.io/quota-memory and gpushare.io/quota-compute alone.",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output:\n%s\nwant %q", out.String(), want)
+		}
+	}
+}

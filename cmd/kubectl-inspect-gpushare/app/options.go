@@ -331,7 +331,11 @@ func (o *InspectOptions) runPod(ctx context.Context, c *inspect.Cluster, model *
 		return err
 	}
 	req, reqErr := model.PodRequest(pod)
-	v := inspect.BuildPod(c, inspect.PodInput{Pod: pod, Events: events, Request: req, RequestErr: reqErr, Nodes: nodes})
+	in := inspect.PodInput{Pod: pod, Events: events, Request: req, RequestErr: reqErr, Nodes: nodes}
+	if sg := pod.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		in.Group, in.GroupErr = o.client.SchedulingV1beta1().PodGroups(pod.Namespace).Get(ctx, *sg.PodGroupName, metav1.GetOptions{})
+	}
+	v := inspect.BuildPod(c, in)
 	if o.Output == "json" || o.Output == "yaml" {
 		return o.encode(v)
 	}
