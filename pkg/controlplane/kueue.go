@@ -31,7 +31,7 @@ const KueueNamespace = "kueue-system"
 // frameworks of other projects) are left out, as the integrations are.
 //
 // extraConfig is appended to Kueue's Configuration: e.g. its resources
-// section (examples/kueue/kueue-resources.yaml).
+// section (examples/teams/kueue-resources.yaml).
 func (c *Cluster) StartKueue(ctx context.Context, dir string, extraConfig []byte) (*Process, error) {
 	kubectl := func(args ...string) error {
 		cmd := exec.CommandContext(ctx, c.Tools.Bin("kubectl"), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)

@@ -110,7 +110,7 @@ func workloadUsage(t *testing.T, dyn dynamic.Interface, ns, job string) map[stri
 }
 
 // TestKueue runs a real Kueue (hack/kueue.sh) with gpushare-scheduler and
-// examples/kueue/queues.yaml: two teams' ClusterQueues of 32 GiB of GPU
+// examples/teams/kueue-queues.yaml: two teams' ClusterQueues of 32 GiB of GPU
 // memory each, in one cohort, on two nodes of two 16 GiB T4s (64 GiB).
 //   - research's Job of six 8 GiB pods is admitted by borrowing 16 GiB
 //     product leaves idle, and gpushare-scheduler places the six, two to a
@@ -121,7 +121,7 @@ func workloadUsage(t *testing.T, dyn dynamic.Interface, ns, job string) map[stri
 //   - a Job whose 20 GiB pod fits the quota but no GPU is admitted, and its
 //     pod waits with gpushare's reason in its event;
 //   - a Job in Aliyun's dialect (GiB) is charged in gpushare's MiB, through
-//     examples/kueue/kueue-resources.yaml.
+//     examples/teams/kueue-resources.yaml.
 //
 // A watcher checks every second that no GPU is over-committed.
 func TestKueue(t *testing.T) {
@@ -134,7 +134,7 @@ func TestKueue(t *testing.T) {
 	}
 	c, admin, _ := startPluginWith(t, controlplane.Options{JobPodsRun: true}, nil)
 	ctx := context.Background()
-	if _, err := c.StartKueue(ctx, dir, readFile(t, "examples/kueue/kueue-resources.yaml")); err != nil {
+	if _, err := c.StartKueue(ctx, dir, readFile(t, "examples/teams/kueue-resources.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
@@ -145,8 +145,8 @@ func TestKueue(t *testing.T) {
 		controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 16384, Count: 2},
 		controlplane.NodeSpec{Name: "gpu-b", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
 	checked := watchRecords(t, c)
-	if out, err := exec.Command(tools.Bin("kubectl"), "--kubeconfig="+c.Kubeconfig, "apply", "-f", "../../examples/kueue/queues.yaml").CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply -f examples/kueue/queues.yaml: %v\n%s", err, out)
+	if out, err := exec.Command(tools.Bin("kubectl"), "--kubeconfig="+c.Kubeconfig, "apply", "-f", "../../examples/teams/kueue-queues.yaml").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply -f examples/teams/kueue-queues.yaml: %v\n%s", err, out)
 	}
 
 	// research borrows: 48 GiB against its 32.
