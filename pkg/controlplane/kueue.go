@@ -145,22 +145,7 @@ exec "$@"`
 // for Jobs and Kueue's own objects alone, each calling base plus its path
 // and trusting caPEM.
 func kueueWebhooks(manifest []byte, base string, caPEM []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
-	kept := func(rules []admissionregistrationv1.RuleWithOperations) bool {
-		for _, r := range rules {
-			if slices.Contains(r.APIGroups, "batch") || slices.Contains(r.APIGroups, "kueue.x-k8s.io") {
-				return true
-			}
-		}
-		return false
-	}
-	point := func(cc *admissionregistrationv1.WebhookClientConfig) error {
-		if cc.Service == nil || cc.Service.Path == nil {
-			return errors.New("a kueue webhook without a service path")
-		}
-		url := base + *cc.Service.Path
-		*cc = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
-		return nil
-	}
+	pt := pointer{base: base, caPEM: caPEM}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kueue-mutating-webhook-configuration"}}
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kueue-validating-webhook-configuration"}}
 	docs := utilyaml.NewYAMLReader(bufioReader(manifest))
@@ -178,31 +163,16 @@ func kueueWebhooks(manifest []byte, base string, caPEM []byte) (*admissionregist
 		}
 		switch meta.Kind {
 		case "MutatingWebhookConfiguration":
-			var cfg admissionregistrationv1.MutatingWebhookConfiguration
-			if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&cfg); err != nil {
-				return nil, nil, err
-			}
-			for _, w := range cfg.Webhooks {
-				if kept(w.Rules) {
-					if err := point(&w.ClientConfig); err != nil {
-						return nil, nil, err
-					}
-					mutating.Webhooks = append(mutating.Webhooks, w)
-				}
-			}
+			err = keepWebhooks(doc, &mutating.Webhooks, pt, func(w *admissionregistrationv1.MutatingWebhook) ([]admissionregistrationv1.RuleWithOperations, *admissionregistrationv1.WebhookClientConfig) {
+				return w.Rules, &w.ClientConfig
+			})
 		case "ValidatingWebhookConfiguration":
-			var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-			if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&cfg); err != nil {
-				return nil, nil, err
-			}
-			for _, w := range cfg.Webhooks {
-				if kept(w.Rules) {
-					if err := point(&w.ClientConfig); err != nil {
-						return nil, nil, err
-					}
-					validating.Webhooks = append(validating.Webhooks, w)
-				}
-			}
+			err = keepWebhooks(doc, &validating.Webhooks, pt, func(w *admissionregistrationv1.ValidatingWebhook) ([]admissionregistrationv1.RuleWithOperations, *admissionregistrationv1.WebhookClientConfig) {
+				return w.Rules, &w.ClientConfig
+			})
+		}
+		if err != nil {
+			return nil, nil, err
 		}
 	}
 	if len(mutating.Webhooks) == 0 || len(validating.Webhooks) == 0 {
@@ -210,4 +180,45 @@ func kueueWebhooks(manifest []byte, base string, caPEM []byte) (*admissionregist
 			len(mutating.Webhooks), len(validating.Webhooks))
 	}
 	return mutating, validating, nil
+}
+
+// pointer points a webhook at base plus its service path, trusting caPEM.
+type pointer struct {
+	base  string
+	caPEM []byte
+}
+
+func (p pointer) point(cc *admissionregistrationv1.WebhookClientConfig) error {
+	if cc.Service == nil || cc.Service.Path == nil {
+		return errors.New("a kueue webhook without a service path")
+	}
+	url := p.base + *cc.Service.Path
+	*cc = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: p.caPEM}
+	return nil
+}
+
+// keepWebhooks decodes the webhooks of one configuration document and
+// appends to into those whose rules name Jobs or Kueue's own objects,
+// pointed by p; parts gives a webhook's rules and client configuration.
+func keepWebhooks[W any](doc []byte, into *[]W, p pointer,
+	parts func(*W) ([]admissionregistrationv1.RuleWithOperations, *admissionregistrationv1.WebhookClientConfig)) error {
+	var cfg struct {
+		Webhooks []W `json:"webhooks"`
+	}
+	if err := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(doc), 4096).Decode(&cfg); err != nil {
+		return err
+	}
+	for i := range cfg.Webhooks {
+		rules, cc := parts(&cfg.Webhooks[i])
+		if !slices.ContainsFunc(rules, func(r admissionregistrationv1.RuleWithOperations) bool {
+			return slices.Contains(r.APIGroups, "batch") || slices.Contains(r.APIGroups, "kueue.x-k8s.io")
+		}) {
+			continue
+		}
+		if err := p.point(cc); err != nil {
+			return err
+		}
+		*into = append(*into, cfg.Webhooks[i])
+	}
+	return nil
 }

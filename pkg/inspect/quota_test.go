@@ -12,6 +12,15 @@ import (
 	"github.com/gpushare/gpushare/pkg/quota"
 )
 
+// resources is a ResourceList of name, quantity pairs.
+func resources(kv ...string) corev1.ResourceList {
+	l := corev1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		l[corev1.ResourceName(kv[i])] = k8sresource.MustParse(kv[i+1])
+	}
+	return l
+}
+
 func TestQuotas(t *testing.T) {
 	c := &Cluster{Nodes: []Node{{Name: "n", GPUs: []GPU{
 		{Holders: []Holder{
@@ -25,27 +34,20 @@ func TestQuotas(t *testing.T) {
 			{Pod: "a/<claim>", Kind: "Claim", MemoryMiB: 700},
 		}},
 	}}}}
-	hard := func(kv ...string) corev1.ResourceList {
-		l := corev1.ResourceList{}
-		for i := 0; i < len(kv); i += 2 {
-			l[corev1.ResourceName(kv[i])] = k8sresource.MustParse(kv[i+1])
-		}
-		return l
-	}
 	quotas := []corev1.ResourceQuota{
 		{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "a"},
-			Spec:   corev1.ResourceQuotaSpec{Hard: hard("requests."+quota.MemoryResource, "10Gi", "requests."+quota.ComputeResource, "200")},
-			Status: corev1.ResourceQuotaStatus{Used: hard("requests."+quota.MemoryResource, "6Gi", "requests."+quota.ComputeResource, "15")}},
+			Spec:   corev1.ResourceQuotaSpec{Hard: resources("requests."+quota.MemoryResource, "10Gi", "requests."+quota.ComputeResource, "200")},
+			Status: corev1.ResourceQuotaStatus{Used: resources("requests."+quota.MemoryResource, "6Gi", "requests."+quota.ComputeResource, "15")}},
 		// A tighter memory bound in the same namespace wins.
 		{ObjectMeta: metav1.ObjectMeta{Name: "tight", Namespace: "a"},
-			Spec:   corev1.ResourceQuotaSpec{Hard: hard("requests."+quota.MemoryResource, "7Gi")},
-			Status: corev1.ResourceQuotaStatus{Used: hard("requests."+quota.MemoryResource, "6Gi")}},
+			Spec:   corev1.ResourceQuotaSpec{Hard: resources("requests."+quota.MemoryResource, "7Gi")},
+			Status: corev1.ResourceQuotaStatus{Used: resources("requests."+quota.MemoryResource, "6Gi")}},
 		// Quotas on other resources are not GPU quotas.
-		{ObjectMeta: metav1.ObjectMeta{Name: "cpu", Namespace: "c"}, Spec: corev1.ResourceQuotaSpec{Hard: hard("requests.cpu", "4")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "cpu", Namespace: "c"}, Spec: corev1.ResourceQuotaSpec{Hard: resources("requests.cpu", "4")}},
 	}
 	chargedPod := func(ns, name string) corev1.Pod {
 		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Resources: corev1.ResourceRequirements{Requests: hard(quota.MemoryResource, "1Gi")}}}}}
+			Resources: corev1.ResourceRequirements{Requests: resources(quota.MemoryResource, "1Gi")}}}}}
 	}
 	pods := []corev1.Pod{chargedPod("a", "p1"), chargedPod("a", "p2"), {ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "old"}}}
 	qs := Quotas(c, quotas, pods)
@@ -84,19 +86,12 @@ b          -           -                      -                     2           
 // name, limits., a misspelled resource) are not shown as bounds but named
 // under the table; a bound lowered below its use is marked over.
 func TestQuotasUnenforced(t *testing.T) {
-	hard := func(kv ...string) corev1.ResourceList {
-		l := corev1.ResourceList{}
-		for i := 0; i < len(kv); i += 2 {
-			l[corev1.ResourceName(kv[i])] = k8sresource.MustParse(kv[i+1])
-		}
-		return l
-	}
 	quotas := []corev1.ResourceQuota{
 		{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "typo"},
-			Spec: corev1.ResourceQuotaSpec{Hard: hard(quota.MemoryResource, "1Gi", "limits."+quota.ComputeResource, "100", "requests.gpushare.io/quota-memroy", "1Gi")}},
+			Spec: corev1.ResourceQuotaSpec{Hard: resources(quota.MemoryResource, "1Gi", "limits."+quota.ComputeResource, "100", "requests.gpushare.io/quota-memroy", "1Gi")}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "gpus", Namespace: "z"},
-			Spec:   corev1.ResourceQuotaSpec{Hard: hard("requests."+quota.ComputeResource, "50")},
-			Status: corev1.ResourceQuotaStatus{Used: hard("requests."+quota.ComputeResource, "80")}},
+			Spec:   corev1.ResourceQuotaSpec{Hard: resources("requests."+quota.ComputeResource, "50")},
+			Status: corev1.ResourceQuotaStatus{Used: resources("requests."+quota.ComputeResource, "80")}},
 	}
 	qs := Quotas(&Cluster{}, quotas, nil)
 	if len(qs) != 2 || qs[0].Memory != nil || qs[0].Compute != nil || len(qs[0].Quotas) != 0 {
