@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/quota"
+	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
 // Quota is one namespace's GPU quota (ResourceQuotas on gpushare's
@@ -93,7 +94,7 @@ func Quotas(c *Cluster, quotas []corev1.ResourceQuota, pods []corev1.Pod) []Quot
 	}
 	for i := range pods {
 		p := &pods[i]
-		if key := p.Namespace + "/" + p.Name; held[key] && !charged(p) {
+		if _, charged := webhook.Written(p); held[p.Namespace+"/"+p.Name] && !charged {
 			q := get(p.Namespace)
 			q.Uncharged = append(q.Uncharged, p.Name)
 		}
@@ -166,20 +167,6 @@ func tighter(a, b *Bound) *Bound {
 		return b
 	}
 	return a
-}
-
-// charged reports whether any of p's containers carries a charge.
-func charged(p *corev1.Pod) bool {
-	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for _, c := range list {
-			for _, n := range []corev1.ResourceName{quota.MemoryResource, quota.ComputeResource} {
-				if _, ok := c.Resources.Requests[n]; ok {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // WriteQuotas writes one row per namespace: its GPU memory and compute

@@ -8,6 +8,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/claim"
 	"github.com/gpushare/gpushare/pkg/quota"
+	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
 // chargeShort returns why pod may not be placed for the GPU quota charge
@@ -18,7 +19,7 @@ import (
 // larger while it waits. A pod that carries no charge is not checked:
 // no quota counted it.
 func (pl *GPUShare) chargeShort(pod *corev1.Pod, req *alloc.PodRequest) string {
-	written, ok := writtenCharge(pod)
+	written, ok := webhook.Written(pod)
 	if !ok {
 		return ""
 	}
@@ -45,23 +46,4 @@ func (pl *GPUShare) chargeShort(pod *corev1.Pod, req *alloc.PodRequest) string {
 	return fmt.Sprintf("gpushare: the pod was charged %s to its namespace's GPU quota when it was created, but asks %s now "+
 		"(a ResourceClaim it names was created again larger, or a larger GPU it may take joined the cluster): "+
 		"create the pod again to be charged what it asks", written, asks)
-}
-
-// writtenCharge returns the charge written on pod's containers, and
-// whether any was.
-func writtenCharge(pod *corev1.Pod) (quota.Charge, bool) {
-	var c quota.Charge
-	found := false
-	for i := range pod.Spec.Containers {
-		r := pod.Spec.Containers[i].Resources.Requests
-		if q, ok := r[quota.MemoryResource]; ok {
-			c.MemoryMiB += q.Value() >> 20
-			found = true
-		}
-		if q, ok := r[quota.ComputeResource]; ok {
-			c.Compute += q.Value()
-			found = true
-		}
-	}
-	return c, found
 }

@@ -27,6 +27,32 @@ import (
 // Charged are the extended resources a pod's charge is written as.
 var Charged = []corev1.ResourceName{quota.MemoryResource, quota.ComputeResource}
 
+// Written returns the charge written on pod's app containers, where the
+// webhook writes it, and whether any container, init or app, carries a
+// charged resource at all (a pod created past the webhook carries none).
+func Written(pod *corev1.Pod) (quota.Charge, bool) {
+	var c quota.Charge
+	found := false
+	for _, ctr := range pod.Spec.InitContainers {
+		for _, n := range Charged {
+			_, ok := ctr.Resources.Requests[n]
+			found = found || ok
+		}
+	}
+	for _, ctr := range pod.Spec.Containers {
+		r := ctr.Resources.Requests
+		if q, ok := r[quota.MemoryResource]; ok {
+			c.MemoryMiB += q.Value() >> 20
+			found = true
+		}
+		if q, ok := r[quota.ComputeResource]; ok {
+			c.Compute += q.Value()
+			found = true
+		}
+	}
+	return c, found
+}
+
 // Claims reads the ResourceClaims and ResourceClaimTemplates pods name.
 type Claims interface {
 	Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)

@@ -60,19 +60,27 @@ func jobPods(t *testing.T, admin kubernetes.Interface, ns, job string) (pods, bo
 	return pods, bound
 }
 
-// workloadCondition returns the status and reason of condition of the
-// Kueue Workload of the job ("" if none yet).
-func workloadCondition(t *testing.T, dyn dynamic.Interface, ns, job, condition string) (status, reason, message string) {
+// jobWorkloads returns the Kueue Workloads the job owns.
+func jobWorkloads(t *testing.T, dyn dynamic.Interface, ns, job string) []unstructured.Unstructured {
 	t.Helper()
 	list, err := dyn.Resource(workloadsResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []unstructured.Unstructured
 	for _, w := range list.Items {
-		owners := w.GetOwnerReferences()
-		if len(owners) == 0 || owners[0].Name != job {
-			continue
+		if owners := w.GetOwnerReferences(); len(owners) > 0 && owners[0].Name == job {
+			out = append(out, w)
 		}
+	}
+	return out
+}
+
+// workloadCondition returns the status and reason of condition of the
+// Kueue Workload of the job ("" if none yet).
+func workloadCondition(t *testing.T, dyn dynamic.Interface, ns, job, condition string) (status, reason, message string) {
+	t.Helper()
+	for _, w := range jobWorkloads(t, dyn, ns, job) {
 		conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
 		for _, c := range conds {
 			m, _ := c.(map[string]any)
@@ -88,15 +96,8 @@ func workloadCondition(t *testing.T, dyn dynamic.Interface, ns, job, condition s
 // Workload, summed over its pod sets.
 func workloadUsage(t *testing.T, dyn dynamic.Interface, ns, job string) map[string]string {
 	t.Helper()
-	list, err := dyn.Resource(workloadsResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	usage := map[string]string{}
-	for _, w := range list.Items {
-		if owners := w.GetOwnerReferences(); len(owners) == 0 || owners[0].Name != job {
-			continue
-		}
+	for _, w := range jobWorkloads(t, dyn, ns, job) {
 		sets, _, _ := unstructured.NestedSlice(w.Object, "status", "admission", "podSetAssignments")
 		for _, set := range sets {
 			m, _ := set.(map[string]any)
