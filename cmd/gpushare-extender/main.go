@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -39,6 +40,7 @@ type options struct {
 	profiling      bool
 	maxNodes       int
 	bestOnly       bool
+	releaseGrace   time.Duration
 	version        bool
 }
 

@@ -6,23 +6,30 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/refused"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/workload"
 )
@@ -110,10 +117,23 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	// What DRA claims hold of gpushare's devices books the same GPUs, on
+	// a cluster that serves them.
+	var claims resourcelisters.ResourceClaimLister
+	if servesClaims(client) {
+		claimsSynced, err := gpucache.WatchClaims(cache, factory)
+		if err != nil {
+			return err
+		}
+		cacheSynced = func(pods func() bool) func() bool { return func() bool { return pods() && claimsSynced() } }(cacheSynced)
+		claims = factory.Resource().V1().ResourceClaims().Lister()
+	} else {
+		logger.Info("The cluster serves no resource.k8s.io/v1 ResourceClaims: the extender books extended-resource pods alone")
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), gpucache.NewCollector(cache))
 	synced := make(chan struct{})
-	srv := &extender.Server{Model: model, Policy: policy, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Logger: logger,
+	srv := &extender.Server{Model: model, Policy: policy, Cache: cache, Client: client, Pods: factory.Core().V1().Pods().Lister(), Claims: claims, Logger: logger,
 		Seed: args.Seed, Prefix: o.prefix, MaxBodyBytes: o.maxBodyBytes, MaxInflight: o.maxInflight, MaxBindsInflight: o.maxBinds,
 		SchedulerNames: schedulers, Metrics: extender.NewMetrics(reg), MaxNodes: o.maxNodes, BestOnly: o.bestOnly,
 		Ready: func() bool {
@@ -129,6 +149,17 @@ func run(ctx context.Context, o options) error {
 	go gpucache.RunExpiry(ctx, cache)
 	go srv.RunExpiry(ctx)
 	go gpucache.WatchLeases(ctx, cache, client, nil)
+	if claims != nil {
+		// A claim its node refuses to prepare is released, not left
+		// holding its GPU.
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+		broadcaster.StartRecordingToSink(ctx.Done())
+		defer broadcaster.Shutdown()
+		var releaser refused.Releaser
+		releaser.Start(refused.Config{Claims: cache.OverCommittedClaims, Pods: factory.Core().V1().Pods().Lister(), Client: client,
+			Recorder: broadcaster.NewRecorder(scheme.Scheme, "gpushare-extender"), Logger: logger, Grace: o.releaseGrace})
+		go releaser.Run(ctx, time.Second)
+	}
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -179,4 +210,14 @@ func learnWorkload(logger klog.Logger, policy *workload.Policy, model *resource.
 	}
 	logger.V(1).Info("Learned the workload from the cluster's pods", "pods", decision.Learn(policy, model, mine))
 	return nil
+}
+
+// servesClaims reports whether the cluster serves resource.k8s.io/v1
+// ResourceClaims (Kubernetes 1.34 and later).
+func servesClaims(client kubernetes.Interface) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "resourceclaims" })
 }

@@ -30,6 +30,8 @@ func main() {
 	// The defragmentation plans are followed by a loop of their own,
 	// for as long as the scheduler runs.
 	go shared.Movers.Run(context.Background(), time.Second)
+	// So are the claims that nodes refuse to prepare.
+	go shared.Releaser.Run(context.Background(), time.Second)
 	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New(shared)))
 	os.Exit(cli.Run(cmd))
 }

@@ -238,8 +238,10 @@ type podEntry struct {
 	// claim is set for a ResourceClaim's entry (SetClaim): what its
 	// allocation holds of each GPU, placed on the node at each booking.
 	claim []claim.GPU
-	// owner is the one pod a claim is reserved for, "" if none or several.
-	owner types.UID
+	// owner is the one pod a claim is reserved for, "" if none or several,
+	// and ownerName its name, in the claim's namespace.
+	owner     types.UID
+	ownerName string
 }
 
 // New returns an empty cache.

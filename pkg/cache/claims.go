@@ -2,6 +2,7 @@ package cache
 
 import (
 	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,13 +32,14 @@ func (c *Cache) SetClaim(rc *resourceapi.ResourceClaim) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var owner types.UID
+	var ownerName string
 	pods := 0
 	for _, r := range rc.Status.ReservedFor {
 		if r.Resource != "pods" {
 			continue
 		}
 		pods++
-		owner = r.UID
+		owner, ownerName = r.UID, r.Name
 		if p := c.pods[r.UID]; p != nil && p.assumed {
 			c.unbook(r.UID, p)
 			delete(c.pods, r.UID)
@@ -51,18 +53,19 @@ func (c *Cache) SetClaim(rc *resourceapi.ResourceClaim) {
 		delete(c.released, rc.UID)
 	}
 	if pods != 1 {
-		owner = ""
+		owner, ownerName = "", ""
 	}
 	old := c.pods[rc.UID]
 	if old != nil && old.node == node && slices.Equal(old.claim, gpus) {
 		c.setOwner(rc.UID, old, owner)
+		old.ownerName = ownerName
 		return
 	}
 	if old != nil {
 		c.unbook(rc.UID, old)
 		c.setOwner(rc.UID, old, "")
 	}
-	p := &podEntry{key: "ResourceClaim " + rc.Namespace + "/" + rc.Name, node: node, claim: gpus}
+	p := &podEntry{key: "ResourceClaim " + rc.Namespace + "/" + rc.Name, node: node, claim: gpus, ownerName: ownerName}
 	c.setOwner(rc.UID, p, owner)
 	c.pods[rc.UID] = p
 	if e := c.nodes[node]; e != nil {
@@ -156,4 +159,48 @@ func addBooked(out *alloc.Placement, booked []alloc.Assignment) {
 		out.Booked[i].MemoryMiB += b.MemoryMiB
 		out.Booked[i].Compute += b.Compute
 	}
+}
+
+// OverClaim is a ResourceClaim that books a GPU whose bookings add up to
+// more than it has, reserved for one pod.
+type OverClaim struct {
+	// Claim is "namespace/name"; Node the node its devices are on.
+	Claim, Node string
+	// Pod is the pod it is reserved for, in the claim's namespace.
+	Pod    string
+	PodUID types.UID
+	// GPUs are the over-committed GPUs it books, by index.
+	GPUs []int
+}
+
+// OverCommittedClaims returns the claims reserved for one pod that book
+// a GPU over-committed in the cache: the node refuses to prepare such a
+// claim if it came after the others (docs/dra.md, "A claim the node
+// refuses"). In no order.
+func (c *Cache) OverCommittedClaims() []OverClaim {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []OverClaim
+	for _, e := range c.nodes {
+		if e.over == nil {
+			continue
+		}
+		for _, np := range e.pods {
+			p := np.entry
+			if p.claim == nil || p.owner == "" || p.invalid || p.placement == nil {
+				continue
+			}
+			var gpus []int
+			for _, b := range p.placement.Booked {
+				if b.GPU >= 0 && b.GPU < len(e.over) && e.over[b.GPU] != (alloc.Usage{}) {
+					gpus = append(gpus, b.GPU)
+				}
+			}
+			if len(gpus) > 0 {
+				out = append(out, OverClaim{Claim: strings.TrimPrefix(p.key, "ResourceClaim "), Node: e.name,
+					Pod: p.ownerName, PodUID: p.owner, GPUs: gpus})
+			}
+		}
+	}
+	return out
 }

@@ -147,3 +147,33 @@ func TestClaimsFreedWithTheirPod(t *testing.T) {
 		t.Errorf("claim own reserved for pod r: %v; want it booked again %v", got, want)
 	}
 }
+
+// TestOverCommittedClaims: a claim allocated past what its GPU has left
+// beside a record is listed with its one pod and the GPU, whichever of
+// the two the cache booked first; a claim of several pods, or on a GPU
+// that fits, is not; and once the record goes, the claim fits and is no
+// longer listed.
+func TestOverCommittedClaims(t *testing.T) {
+	for _, claimFirst := range []bool{false, true} {
+		c, _ := newCache(t)
+		c.SetNode(gpuNode(t, "n1", 16384, 16384))
+		rec := recordedPod(t, "rec", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 12000, 0)}))
+		if !claimFirst {
+			c.SetPod(rec)
+		}
+		c.SetClaim(draClaim("over", "n1", 8192, []string{"gpu-0"}, "p"))
+		c.SetClaim(draClaim("fits", "n1", 8192, []string{"gpu-1"}, "q"))
+		c.SetClaim(draClaim("shared", "n1", 1024, []string{"gpu-0"}, "r", "s"))
+		if claimFirst {
+			c.SetPod(rec)
+		}
+		want := []cache.OverClaim{{Claim: "default/over", Node: "n1", Pod: "p", PodUID: "p", GPUs: []int{0}}}
+		if got := c.OverCommittedClaims(); !cmp.Equal(got, want) {
+			t.Errorf("claim booked first %v: %+v; want %+v", claimFirst, got, want)
+		}
+		c.RemovePod(rec.UID)
+		if got := c.OverCommittedClaims(); len(got) != 0 {
+			t.Errorf("claim booked first %v, the record gone: %+v; want none", claimFirst, got)
+		}
+	}
+}

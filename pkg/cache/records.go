@@ -132,9 +132,10 @@ func (c *Cache) unbook(uid types.UID, p *podEntry) {
 	if p.invalid {
 		return
 	}
-	if p.conflict {
+	if p.conflict || e.over != nil {
 		// Rebuild the node from its inventory: the conflict's GPUs may
-		// be usable again.
+		// be usable again (also when p was booked before the booking
+		// that conflicts with it).
 		c.rebuild(e)
 		return
 	}

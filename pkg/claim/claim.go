@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
@@ -220,4 +223,29 @@ func Placement(name string, gpus []GPU, node *alloc.Node) (*alloc.Placement, err
 	}
 	slices.SortFunc(pl.Booked, func(a, b alloc.Assignment) int { return a.GPU - b.GPU })
 	return pl, nil
+}
+
+// Of returns the ResourceClaims of pod that lister has: its own claims
+// and those generated for it from templates, once named in its status.
+func Of(pod *corev1.Pod, lister resourcelisters.ResourceClaimLister) []*resourceapi.ResourceClaim {
+	if lister == nil {
+		return nil
+	}
+	var out []*resourceapi.ResourceClaim
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		if rc, err := lister.ResourceClaims(pod.Namespace).Get(*name); err == nil {
+			out = append(out, rc)
+		}
+	}
+	return out
+}
+
+// PodAsks reports whether any of pod's ResourceClaims asks for
+// gpushare's devices (Asks), allocated or not, in whatever form.
+func PodAsks(pod *corev1.Pod, lister resourcelisters.ResourceClaimLister) bool {
+	return slices.ContainsFunc(Of(pod, lister), Asks)
 }

@@ -291,22 +291,26 @@ func (c *Cluster) startControllerManager(ctx context.Context, port int, extra []
 }
 
 func (c *Cluster) startKwok(port int, jobPodsRun bool) error {
-	stages := c.Tools.KwokStages()
-	if jobPodsRun {
-		b, err := os.ReadFile(stages)
-		if err != nil {
-			return err
+	b, err := os.ReadFile(c.Tools.KwokStages())
+	if err != nil {
+		return err
+	}
+	var kept []string
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		if jobPodsRun && strings.Contains(doc, "\n  name: pod-complete\n") {
+			continue
 		}
-		var kept []string
-		for doc := range strings.SplitSeq(string(b), "\n---\n") {
-			if !strings.Contains(doc, "\n  name: pod-complete\n") {
-				kept = append(kept, doc)
-			}
+		if strings.Contains(doc, "\n  name: pod-ready\n") {
+			// Pods labelled NotStartedLabel stay as a node that cannot
+			// start them leaves them.
+			doc = strings.Replace(doc, "\n    matchExpressions:\n", "\n    matchExpressions:\n"+
+				"    - key: '.metadata.labels[\""+NotStartedLabel+"\"]'\n      operator: 'DoesNotExist'\n", 1)
 		}
-		stages = c.path("kwok-stages.yaml")
-		if err := os.WriteFile(stages, []byte(strings.Join(kept, "\n---\n")), 0o600); err != nil {
-			return err
-		}
+		kept = append(kept, doc)
+	}
+	stages := c.path("kwok-stages.yaml")
+	if err := os.WriteFile(stages, []byte(strings.Join(kept, "\n---\n")), 0o600); err != nil {
+		return err
 	}
 	p, err := start(c.Dir, "kwok", c.Tools.Bin("kwok"),
 		"--kubeconfig="+c.Kubeconfig, "--config="+stages,

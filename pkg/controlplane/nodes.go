@@ -57,6 +57,11 @@ func (s NodeSpec) Inventory() *gpusharev1.GPUInventory {
 // pretends to run their pods. A real node (StartRealNode) lacks it.
 const KwokAnnotation = "kwok.x-k8s.io/node"
 
+// NotStartedLabel keeps kwok from starting a pod that carries it: the
+// pod stays Pending, no container started, as on a node that refuses to
+// prepare its claims.
+const NotStartedLabel = "test.gpushare.io/not-started"
+
 // Node returns the Node object: labelled gpushare=true and type=kwok,
 // carrying its inventory.
 func (s NodeSpec) Node() (*corev1.Node, error) {

@@ -141,6 +141,13 @@ const (
 	// GPUs booked for a group that waits; gpushare-scheduler books each
 	// pod in that cycle and undoes it with the cycle.
 	ReasonGangInExtender = "a PodGroup's GPU pods (spec.schedulingGroup) are placed by gpushare-scheduler, not by the extender: set schedulerName to gpushare-scheduler's"
+	// ReasonMixedRequest is for a pod that asks GPUs both through
+	// extended resources and through claims of gpushare's devices: DRA
+	// would allocate the claims from what the node's slices offer, which
+	// does not yet count the pod's own shares, and the two could land on
+	// one GPU past its memory.
+	ReasonMixedRequest = "the pod asks for GPUs both through extended resources and through ResourceClaims of gpushare's DeviceClasses, " +
+		"which cannot be booked together: ask through one or the other (docs/dra.md, \"Claims or extended resources?\")"
 )
 
 // OutsideReason is the reason for a node the cache refused with err, and

@@ -13,11 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/claim"
 	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
 	"github.com/gpushare/gpushare/pkg/workload"
@@ -31,7 +33,10 @@ type Server struct {
 	Cache  *gpucache.Cache
 	Client kubernetes.Interface
 	// Pods, if set, is read before the apiserver when binding.
-	Pods   corelisters.PodLister
+	Pods corelisters.PodLister
+	// Claims, if set, lists the ResourceClaims: filter refuses a pod that
+	// asks GPUs both through them and through extended resources.
+	Claims resourcelisters.ResourceClaimLister
 	Logger klog.Logger
 	// Seed breaks ties between equal nodes (alloc.TieBreak).
 	Seed uint64
@@ -284,6 +289,9 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	}
 	if err == nil && req != nil && c.pod.Spec.SchedulingGroup != nil {
 		err = errors.New(decision.ReasonGangInExtender)
+	}
+	if err == nil && req != nil && len(c.pod.Spec.ResourceClaims) > 0 && claim.PodAsks(c.pod, s.Claims) {
+		err = errors.New(decision.ReasonMixedRequest)
 	}
 	if err != nil {
 		for _, n := range c.names {

@@ -24,7 +24,7 @@ func (pl *GPUShare) chargeShort(pod *corev1.Pod, req *alloc.PodRequest) string {
 		return ""
 	}
 	var claims []alloc.ContainerRequest
-	for _, rc := range pl.podClaims(pod) {
+	for _, rc := range claim.Of(pod, pl.claims) {
 		crs, err := claim.Requests(rc)
 		if err != nil {
 			return fmt.Sprintf("gpushare: ResourceClaim %s cannot be charged to the namespace's GPU quota (%v), and the pod was charged %s when it was created: "+

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -27,7 +26,7 @@ func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*allo
 		return nil, nil
 	}
 	var containers []alloc.PodContainer
-	for _, rc := range pl.podClaims(pod) {
+	for _, rc := range claim.Of(pod, pl.claims) {
 		if rc.Status.Allocation != nil {
 			continue
 		}
@@ -52,32 +51,6 @@ func (pl *GPUShare) claimRequest(pod *corev1.Pod, base *alloc.PodRequest) (*allo
 	return req, nil
 }
 
-// asksClaimDevices reports whether any of pod's ResourceClaims asks for
-// gpushare's devices (claim.Asks), allocated or not, in whatever form
-// the policy can place or not (firstAvailable, allocationMode All).
-func (pl *GPUShare) asksClaimDevices(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pl.podClaims(pod), claim.Asks)
-}
-
-// podClaims returns the ResourceClaims of pod that exist, as the
-// informer has them.
-func (pl *GPUShare) podClaims(pod *corev1.Pod) []*resourceapi.ResourceClaim {
-	if pl.claims == nil {
-		return nil
-	}
-	var out []*resourceapi.ResourceClaim
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || name == nil {
-			continue
-		}
-		if rc, err := pl.claims.ResourceClaims(pod.Namespace).Get(*name); err == nil {
-			out = append(out, rc)
-		}
-	}
-	return out
-}
-
 // allocated returns where DynamicResources' Reserve, which runs before
 // GPUShare's, allocated pod's claims of gpushare's devices in this cycle
 // (its pending allocations), as a placement on node with base's CPU and
@@ -92,7 +65,7 @@ func (pl *GPUShare) allocated(pod *corev1.Pod, node string, base *alloc.Placemen
 	}
 	tracker := pl.handle.SharedDRAManager().ResourceClaims()
 	sum := map[int]claim.GPU{}
-	for _, rc := range pl.podClaims(pod) {
+	for _, rc := range claim.Of(pod, pl.claims) {
 		if rc.Status.Allocation != nil {
 			continue
 		}
@@ -132,11 +105,6 @@ func (pl *GPUShare) allocated(pod *corev1.Pod, node string, base *alloc.Placemen
 	p.CPUMilli, p.MemoryMiB = base.CPUMilli, base.MemoryMiB
 	return p, nil
 }
-
-// mixedRequest is why a pod that asks GPUs both through extended
-// resources and through claims of gpushare's devices is not placed.
-const mixedRequest = "the pod asks for GPUs both through extended resources and through ResourceClaims of gpushare's DeviceClasses, " +
-	"which cannot be booked together: ask through one or the other (docs/dra.md, \"Claims or extended resources?\")"
 
 // claimReleased requeues a pod when a ResourceClaim that held gpushare's
 // devices is deallocated or deleted: its share is free.

@@ -28,6 +28,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/binding"
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/claim"
 	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/defrag"
 	"github.com/gpushare/gpushare/pkg/record"
@@ -256,9 +257,9 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		// node's slices offer, which does not yet count this pod's own
 		// shares: the two could land on one GPU past its memory, and
 		// the node would refuse the claims with the pod bound.
-		if pl.asksClaimDevices(pod) {
+		if claim.PodAsks(pod, pl.claims) {
 			pl.metrics.observe(resultInvalid, start)
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, mixedRequest)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, decision.ReasonMixedRequest)
 		}
 	}
 	if why := pl.chargeShort(pod, req); why != "" {

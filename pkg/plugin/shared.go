@@ -16,6 +16,7 @@ import (
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/defrag"
 	"github.com/gpushare/gpushare/pkg/record"
+	"github.com/gpushare/gpushare/pkg/refused"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
 
@@ -28,7 +29,7 @@ import (
 // profile's pods.
 //
 // Build one with NewShared in the scheduler's main, hand it to New, and
-// run its Movers.
+// run its Movers and its Releaser.
 type Shared struct {
 	register func(...prometheus.Collector)
 
@@ -43,6 +44,9 @@ type Shared struct {
 	// Movers follows the defragmentation plans of the profiles that
 	// move pods: the scheduler's main runs it (defrag.Loop.Run).
 	Movers defrag.Loop
+	// Releaser deletes the pods bound with a claim their node refuses to
+	// prepare: the scheduler's main runs it (refused.Releaser.Run).
+	Releaser refused.Releaser
 }
 
 // NewShared returns the state the plugins of one scheduler share; the
@@ -120,6 +124,8 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 			return
 		}
 		s.synced = func() bool { return synced() && claimsSynced() }
+		s.Releaser.Start(refused.Config{Claims: s.cache.OverCommittedClaims, Pods: h.SharedInformerFactory().Core().V1().Pods().Lister(),
+			Client: h.ClientSet(), Recorder: h.EventRecorder(), Logger: logger})
 		go gpucache.WatchLeases(ctx, s.cache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
 		s.metrics = newMetrics()
 		if s.register != nil {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -14,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/dra"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/refused"
 )
 
 // TestDRAClaimBookedWhereAllocated: DRA's allocator picks a GPU from the
@@ -117,4 +122,155 @@ func assertClaimsFit(t *testing.T, client kubernetes.Interface, node string, mib
 			t.Errorf("node %s device %s: records and claims book %d MiB of %d", node, dev, got, mib)
 		}
 	}
+}
+
+// TestExtenderReleasesRefusedClaim: in extender mode, stock
+// kube-scheduler's DRA allocator picks a GPU from the node's
+// ResourceSlice, which may not yet count a pod the extender bound a
+// moment ago. Here the slice offers only the GPU an extended-resource pod
+// just took 12000 MiB of, and a ReplicaSet's 8192 MiB claim is allocated
+// there: the node refuses to prepare it (kwok leaves the pod unstarted,
+// as the node would). The extender books the claim beside the record,
+// finds the GPU over-committed, and once the pod has waited its grace
+// deletes it with an event: the claim goes with it, and the pod the
+// ReplicaSet creates again is allocated the other GPU, once the slice
+// counts the first pod. Before, the pod stayed bound and the GPU booked
+// past its memory until someone deleted it. The extender also books
+// claims against extended-resource pods (a pod that would fit beside the
+// claim's GPU by records alone waits), and refuses a pod that asks both
+// ways with the reason.
+func TestExtenderReleasesRefusedClaim(t *testing.T) {
+	ctx := context.Background()
+	c := startCluster(t)
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startSecureExtender(t, c, "--claim-release-grace=3s")
+	e.startScheduler(t, c)
+	spec := controlplane.NodeSpec{Name: "two", Model: "Tesla T4", MemoryMiB: 15360, Count: 2}
+	createNodes(t, client, spec)
+	applyDeviceClasses(t, client)
+	var gpus []gpu.Device
+	for _, g := range spec.Inventory().GPUs {
+		gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+			UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
+	}
+
+	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("ext", 12000, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	x := record(t, boundPod(t, client, "default", "ext")).Containers[0].GPUs[0].Index
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: spec.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: spec.Name, ResourceSliceCount: 1}, NodeName: ptr.To(spec.Name),
+		Devices: dra.Devices([]gpu.Device{gpus[x]}, dra.Options{}),
+	}}
+	slice, err = client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The ReplicaSet's pods ask 8192 MiB through a claim template.
+	template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "share", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: draShareClass,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
+					dra.Memory: *k8sresource.NewQuantity(8192<<20, k8sresource.BinarySI)}}}}}}}}}
+	if _, err := client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, template, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "claimer", controlplane.NotStartedLabel: "true"}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "claimer", Namespace: "default"}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "claimer"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("share")}},
+			Containers: []corev1.Container{{Name: "main", Image: "example.com/cuda", Resources: corev1.ResourceRequirements{
+				Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+		}},
+	}}
+	if _, err := client.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := boundPods(t, client, "default", "app=claimer", 1)[0]
+	if got := claimDevice(t, client, &first); got != dra.DeviceName(x) {
+		t.Fatalf("the claim was allocated %s; the test needs the stale slice's %s", got, dra.DeviceName(x))
+	}
+
+	// gpushare-dra would now publish the slice that counts the pod.
+	slice.Spec.Devices = dra.DevicesBeside(gpus, dra.Options{}, map[string]dra.Share{gpus[x].UUID: {MemoryMiB: 12000}})
+	if _, err := client.ResourceV1().ResourceSlices().Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventNote(t, client, "default", first.Name, refused.Reason, "the node refuses to prepare the claim")
+	var again *corev1.Pod
+	err = waitFor(60*time.Second, func() (bool, error) {
+		list, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=claimer"})
+		if err != nil {
+			return false, err
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.UID != first.UID && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				again = p
+				return claimDevice(t, client, p) != "", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the ReplicaSet's pod was not created again with its claim allocated: %v", err)
+	}
+	if got := claimDevice(t, client, again); got == dra.DeviceName(x) {
+		t.Errorf("the pod created again was allocated %s again; want the other GPU", got)
+	}
+	assertClaimsFit(t, client, spec.Name, 15360)
+
+	// 8000 MiB fits neither GPU: 3360 left beside ext, 7168 beside the
+	// claim. By records alone it would go beside the claim.
+	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("beside", 8000, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedSchedulingMessage(t, client, "default", "beside", "")
+	small := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
+		Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: draShareClass,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
+				dra.Memory: *k8sresource.NewQuantity(1024<<20, k8sresource.BinarySI)}}}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims("default").Create(ctx, small, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mixed := gpuPod("mixed", 1000, 0)
+	mixed.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("small")}}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, mixed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedSchedulingMessage(t, client, "default", "mixed", "both through extended resources and through ResourceClaims")
+
+	// The pod created again is not deleted: its claim fits.
+	time.Sleep(5 * time.Second)
+	if p, err := client.CoreV1().Pods("default").Get(ctx, again.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the pod whose claim fits was deleted (%v)", err)
+	}
+	if p, err := client.CoreV1().Pods("default").Get(ctx, "beside", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("beside: %v, bound to %q; want it waiting", err, p.Spec.NodeName)
+	}
+	assertClaimsFit(t, client, spec.Name, 15360)
+}
+
+// claimDevice returns the device pod's one claim was allocated, "" while
+// it has none.
+func claimDevice(t *testing.T, client kubernetes.Interface, pod *corev1.Pod) string {
+	t.Helper()
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName == nil {
+			continue
+		}
+		rc, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(context.Background(), *s.ResourceClaimName, metav1.GetOptions{})
+		if err != nil || rc.Status.Allocation == nil {
+			return ""
+		}
+		for _, r := range rc.Status.Allocation.Devices.Results {
+			return r.Device
+		}
+	}
+	return ""
 }

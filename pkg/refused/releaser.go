@@ -1,0 +1,236 @@
+// Package refused frees the GPUs that a ResourceClaim the node will not
+// prepare holds.
+//
+// DRA's allocator picks a GPU from the node's ResourceSlice, which can
+// lag what the pods bound a moment ago book (gpushare-dra republishes it
+// once their records are written), and with stock kube-scheduler nothing
+// else checks the pick. A claim allocated past what its GPU has left is
+// refused by the node's Prepare, and kubelet retries for as long as the
+// pod lives: the claim stays allocated, its pod never starts, and the
+// GPU is booked past its memory until someone deletes the pod.
+//
+// A Releaser deletes such a pod once it has waited Grace without a
+// container started, with a Warning event that says why: its claim is
+// then released (deallocated, or deleted with the pod when a template
+// made it), and a pod a controller owns is created again and placed
+// where its claim fits. A pod that has started is never touched: its
+// claim was prepared, and the booking it conflicts with is the one the
+// node refuses.
+package refused
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+)
+
+// Reason is the reason of the Warning event on a pod deleted to release
+// its claim.
+const Reason = "GPUClaimReleased"
+
+// DefaultGrace is how long a pod bound with an over-committing claim may
+// wait without a container started before it is deleted: the kubelet
+// prepares claims within seconds of the binding, so a pod still waiting
+// then is refused, not slow.
+const DefaultGrace = 30 * time.Second
+
+// Config is what a Releaser reads and acts through.
+type Config struct {
+	// Claims returns the claims that book an over-committed GPU
+	// (gpucache.Cache.OverCommittedClaims).
+	Claims func() []gpucache.OverClaim
+	Pods   corelisters.PodLister
+	Client kubernetes.Interface
+	// Recorder records the event on the pod; nil for none.
+	Recorder events.EventRecorder
+	Logger   klog.Logger
+	// Grace is DefaultGrace if zero.
+	Grace time.Duration
+	// Now is time.Now if nil.
+	Now func() time.Time
+}
+
+// Releaser deletes the pods whose claims their node refuses (see the
+// package's doc). Its zero value does nothing until Start.
+type Releaser struct {
+	mu  sync.Mutex
+	cfg *Config
+	// seen is when each pod was first found waiting with an
+	// over-committing claim; settling, per node, until when a deletion
+	// there is left to show in the cache before the next.
+	seen     map[types.UID]time.Time
+	settling map[string]time.Time
+}
+
+// Start makes r act through cfg; until then Release does nothing. Only
+// the first call counts: the scheduler's profiles share one cache.
+func (r *Releaser) Start(cfg Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cfg != nil {
+		return
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r.cfg = &cfg
+	r.seen = map[types.UID]time.Time{}
+	r.settling = map[string]time.Time{}
+}
+
+// Run calls Release every tick until ctx ends.
+func (r *Releaser) Run(ctx context.Context, every time.Duration) {
+	wait.UntilWithContext(ctx, r.Release, every)
+}
+
+// candidate is a pod that waits with a claim its node refuses.
+type candidate struct {
+	claim gpucache.OverClaim
+	pod   *corev1.Pod
+	since time.Time
+}
+
+// Release deletes, on each node, the pod whose claim over-commits a GPU
+// there and that waited Grace unstarted: the one bound last, one per
+// node per pass, so that the cache shows the room a deletion frees
+// before anything else there is judged.
+func (r *Releaser) Release(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cfg == nil {
+		return
+	}
+	cfg := r.cfg
+	now := cfg.Now()
+	byNode := map[string][]candidate{}
+	waiting := map[types.UID]bool{}
+	for _, oc := range cfg.Claims() {
+		ns, _, _ := strings.Cut(oc.Claim, "/")
+		pod, err := cfg.Pods.Pods(ns).Get(oc.Pod)
+		if err != nil || pod.UID != oc.PodUID || !Waiting(pod, oc.Node) {
+			continue
+		}
+		waiting[pod.UID] = true
+		since, ok := r.seen[pod.UID]
+		if !ok {
+			since = now
+			r.seen[pod.UID] = now
+		}
+		byNode[oc.Node] = append(byNode[oc.Node], candidate{claim: oc, pod: pod, since: since})
+	}
+	for uid := range r.seen {
+		if !waiting[uid] {
+			delete(r.seen, uid)
+		}
+	}
+	for node, until := range r.settling {
+		if !now.Before(until) {
+			delete(r.settling, node)
+		}
+	}
+	for node, cs := range byNode {
+		if _, ok := r.settling[node]; ok {
+			continue
+		}
+		cs = slices.DeleteFunc(cs, func(c candidate) bool { return now.Sub(c.since) < cfg.Grace })
+		if len(cs) == 0 {
+			continue
+		}
+		last := slices.MaxFunc(cs, func(a, b candidate) int {
+			if c := boundAt(a.pod).Compare(boundAt(b.pod)); c != 0 {
+				return c
+			}
+			return strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
+		})
+		if r.release(ctx, cfg, last, now) {
+			r.settling[node] = now.Add(cfg.Grace)
+		}
+	}
+}
+
+// release deletes c's pod, and reports whether it did.
+func (r *Releaser) release(ctx context.Context, cfg *Config, c candidate, now time.Time) bool {
+	logger := klog.LoggerWithValues(cfg.Logger, "pod", klog.KObj(c.pod), "claim", c.claim.Claim, "node", c.claim.Node)
+	why := fmt.Sprintf("ResourceClaim %s books GPU %s of node %s past what it has beside the pods and claims booked there, "+
+		"and the pod has not started in %s: "+
+		"the node refuses to prepare the claim. Deleted so that the claim is released%s",
+		c.claim.Claim, joinInts(c.claim.GPUs), c.claim.Node, now.Sub(c.since).Round(time.Second), recreated(c.pod))
+	uid := c.pod.UID
+	err := cfg.Client.CoreV1().Pods(c.pod.Namespace).Delete(ctx, c.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "Deleting a pod whose claim the node refuses failed; trying again later")
+		return false
+	}
+	delete(r.seen, uid)
+	if err != nil {
+		return false
+	}
+	logger.Info("Deleted a pod whose claim its node refuses", "gpus", c.claim.GPUs)
+	if cfg.Recorder != nil {
+		cfg.Recorder.Eventf(c.pod, nil, corev1.EventTypeWarning, Reason, "Delete", "%s", why)
+	}
+	return true
+}
+
+// recreated says what follows the deletion of pod.
+func recreated(pod *corev1.Pod) string {
+	if o := metav1.GetControllerOf(pod); o != nil {
+		return fmt.Sprintf("; its %s %s creates it again, placed where its claim fits", o.Kind, o.Name)
+	}
+	return "; no controller owns the pod: create it again to have it placed where its claim fits"
+}
+
+// Waiting reports whether pod is bound to node, not ended nor being
+// deleted, and none of its containers has started: what a pod whose
+// claims its node refuses to prepare looks like.
+func Waiting(pod *corev1.Pod, node string) bool {
+	if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return false
+	}
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range list {
+			if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil ||
+				s.Started != nil && *s.Started {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// boundAt is when pod was bound: its PodScheduled condition's time, else
+// its creation.
+func boundAt(pod *corev1.Pod) time.Time {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return pod.CreationTimestamp.Time
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,174 @@
+package refused
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
+)
+
+type fixture struct {
+	r        *Releaser
+	client   *fake.Clientset
+	recorder *events.FakeRecorder
+	now      time.Time
+	claims   []gpucache.OverClaim
+}
+
+func newFixture(t *testing.T, pods ...*corev1.Pod) *fixture {
+	t.Helper()
+	f := &fixture{r: &Releaser{}, recorder: events.NewFakeRecorder(10), now: time.Unix(1000, 0)}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range pods {
+		if err := indexer.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.client = fake.NewClientset()
+	for _, p := range pods {
+		if _, err := f.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.r.Start(Config{Claims: func() []gpucache.OverClaim { return f.claims }, Pods: corelisters.NewPodLister(indexer),
+		Client: f.client, Recorder: f.recorder, Logger: klog.Background(), Grace: 10 * time.Second,
+		Now: func() time.Time { return f.now }})
+	return f
+}
+
+func pod(name string, bound time.Time) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid")},
+		Spec: corev1.PodSpec{NodeName: "n"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(bound)}}}}
+}
+
+func over(p *corev1.Pod) gpucache.OverClaim {
+	return gpucache.OverClaim{Claim: "ns/" + p.Name + "-gpu", Node: "n", Pod: p.Name, PodUID: p.UID, GPUs: []int{0}}
+}
+
+func (f *fixture) pods(t *testing.T) []string {
+	t.Helper()
+	list, err := f.client.CoreV1().Pods("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// TestReleaseAfterGrace: a pod waiting unstarted with an over-committing
+// claim is deleted once it has waited the grace, with an event that
+// names its claim, GPU and node and says what follows.
+func TestReleaseAfterGrace(t *testing.T) {
+	p := pod("a", time.Unix(900, 0))
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", Controller: ptr.To(true)}}
+	f := newFixture(t, p)
+	f.claims = []gpucache.OverClaim{over(p)}
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("deleted before the grace: pods %v", got)
+	}
+	f.now = f.now.Add(10 * time.Second)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 0 {
+		t.Fatalf("pods %v after the grace; want a deleted", got)
+	}
+	select {
+	case e := <-f.recorder.Events:
+		for _, want := range []string{"Warning " + Reason, "ResourceClaim ns/a-gpu books GPU 0 of node n", "refuses to prepare",
+			"its ReplicaSet rs creates it again"} {
+			if !strings.Contains(e, want) {
+				t.Errorf("event %q; want %q in it", e, want)
+			}
+		}
+	default:
+		t.Error("no event")
+	}
+}
+
+// TestReleaseSparesStarted: a pod with a started container, a pod being
+// deleted, one whose UID is not the claim's, and one bound elsewhere are
+// never deleted; a pod that stops waiting starts its grace over.
+func TestReleaseSparesStarted(t *testing.T) {
+	started := pod("started", time.Unix(900, 0))
+	started.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	init := pod("init", time.Unix(900, 0))
+	init.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "i", Started: ptr.To(true)}}
+	running := pod("running", time.Unix(900, 0))
+	running.Status.Phase = corev1.PodRunning
+	elsewhere := pod("elsewhere", time.Unix(900, 0))
+	elsewhere.Spec.NodeName = "m"
+	other := pod("other", time.Unix(900, 0))
+	f := newFixture(t, started, init, running, elsewhere, other)
+	o := over(other)
+	o.PodUID = "a-new-pod"
+	f.claims = []gpucache.OverClaim{over(started), over(init), over(running), over(elsewhere), o}
+	for range 3 {
+		f.r.Release(context.Background())
+		f.now = f.now.Add(time.Minute)
+	}
+	if got := f.pods(t); len(got) != 5 {
+		t.Errorf("pods %v; want all five kept", got)
+	}
+}
+
+// TestReleaseOnePerNode: of two pods waiting on one node, the one bound
+// last goes first, and the other is judged again only after the cache
+// has had the grace to show the room the first freed.
+func TestReleaseOnePerNode(t *testing.T) {
+	early, late := pod("early", time.Unix(900, 0)), pod("late", time.Unix(950, 0))
+	f := newFixture(t, early, late)
+	f.claims = []gpucache.OverClaim{over(early), over(late)}
+	f.r.Release(context.Background())
+	f.now = f.now.Add(10 * time.Second)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 || got[0] != "early" {
+		t.Fatalf("pods %v; want early alone", got)
+	}
+	f.claims = []gpucache.OverClaim{over(early)}
+	f.now = f.now.Add(5 * time.Second)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("pods %v: deleted while the node settles", got)
+	}
+	f.now = f.now.Add(5 * time.Second)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 0 {
+		t.Fatalf("pods %v; want early deleted once the node settled", got)
+	}
+}
+
+// TestReleaseNothingBeforeStart: a Releaser not started does nothing,
+// and Start takes its first Config alone.
+func TestReleaseNothingBeforeStart(t *testing.T) {
+	var r Releaser
+	r.Release(context.Background())
+	p := pod("a", time.Unix(900, 0))
+	f := newFixture(t, p)
+	f.claims = []gpucache.OverClaim{over(p)}
+	f.r.Start(Config{Claims: func() []gpucache.OverClaim { return nil }})
+	f.now = f.now.Add(time.Hour)
+	f.r.Release(context.Background())
+	f.r.Release(context.Background())
+	f.now = f.now.Add(time.Hour)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 0 {
+		t.Errorf("pods %v; the second Start replaced the first Config", got)
+	}
+}
