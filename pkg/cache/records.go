@@ -57,13 +57,14 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 	if err != nil {
 		p.conflict = true
 		c.logger.Error(err, "Pod's GPU booking does not fit its node; holding its GPUs", "pod", p.key, "node", e.state.Node.Name)
-		if p.foreign {
-			// gpushare placed nothing here: say so on the pod.
-			c.report(p.pod, p.key, p.record, fmt.Errorf("%w over-commits its GPU; holding it full: %w", record.Foreign(p.pod), err))
-		} else if p.record != "" && !p.overNoted && p.pod != nil && c.opts.Refused != nil {
-			// A record of gpushare's that no scheduler could have
-			// written beside the others: name the pod.
+		if p.record != "" && !p.overNoted && p.pod != nil && c.opts.Refused != nil {
+			// A record that no scheduler could have written beside the
+			// others (gpushare placed nothing for another system's):
+			// name the pod, once. It is held, not refused.
 			p.overNoted = true
+			if p.foreign {
+				err = fmt.Errorf("%w over-commits its GPU: %w", record.Foreign(p.pod), err)
+			}
 			c.opts.Refused(p.pod, fmt.Errorf("%w: %w", record.ErrOverCommitted, err))
 		}
 		// A new Node, not a change in place: the core's memo relies on it.

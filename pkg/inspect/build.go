@@ -86,7 +86,12 @@ func Build(in Input) *Cluster {
 		}
 		hold(&out.Nodes[i], key, placement, asksMPS(in.Requests, p))
 		if err, ok := warned[p.UID]; ok {
-			out.Unconforming = append(out.Unconforming, Refused{Pod: key, Node: placement.Node, Error: err.Error()})
+			r := Refused{Pod: key, Node: placement.Node, Error: err.Error()}
+			if errors.Is(err, record.ErrOverCommitted) {
+				out.OverCommitted = append(out.OverCommitted, r)
+			} else {
+				out.Unconforming = append(out.Unconforming, r)
+			}
 		}
 	}
 	for _, rc := range claimed {
@@ -171,7 +176,7 @@ func load(in Input) *loaded {
 		Requests:           in.Requests,
 		RequestAnnotations: func(*corev1.Pod) []string { return in.RequestAnnotations },
 		Refused: func(pod *corev1.Pod, err error) {
-			if errors.Is(err, record.ErrUnconforming) || errors.Is(err, record.ErrRequestEdited) {
+			if errors.Is(err, record.ErrUnconforming) || errors.Is(err, record.ErrRequestEdited) || errors.Is(err, record.ErrOverCommitted) {
 				warned[pod.UID] = err
 				return
 			}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -323,6 +324,44 @@ func TestAliyunPlaced(t *testing.T) {
 	c = Build(Input{Nodes: nodes, Pods: []corev1.Pod{p}, Now: now})
 	if len(c.Refused) != 1 || c.Refused[0].Pod != "default/old" {
 		t.Errorf("without a resource model: refused %+v; want default/old listed", c.Refused)
+	}
+}
+
+// TestAliyunOverCommitted: two pods the Aliyun system placed on one GPU
+// past its memory are both shown holding it, and the one booked second
+// is listed as a record that over-commits its GPU, held full, not as one
+// gpushare books nothing for; the pod view says the same.
+func TestAliyunOverCommitted(t *testing.T) {
+	t4 := gpusharev1.GPU{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}
+	inv := inventory("t4", gpusharev1.ModeShared, t4, t4)
+	nodes := []corev1.Node{node(t, "t4", "10.0.0.9", inv, "")}
+	aliyun := func(name string, gib string, at int64) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(name),
+			CreationTimestamp: metav1.Unix(at, 0),
+			Annotations:       map[string]string{"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": gib}},
+			Spec: corev1.PodSpec{NodeName: "t4", Containers: []corev1.Container{{Name: "main",
+				Resources: limits("aliyun.com/gpu-mem", gib)}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	pods := []corev1.Pod{aliyun("first", "10", 1), aliyun("second", "8", 2)}
+	m := model(t)
+	c := Build(Input{Nodes: nodes, Pods: pods, Now: now, Requests: m.PodRequest, SetLargestGPU: m.SetLargestGPU})
+	if len(c.Refused) != 0 {
+		t.Errorf("refused %+v; want none: both records are held", c.Refused)
+	}
+	if len(c.OverCommitted) != 1 || c.OverCommitted[0].Pod != "default/second" ||
+		!strings.Contains(c.OverCommitted[0].Error, "over-commits its GPU") || !strings.Contains(c.OverCommitted[0].Error, "holds them full") {
+		t.Errorf("over-committed %+v; want default/second, held full", c.OverCommitted)
+	}
+	if got := c.Nodes[0].GPUs[0].BookedMemoryMiB; got != 18*1024 {
+		t.Errorf("GPU 0 books %d MiB; want both pods' 18432", got)
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, c, TableOptions{Unit: MiB}); err != nil {
+		t.Fatal(err)
+	}
+	if out := table.String(); strings.Contains(out, "books nothing") || !strings.Contains(out, "Records that over-commit their GPUs") {
+		t.Errorf("table:\n%s\nwant the pod under the over-commit heading alone", out)
 	}
 }
 

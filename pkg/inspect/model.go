@@ -19,6 +19,11 @@ type Cluster struct {
 	// binding, read otherwise under the resource model now, or written
 	// by hand): they hold their GPUs while the pods run.
 	Unconforming []Refused `json:"unconforming,omitempty"`
+	// OverCommitted lists the allocation records that do not fit their
+	// GPUs beside the others (the node's GPUs changed under the pods, or
+	// a record was written by hand or by another system): the cache holds
+	// those GPUs full until a pod goes.
+	OverCommitted []Refused `json:"overCommitted,omitempty"`
 	// AllocatedMiB and TotalMiB sum the GPU memory of every node.
 	AllocatedMiB int64 `json:"allocatedMiB"`
 	TotalMiB     int64 `json:"totalMiB"`
@@ -89,7 +94,8 @@ type Holder struct {
 }
 
 // Refused is an allocation record gpushare books nothing for, or (in
-// Cluster.Unconforming) one it books though it is not what its pod asks.
+// Cluster.Unconforming) one it books though it is not what its pod asks,
+// or (in Cluster.OverCommitted) one that over-commits its GPUs.
 type Refused struct {
 	Pod   string `json:"pod"`
 	Node  string `json:"node,omitempty"`

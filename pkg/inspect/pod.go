@@ -51,6 +51,9 @@ type PodView struct {
 	// Unconforming says why the pod's record, which gpushare books, is
 	// not what the pod asks.
 	Unconforming string `json:"unconforming,omitempty"`
+	// OverCommitted says why the pod's record, which gpushare holds,
+	// does not fit its GPUs beside the others.
+	OverCommitted string `json:"overCommitted,omitempty"`
 	// Reason is the scheduler's word while the pod waits: its
 	// PodScheduled condition and latest FailedScheduling event.
 	Reason  string    `json:"reason,omitempty"`
@@ -110,6 +113,11 @@ func BuildPod(c *Cluster, in PodInput) *PodView {
 	for _, r := range c.Unconforming {
 		if r.Pod == key {
 			v.Unconforming = r.Error
+		}
+	}
+	for _, r := range c.OverCommitted {
+		if r.Pod == key {
+			v.OverCommitted = r.Error
 		}
 	}
 	for _, n := range c.Nodes {
@@ -262,6 +270,9 @@ func WritePod(out io.Writer, v *PodView, u Unit) error {
 	}
 	if v.Unconforming != "" {
 		fmt.Fprintf(out, "Record:     not what the pod asks; %s\n", v.Unconforming)
+	}
+	if v.OverCommitted != "" {
+		fmt.Fprintf(out, "Record:     over-commits its GPUs, held full; %s\n", v.OverCommitted)
 	}
 	if v.Node != "" && v.Refused == "" && len(v.Landed) == 0 && v.asksGPUs {
 		fmt.Fprintf(out, "Record:     none: the pod holds no GPU. It was bound to %s without gpushare (spec.nodeName set directly, or another scheduler), "+

@@ -95,6 +95,12 @@ func writeFooter(out io.Writer, c *Cluster, u Unit) error {
 			fmt.Fprintf(out, "  %s (node %s): %s\n", r.Pod, orDash(r.Node), r.Error)
 		}
 	}
+	if len(c.OverCommitted) > 0 {
+		fmt.Fprintln(out, "\nRecords that over-commit their GPUs (gpushare holds those GPUs full until a pod goes):")
+		for _, r := range c.OverCommitted {
+			fmt.Fprintf(out, "  %s (node %s): %s\n", r.Pod, orDash(r.Node), r.Error)
+		}
+	}
 	return nil
 }
 
