@@ -180,7 +180,16 @@ func (s *NodeState) Idle(i int) bool {
 
 // Apply books a placement on the node. It fails, changing nothing, if the
 // placement is for another node or would exceed any capacity.
-func (s *NodeState) Apply(p *Placement) error {
+func (s *NodeState) Apply(p *Placement) error { return s.apply(p, true) }
+
+// Book is Apply for what is already bound (a pod's allocation record, an
+// allocated ResourceClaim): only its GPUs can conflict. The node's CPU
+// and memory are booked past their capacity if need be: pods bound there
+// by spec.nodeName count toward them until the kubelet refuses them, and
+// that is no reason to hold the GPUs the records name.
+func (s *NodeState) Book(p *Placement) error { return s.apply(p, false) }
+
+func (s *NodeState) apply(p *Placement, cpu bool) error {
 	if err := s.checkPlacement(p); err != nil {
 		return err
 	}
@@ -192,7 +201,7 @@ func (s *NodeState) Apply(p *Placement) error {
 				ErrOvercommit, b.GPU, s.Node.Name, u.MemoryMiB, g.MemoryMiB, u.Compute, g.ComputeCapacity())
 		}
 	}
-	if s.CPUMilli+p.CPUMilli > s.Node.CPUMilli || s.MemoryMiB+p.MemoryMiB > s.Node.MemoryMiB {
+	if cpu && (s.CPUMilli+p.CPUMilli > s.Node.CPUMilli || s.MemoryMiB+p.MemoryMiB > s.Node.MemoryMiB) {
 		return fmt.Errorf("%w: node %q CPU or memory", ErrOvercommit, s.Node.Name)
 	}
 	for _, b := range p.Booked {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/claim"
+	"github.com/gpushare/gpushare/pkg/resource"
 )
 
 // draClaim is claim uid allocated devices of node's pool, each
@@ -176,4 +178,37 @@ func TestOverCommittedClaims(t *testing.T) {
 			t.Errorf("claim booked first %v, the record gone: %+v; want none", claimFirst, got)
 		}
 	}
+}
+
+// TestCPUHogOverCommitsNoGPU: a pod bound directly with a CPU request past
+// the node's allocatable (the kubelet refuses it a moment later) does not
+// make a claim booked meanwhile conflict: only GPUs conflict, and no GPU
+// is held full or listed as over-committed, during or after.
+func TestCPUHogOverCommitsNoGPU(t *testing.T) {
+	r := &logRecorder{}
+	c := cache.New(r.logger(), cache.Options{Resources: resource.PodCPUMemory})
+	n := gpuNode(t, "n1", 16384, 16384)
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("2"), corev1.ResourceMemory: k8sresource.MustParse("16Gi")}
+	c.SetNode(n)
+	c.SetClaim(draClaim("victim", "n1", 1024, []string{"gpu-0"}, "vpod"))
+	hog := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "evil", Name: "hog", UID: "hog"},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("50")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	c.SetPod(hog)
+	c.SetClaim(draClaim("mine", "n1", 256, []string{"gpu-0"}, "xpod"))
+	check := func(when string) {
+		t.Helper()
+		if got := c.OverCommittedClaims(); len(got) != 0 {
+			t.Errorf("%s: claims listed over-committed on a GPU holding 1280 of 16384 MiB: %+v", when, got)
+		}
+		if s := c.Snapshot()[0]; !s.Node.GPUs[0].Healthy {
+			t.Errorf("%s: GPU 0 held full", when)
+		}
+	}
+	check("with the hog bound")
+	hog = hog.DeepCopy()
+	hog.Status.Phase = corev1.PodFailed
+	c.SetPod(hog)
+	check("after the kubelet refused the hog")
 }

@@ -50,7 +50,9 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 			delete(c.refused, p.pod.UID)
 		}
 	}
-	err := e.state.Apply(p.placement)
+	// What is bound is booked whatever the node's CPU and memory: only
+	// its GPUs can conflict.
+	err := e.state.Book(p.placement)
 	if err == nil && p.foreign && p.pod != nil {
 		delete(c.refused, p.pod.UID)
 	}

@@ -103,6 +103,12 @@ func Build(in Input) *Cluster {
 			holdClaim(&out.Nodes[i], rc, placement)
 		}
 	}
+	for _, oc := range c.OverCommittedClaims() {
+		out.OverCommitted = append(out.OverCommitted, Refused{Pod: "ResourceClaim " + oc.Claim + " (pod " + oc.Pod + ")", Node: oc.Node,
+			Error: fmt.Sprintf("books GPU %s past what it has beside the pods and claims booked there: the node refuses to prepare it "+
+				"if it came after them, and gpushare deletes its pod once the kubelet says so (docs/dra.md)", joinInts(oc.GPUs))})
+	}
+	sort.Slice(out.OverCommitted, func(i, j int) bool { return out.OverCommitted[i].Pod < out.OverCommitted[j].Pod })
 	for i := range out.Nodes {
 		finish(&out.Nodes[i])
 		out.AllocatedMiB += out.Nodes[i].AllocatedMiB

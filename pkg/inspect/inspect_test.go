@@ -393,6 +393,31 @@ func TestClaimHolders(t *testing.T) {
 	}
 }
 
+// TestClaimOverCommitted: a claim allocated past what its GPU has left
+// beside another is listed under the over-commit heading with its pod,
+// as the scheduler sees it before deleting the pod.
+func TestClaimOverCommitted(t *testing.T) {
+	t4 := gpusharev1.GPU{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true}
+	nodes := []corev1.Node{node(t, "t4", "10.0.0.9", inventory("t4", gpusharev1.ModeShared, t4, t4), "")}
+	claim := func(name, uid, gib string) resourceapi.ResourceClaim {
+		rc := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID(uid)}}
+		rc.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: "gpu.gpushare.io", Pool: "t4", Device: "gpu-0",
+			ConsumedCapacity: map[resourceapi.QualifiedName]k8sresource.Quantity{"memory": k8sresource.MustParse(gib)},
+		}}}}
+		rc.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: types.UID(uid + "-pod")}}
+		return rc
+	}
+	c := Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi"), claim("b", "c2", "8Gi")}, Now: now})
+	if len(c.OverCommitted) != 2 || !strings.Contains(c.OverCommitted[0].Pod, "ResourceClaim ml/a (pod a)") ||
+		!strings.Contains(c.OverCommitted[1].Error, "books GPU 0 past what it has") {
+		t.Errorf("over-committed %+v; want both claims of GPU 0", c.OverCommitted)
+	}
+	if c = Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now}); len(c.OverCommitted) != 0 {
+		t.Errorf("over-committed %+v with one claim that fits", c.OverCommitted)
+	}
+}
+
 // TestEnforcedHolders: each holder says what holds it to its share on
 // its node: an MPS client MPS whatever the node says, a shared container
 // the node's enforcement, a whole GPU nothing.

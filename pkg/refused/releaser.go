@@ -10,12 +10,13 @@
 // GPU is booked past its memory until someone deletes the pod.
 //
 // A Releaser deletes such a pod once it has waited Grace without a
-// container started, with a Warning event that says why: its claim is
-// then released (deallocated, or deleted with the pod when a template
-// made it), and a pod a controller owns is created again and placed
-// where its claim fits. A pod that has started is never touched: its
-// claim was prepared, and the booking it conflicts with is the one the
-// node refuses.
+// container started and the node has said it refused the claim (the
+// kubelet's FailedPrepareDynamicResources event on the pod), with a
+// Warning event that says why: its claim is then released (deallocated,
+// or deleted with the pod when a template made it), and a pod a
+// controller owns is created again and placed where its claim fits. A
+// pod that has started, or that waits for something else (an image, a
+// volume) with no refusal from its node, is never touched.
 package refused
 
 import (
@@ -29,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -75,7 +77,13 @@ type Releaser struct {
 	// there is left to show in the cache before the next.
 	seen     map[types.UID]time.Time
 	settling map[string]time.Time
+	// asked is when the events of each waiting pod were last read: at
+	// most once per recheck.
+	asked map[types.UID]time.Time
 }
+
+// recheck is how often the events of a pod still waiting are read again.
+const recheck = 5 * time.Second
 
 // Start makes r act through cfg; until then Release does nothing. Only
 // the first call counts: the scheduler's profiles share one cache.
@@ -94,6 +102,7 @@ func (r *Releaser) Start(cfg Config) {
 	r.cfg = &cfg
 	r.seen = map[types.UID]time.Time{}
 	r.settling = map[string]time.Time{}
+	r.asked = map[types.UID]time.Time{}
 }
 
 // Run calls Release every tick until ctx ends.
@@ -139,6 +148,7 @@ func (r *Releaser) Release(ctx context.Context) {
 	for uid := range r.seen {
 		if !waiting[uid] {
 			delete(r.seen, uid)
+			delete(r.asked, uid)
 		}
 	}
 	for node, until := range r.settling {
@@ -154,16 +164,52 @@ func (r *Releaser) Release(ctx context.Context) {
 		if len(cs) == 0 {
 			continue
 		}
-		last := slices.MaxFunc(cs, func(a, b candidate) int {
-			if c := boundAt(a.pod).Compare(boundAt(b.pod)); c != 0 {
+		// The one bound last first, among those its node refused.
+		slices.SortFunc(cs, func(a, b candidate) int {
+			if c := boundAt(b.pod).Compare(boundAt(a.pod)); c != 0 {
 				return c
 			}
-			return strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
+			return strings.Compare(b.pod.Namespace+"/"+b.pod.Name, a.pod.Namespace+"/"+a.pod.Name)
 		})
-		if r.release(ctx, cfg, last, now) {
-			r.settling[node] = now.Add(cfg.Grace)
+		for _, c := range cs {
+			if at, ok := r.asked[c.pod.UID]; ok && now.Sub(at) < recheck {
+				continue
+			}
+			r.asked[c.pod.UID] = now
+			if !refusedByNode(ctx, cfg, c.pod) {
+				continue
+			}
+			if r.release(ctx, cfg, c, now) {
+				r.settling[node] = now.Add(cfg.Grace)
+			}
+			break
 		}
 	}
+}
+
+// KubeletRefusal is the reason of the kubelet's event on a pod whose
+// claims the node's DRA drivers refused to prepare.
+const KubeletRefusal = "FailedPrepareDynamicResources"
+
+// refusedByNode reports whether the kubelet said it could not prepare
+// pod's claims: its FailedPrepareDynamicResources event on the pod. Only
+// the kubelet, and those who may write events in the pod's namespace,
+// write it; a tenant who forges one there loses only its own pod.
+func refusedByNode(ctx context.Context, cfg *Config, pod *corev1.Pod) bool {
+	list, err := cfg.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)),
+			fields.OneTermEqualSelector("reason", KubeletRefusal)).String()})
+	if err != nil {
+		cfg.Logger.Error(err, "Reading the events of a pod whose claim over-commits its GPU; trying again later", "pod", klog.KObj(pod))
+		return false
+	}
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == pod.UID && e.Reason == KubeletRefusal && e.Source.Component == "kubelet" {
+			return true
+		}
+	}
+	cfg.Logger.V(2).Info("A pod waits with a claim that over-commits its GPU, but its node has not refused the claim", "pod", klog.KObj(pod))
+	return false
 }
 
 // release deletes c's pod, and reports whether it did.

@@ -48,6 +48,19 @@ func newFixture(t *testing.T, pods ...*corev1.Pod) *fixture {
 	return f
 }
 
+// refuse posts the kubelet's event that it could not prepare p's claims,
+// as from component.
+func (f *fixture) refuse(t *testing.T, p *corev1.Pod, component string) {
+	t.Helper()
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: p.Name + "." + component, Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		Reason:         KubeletRefusal, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: component, Host: "n"},
+		Message: "Failed to prepare dynamic resources: GPU gpu-0 would hold 20192 of 15360 MiB: refused"}
+	if _, err := f.client.CoreV1().Events(p.Namespace).Create(context.Background(), e, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func pod(name string, bound time.Time) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid")},
 		Spec: corev1.PodSpec{NodeName: "n"},
@@ -73,8 +86,10 @@ func (f *fixture) pods(t *testing.T) []string {
 }
 
 // TestReleaseAfterGrace: a pod waiting unstarted with an over-committing
-// claim is deleted once it has waited the grace, with an event that
-// names its claim, GPU and node and says what follows.
+// claim is deleted once it has waited the grace and its node's kubelet
+// has said it refused the claim, with an event that names its claim, GPU
+// and node and says what follows. Without that event, or with one that
+// is not the kubelet's, it waits on.
 func TestReleaseAfterGrace(t *testing.T) {
 	p := pod("a", time.Unix(900, 0))
 	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", Controller: ptr.To(true)}}
@@ -85,6 +100,22 @@ func TestReleaseAfterGrace(t *testing.T) {
 		t.Fatalf("deleted before the grace: pods %v", got)
 	}
 	f.now = f.now.Add(10 * time.Second)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("deleted with no refusal from its node: pods %v", got)
+	}
+	f.refuse(t, p, "tenant")
+	f.now = f.now.Add(recheck)
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("deleted on an event that is not the kubelet's: pods %v", got)
+	}
+	f.refuse(t, p, "kubelet")
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("events read again within %s: pods %v", recheck, got)
+	}
+	f.now = f.now.Add(recheck)
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 0 {
 		t.Fatalf("pods %v after the grace; want a deleted", got)
@@ -102,9 +133,9 @@ func TestReleaseAfterGrace(t *testing.T) {
 	}
 }
 
-// TestReleaseSparesStarted: a pod with a started container, a pod being
-// deleted, one whose UID is not the claim's, and one bound elsewhere are
-// never deleted; a pod that stops waiting starts its grace over.
+// TestReleaseSparesStarted: a pod with a started container or init
+// container, a running one, one whose UID is not the claim's, and one
+// bound elsewhere are never deleted, though their node refused a claim.
 func TestReleaseSparesStarted(t *testing.T) {
 	started := pod("started", time.Unix(900, 0))
 	started.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
@@ -116,6 +147,9 @@ func TestReleaseSparesStarted(t *testing.T) {
 	elsewhere.Spec.NodeName = "m"
 	other := pod("other", time.Unix(900, 0))
 	f := newFixture(t, started, init, running, elsewhere, other)
+	for _, p := range []*corev1.Pod{started, init, running, elsewhere, other} {
+		f.refuse(t, p, "kubelet")
+	}
 	o := over(other)
 	o.PodUID = "a-new-pod"
 	f.claims = []gpucache.OverClaim{over(started), over(init), over(running), over(elsewhere), o}
@@ -134,6 +168,8 @@ func TestReleaseSparesStarted(t *testing.T) {
 func TestReleaseOnePerNode(t *testing.T) {
 	early, late := pod("early", time.Unix(900, 0)), pod("late", time.Unix(950, 0))
 	f := newFixture(t, early, late)
+	f.refuse(t, early, "kubelet")
+	f.refuse(t, late, "kubelet")
 	f.claims = []gpucache.OverClaim{over(early), over(late)}
 	f.r.Release(context.Background())
 	f.now = f.now.Add(10 * time.Second)
@@ -161,6 +197,7 @@ func TestReleaseNothingBeforeStart(t *testing.T) {
 	r.Release(context.Background())
 	p := pod("a", time.Unix(900, 0))
 	f := newFixture(t, p)
+	f.refuse(t, p, "kubelet")
 	f.claims = []gpucache.OverClaim{over(p)}
 	f.r.Start(Config{Claims: func() []gpucache.OverClaim { return nil }})
 	f.now = f.now.Add(time.Hour)

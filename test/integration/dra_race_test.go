@@ -130,9 +130,10 @@ func assertClaimsFit(t *testing.T, client kubernetes.Interface, node string, mib
 // moment ago. Here the slice offers only the GPU an extended-resource pod
 // just took 12000 MiB of, and a ReplicaSet's 8192 MiB claim is allocated
 // there: the node refuses to prepare it (kwok leaves the pod unstarted,
+// and the test posts the kubelet's FailedPrepareDynamicResources event,
 // as the node would). The extender books the claim beside the record,
 // finds the GPU over-committed, and once the pod has waited its grace
-// deletes it with an event: the claim goes with it, and the pod the
+// and its node has refused the claim, deletes it with an event: the claim goes with it, and the pod the
 // ReplicaSet creates again is allocated the other GPU, once the slice
 // counts the first pod. Before, the pod stayed bound and the GPU booked
 // past its memory until someone deleted it. The extender also books
@@ -199,6 +200,19 @@ func TestExtenderReleasesRefusedClaim(t *testing.T) {
 	// gpushare-dra would now publish the slice that counts the pod.
 	slice.Spec.Devices = dra.DevicesBeside(gpus, dra.Options{}, map[string]dra.Share{gpus[x].UUID: {MemoryMiB: 12000}})
 	if _, err := client.ResourceV1().ResourceSlices().Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Past the grace, the pod waits on: its node has not refused the
+	// claim. Then the kubelet says it has, as a real node would.
+	time.Sleep(5 * time.Second)
+	if p, err := client.CoreV1().Pods("default").Get(ctx, first.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod was deleted before its node refused its claim (%v)", err)
+	}
+	refusal := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: first.Name + ".", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: first.Name, UID: first.UID},
+		Reason:         refused.KubeletRefusal, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "kubelet", Host: spec.Name},
+		Message: "Failed to prepare dynamic resources: GPU " + dra.DeviceName(x) + " would hold 20192 of 15360 MiB: refused"}
+	if _, err := client.CoreV1().Events("default").Create(ctx, refusal, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventNote(t, client, "default", first.Name, refused.Reason, "the node refuses to prepare the claim")
