@@ -391,6 +391,17 @@ func TestClaimHolders(t *testing.T) {
 	if !cmp.Equal(g[1].Holders, want) || len(g[0].Holders) != 0 {
 		t.Errorf("holders %+v and %+v; want none, then %+v", g[0].Holders, g[1].Holders, want)
 	}
+	// The pod's view says it asks through its claims, not that it asks
+	// no GPU.
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "infer", UID: "p1"}, Spec: corev1.PodSpec{NodeName: "t4",
+		Containers: []corev1.Container{{Name: "main"}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	var out bytes.Buffer
+	if err := WritePod(&out, BuildPod(c, podInput(t, p, nil)), GiB); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "Asks:       GPUs through ResourceClaims") || strings.Contains(s, "no GPU") {
+		t.Errorf("pod view:\n%s\nwant it to ask through its claims", s)
+	}
 }
 
 // TestClaimOverCommitted: a claim allocated past what its GPU has left

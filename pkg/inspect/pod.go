@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -255,7 +256,11 @@ func closest(c *Cluster, allowed map[string]bool) []Closest {
 // WritePod writes the pod view.
 func WritePod(out io.Writer, v *PodView, u Unit) error {
 	fmt.Fprintf(out, "Pod:        %s\nScheduler:  %s\nPhase:      %s\nNode:       %s\n", v.Pod, orDash(v.Scheduler), orDash(v.Phase), orDash(v.Node))
-	if len(v.Asks) == 0 {
+	claims := slices.ContainsFunc(v.Landed, func(l Landing) bool { return l.Kind == "Claim" })
+	switch {
+	case len(v.Asks) == 0 && claims:
+		fmt.Fprintln(out, "Asks:       GPUs through ResourceClaims of gpushare's DeviceClasses (below: what they hold)")
+	case len(v.Asks) == 0:
 		fmt.Fprintln(out, "Asks:       no GPU; gpushare leaves the pod to kube-scheduler's own plugins")
 	}
 	for i, a := range v.Asks {
