@@ -35,29 +35,7 @@ import (
 func TestDRAClaimBookedWhereAllocated(t *testing.T) {
 	ctx := context.Background()
 	_, client, _ := startPlugin(t, schedulerConfigWith(t, "binpack"))
-	spec := controlplane.NodeSpec{Name: "two", Model: "Tesla T4", MemoryMiB: 15360, Count: 2}
-	createNodes(t, client, spec)
-	applyDeviceClasses(t, client)
-	var gpus []gpu.Device
-	for _, g := range spec.Inventory().GPUs {
-		gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
-	}
-
-	// The extended-resource pod: 12000 MiB of one GPU, x.
-	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("ext", 12000, 0), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	x := record(t, boundPod(t, client, "default", "ext")).Containers[0].GPUs[0].Index
-	// A slice that does not count it yet, offering GPU x alone.
-	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: spec.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: spec.Name, ResourceSliceCount: 1}, NodeName: ptr.To(spec.Name),
-		Devices: dra.Devices([]gpu.Device{gpus[x]}, dra.Options{}),
-	}}
-	slice, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, gpus, x, slice := staleSlice(t, client)
 
 	// 8192 MiB by claim: the policy would take the empty GPU; DRA can
 	// only allocate GPU x, which has 3360 MiB left beside the pod.
@@ -80,6 +58,37 @@ func TestDRAClaimBookedWhereAllocated(t *testing.T) {
 		t.Errorf("claim allocated %+v; want the GPU other than %d", r, x)
 	}
 	assertClaimsFit(t, client, spec.Name, 15360)
+}
+
+// staleSlice makes node "two" of two T4 GPUs, binds an extended-resource
+// pod of 12000 MiB to one of them, x, and publishes a ResourceSlice that
+// does not count it yet and offers GPU x alone, as gpushare-dra's can lag
+// a pod bound a moment ago. It returns the node, its GPUs, x and the
+// slice.
+func staleSlice(t *testing.T, client kubernetes.Interface) (controlplane.NodeSpec, []gpu.Device, int, *resourceapi.ResourceSlice) {
+	t.Helper()
+	ctx := context.Background()
+	spec := controlplane.NodeSpec{Name: "two", Model: "Tesla T4", MemoryMiB: 15360, Count: 2}
+	createNodes(t, client, spec)
+	applyDeviceClasses(t, client)
+	var gpus []gpu.Device
+	for _, g := range spec.Inventory().GPUs {
+		gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
+			UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("ext", 12000, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	x := record(t, boundPod(t, client, "default", "ext")).Containers[0].GPUs[0].Index
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: spec.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: spec.Name, ResourceSliceCount: 1}, NodeName: ptr.To(spec.Name),
+		Devices: dra.Devices([]gpu.Device{gpus[x]}, dra.Options{}),
+	}}
+	slice, err := client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, gpus, x, slice
 }
 
 // assertClaimsFit fails the test where node's pods' records and its
@@ -149,27 +158,7 @@ func TestExtenderReleasesRefusedClaim(t *testing.T) {
 	}
 	e := startSecureExtender(t, c, "--claim-release-grace=3s")
 	e.startScheduler(t, c)
-	spec := controlplane.NodeSpec{Name: "two", Model: "Tesla T4", MemoryMiB: 15360, Count: 2}
-	createNodes(t, client, spec)
-	applyDeviceClasses(t, client)
-	var gpus []gpu.Device
-	for _, g := range spec.Inventory().GPUs {
-		gpus = append(gpus, gpu.Device{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			UsableMemoryMiB: g.MemoryMiB, NUMANode: g.NUMANode, Healthy: true})
-	}
-
-	if _, err := client.CoreV1().Pods("default").Create(ctx, gpuPod("ext", 12000, 0), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	x := record(t, boundPod(t, client, "default", "ext")).Containers[0].GPUs[0].Index
-	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: spec.Name + "-gpu.gpushare.io"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: dra.Driver, Pool: resourceapi.ResourcePool{Name: spec.Name, ResourceSliceCount: 1}, NodeName: ptr.To(spec.Name),
-		Devices: dra.Devices([]gpu.Device{gpus[x]}, dra.Options{}),
-	}}
-	slice, err = client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, gpus, x, slice := staleSlice(t, client)
 
 	// The ReplicaSet's pods ask 8192 MiB through a claim template.
 	template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "share", Namespace: "default"},
