@@ -125,7 +125,8 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		cacheSynced = func(pods func() bool) func() bool { return func() bool { return pods() && claimsSynced() } }(cacheSynced)
+		podsSynced := cacheSynced
+		cacheSynced = func() bool { return podsSynced() && claimsSynced() }
 		claims = factory.Resource().V1().ResourceClaims().Lister()
 	} else {
 		logger.Info("The cluster serves no resource.k8s.io/v1 ResourceClaims: the extender books extended-resource pods alone")

@@ -117,9 +117,10 @@ type candidate struct {
 	since time.Time
 }
 
-// Release deletes, on each node, the pod whose claim over-commits a GPU
-// there and that waited Grace unstarted: the one bound last, one per
-// node per pass, so that the cache shows the room a deletion frees
+// Release deletes, on each node, a pod whose claim over-commits a GPU
+// there, that waited Grace unstarted and whose claim the kubelet says it
+// refused: the one bound last among those, one per node and then none
+// there for Grace, so that the cache shows the room a deletion frees
 // before anything else there is judged.
 func (r *Releaser) Release(ctx context.Context) {
 	r.mu.Lock()
