@@ -162,21 +162,22 @@ func addBooked(out *alloc.Placement, booked []alloc.Assignment) {
 }
 
 // OverClaim is a ResourceClaim that books a GPU whose bookings add up to
-// more than it has, reserved for one pod.
+// more than it has.
 type OverClaim struct {
 	// Claim is "namespace/name"; Node the node its devices are on.
 	Claim, Node string
-	// Pod is the pod it is reserved for, in the claim's namespace.
+	// Pod is the one pod it is reserved for, in the claim's namespace;
+	// "" when it is reserved for none or several.
 	Pod    string
 	PodUID types.UID
 	// GPUs are the over-committed GPUs it books, by index.
 	GPUs []int
 }
 
-// OverCommittedClaims returns the claims reserved for one pod that book
-// a GPU over-committed in the cache: the node refuses to prepare such a
-// claim if it came after the others (docs/dra.md, "A claim the node
-// refuses"). In no order.
+// OverCommittedClaims returns the claims that book a GPU over-committed
+// in the cache: the node refuses to prepare such a claim if it came
+// after the others (docs/dra.md, "A claim the node refuses"), and has
+// prepared it if it came first. In no order.
 func (c *Cache) OverCommittedClaims() []OverClaim {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -187,7 +188,7 @@ func (c *Cache) OverCommittedClaims() []OverClaim {
 		}
 		for _, np := range e.pods {
 			p := np.entry
-			if p.claim == nil || p.owner == "" || p.invalid || p.placement == nil {
+			if p.claim == nil || p.invalid || p.placement == nil {
 				continue
 			}
 			var gpus []int
@@ -197,8 +198,11 @@ func (c *Cache) OverCommittedClaims() []OverClaim {
 				}
 			}
 			if len(gpus) > 0 {
-				out = append(out, OverClaim{Claim: strings.TrimPrefix(p.key, "ResourceClaim "), Node: e.name,
-					Pod: p.ownerName, PodUID: p.owner, GPUs: gpus})
+				oc := OverClaim{Claim: strings.TrimPrefix(p.key, "ResourceClaim "), Node: e.name, GPUs: gpus}
+				if p.owner != "" {
+					oc.Pod, oc.PodUID = p.ownerName, p.owner
+				}
+				out = append(out, oc)
 			}
 		}
 	}

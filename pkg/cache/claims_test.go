@@ -1,6 +1,7 @@
 package cache_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,9 +153,9 @@ func TestClaimsFreedWithTheirPod(t *testing.T) {
 
 // TestOverCommittedClaims: a claim allocated past what its GPU has left
 // beside a record is listed with its one pod and the GPU, whichever of
-// the two the cache booked first; a claim of several pods, or on a GPU
-// that fits, is not; and once the record goes, the claim fits and is no
-// longer listed.
+// the two the cache booked first; a claim of several pods on that GPU is
+// listed with no pod; one on a GPU that fits is not; and once the record
+// goes, the claims fit and are no longer listed.
 func TestOverCommittedClaims(t *testing.T) {
 	for _, claimFirst := range []bool{false, true} {
 		c, _ := newCache(t)
@@ -169,8 +170,11 @@ func TestOverCommittedClaims(t *testing.T) {
 		if claimFirst {
 			c.SetPod(rec)
 		}
-		want := []cache.OverClaim{{Claim: "default/over", Node: "n1", Pod: "p", PodUID: "p", GPUs: []int{0}}}
-		if got := c.OverCommittedClaims(); !cmp.Equal(got, want) {
+		want := []cache.OverClaim{{Claim: "default/over", Node: "n1", Pod: "p", PodUID: "p", GPUs: []int{0}},
+			{Claim: "default/shared", Node: "n1", GPUs: []int{0}}}
+		got := c.OverCommittedClaims()
+		slices.SortFunc(got, func(a, b cache.OverClaim) int { return strings.Compare(a.Claim, b.Claim) })
+		if !cmp.Equal(got, want) {
 			t.Errorf("claim booked first %v: %+v; want %+v", claimFirst, got, want)
 		}
 		c.RemovePod(rec.UID)

@@ -104,9 +104,13 @@ func Build(in Input) *Cluster {
 		}
 	}
 	for _, oc := range c.OverCommittedClaims() {
-		out.OverCommitted = append(out.OverCommitted, Refused{Pod: "ResourceClaim " + oc.Claim + " (pod " + oc.Pod + ")", Node: oc.Node,
-			Error: fmt.Sprintf("books GPU %s past what it has beside the pods and claims booked there: the node refuses to prepare it "+
-				"if it came after them, and gpushare deletes its pod once the kubelet says so (docs/dra.md)", joinInts(oc.GPUs))})
+		name := "ResourceClaim " + oc.Claim
+		if oc.Pod != "" {
+			name += " (pod " + oc.Pod + ")"
+		}
+		out.OverCommitted = append(out.OverCommitted, Refused{Pod: name, Node: oc.Node,
+			Error: fmt.Sprintf("books GPU %s, whose pods and claims book more than it has: the node has refused to prepare "+
+				"whichever claim came after the others (docs/dra.md, \"A claim the node refuses\")", joinInts(oc.GPUs))})
 	}
 	sort.Slice(out.OverCommitted, func(i, j int) bool { return out.OverCommitted[i].Pod < out.OverCommitted[j].Pod })
 	for i := range out.Nodes {

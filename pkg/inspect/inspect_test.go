@@ -421,7 +421,7 @@ func TestClaimOverCommitted(t *testing.T) {
 	}
 	c := Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi"), claim("b", "c2", "8Gi")}, Now: now})
 	if len(c.OverCommitted) != 2 || !strings.Contains(c.OverCommitted[0].Pod, "ResourceClaim ml/a (pod a)") ||
-		!strings.Contains(c.OverCommitted[1].Error, "books GPU 0 past what it has") {
+		!strings.Contains(c.OverCommitted[1].Error, "books GPU 0, whose pods and claims book more than it has") {
 		t.Errorf("over-committed %+v; want both claims of GPU 0", c.OverCommitted)
 	}
 	if c = Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now}); len(c.OverCommitted) != 0 {

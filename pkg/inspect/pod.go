@@ -284,7 +284,11 @@ func WritePod(out io.Writer, v *PodView, u Unit) error {
 			"so gpushare books nothing for it and gpushare-node gives its containers no GPU; recreate it without spec.nodeName\n", v.Node)
 	}
 	if len(v.Landed) > 0 {
-		fmt.Fprintf(out, "\nWhere each container landed (from its %s record, as the scheduler books it):\n", gpusharev1.AllocationAnnotation)
+		from := "its " + gpusharev1.AllocationAnnotation + " record"
+		if claims {
+			from = "its ResourceClaims' allocations"
+		}
+		fmt.Fprintf(out, "\nWhere each container landed (from %s, as the scheduler books it):\n", from)
 		w := newTable(out)
 		w.row("CONTAINER", "KIND", "GPU", "MODEL", fmt.Sprintf("MEMORY(%s)", u), "COMPUTE(%)", fmt.Sprintf("GPU BOOKED/TOTAL(%s)", u), "SHARED WITH")
 		for _, l := range v.Landed {

@@ -10,8 +10,9 @@
 // GPU is booked past its memory until someone deletes the pod.
 //
 // A Releaser deletes such a pod once it has waited Grace without a
-// container started and the node has said it refused the claim (the
-// kubelet's FailedPrepareDynamicResources event on the pod), with a
+// container started and the node has said, since, that it refused the
+// claim for the over-commit (the kubelet's FailedPrepareDynamicResources
+// event on the pod, with gpushare-dra's reason), with a
 // Warning event that says why: its claim is then released (deallocated,
 // or deleted with the pod when a template made it), and a pod a
 // controller owns is created again and placed where its claim fits. A
@@ -133,6 +134,10 @@ func (r *Releaser) Release(ctx context.Context) {
 	byNode := map[string][]candidate{}
 	waiting := map[types.UID]bool{}
 	for _, oc := range cfg.Claims() {
+		if oc.Pod == "" {
+			// Shared: deleting one of its pods would not release it.
+			continue
+		}
 		ns, _, _ := strings.Cut(oc.Claim, "/")
 		pod, err := cfg.Pods.Pods(ns).Get(oc.Pod)
 		if err != nil || pod.UID != oc.PodUID || !Waiting(pod, oc.Node) {
@@ -177,7 +182,7 @@ func (r *Releaser) Release(ctx context.Context) {
 				continue
 			}
 			r.asked[c.pod.UID] = now
-			if !refusedByNode(ctx, cfg, c.pod) {
+			if !refusedByNode(ctx, cfg, c.pod, c.claim.Claim, c.since) {
 				continue
 			}
 			if r.release(ctx, cfg, c, now) {
@@ -192,11 +197,17 @@ func (r *Releaser) Release(ctx context.Context) {
 // claims the node's DRA drivers refused to prepare.
 const KubeletRefusal = "FailedPrepareDynamicResources"
 
-// refusedByNode reports whether the kubelet said it could not prepare
-// pod's claims: its FailedPrepareDynamicResources event on the pod. Only
-// the kubelet, and those who may write events in the pod's namespace,
-// write it; a tenant who forges one there loses only its own pod.
-func refusedByNode(ctx context.Context, cfg *Config, pod *corev1.Pod) bool {
+// refusedByNode reports whether the kubelet says it could not prepare
+// claim (namespace/name) for pod because it would over-commit a GPU: its
+// FailedPrepareDynamicResources event on the pod, naming the claim and
+// with gpushare-dra's words for an over-commit ("would hold"), seen
+// again since the over-commit was found (less eventSkew): the kubelet
+// posts that reason for passing trouble too (a claim not yet reserved, a
+// driver not yet registered), and posts a refusal again at each retry.
+// Only the kubelet, and those who may write events in the pod's
+// namespace, write it; a tenant who forges one there loses only its own
+// pod.
+func refusedByNode(ctx context.Context, cfg *Config, pod *corev1.Pod, claim string, since time.Time) bool {
 	list, err := cfg.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)),
 			fields.OneTermEqualSelector("reason", KubeletRefusal)).String()})
@@ -205,12 +216,34 @@ func refusedByNode(ctx context.Context, cfg *Config, pod *corev1.Pod) bool {
 		return false
 	}
 	for _, e := range list.Items {
-		if e.InvolvedObject.UID == pod.UID && e.Reason == KubeletRefusal && e.Source.Component == "kubelet" {
+		if e.InvolvedObject.UID == pod.UID && e.Reason == KubeletRefusal && e.Source.Component == "kubelet" &&
+			strings.Contains(e.Message, claim) && strings.Contains(e.Message, "would hold") && !lastSeen(&e).Before(since.Add(-eventSkew)) {
 			return true
 		}
 	}
-	cfg.Logger.V(2).Info("A pod waits with a claim that over-commits its GPU, but its node has not refused the claim", "pod", klog.KObj(pod))
+	cfg.Logger.V(2).Info("A pod waits with a claim that over-commits its GPU, but its node has not refused the claim since", "pod", klog.KObj(pod),
+		"claim", claim, "since", since)
 	return false
+}
+
+// eventSkew is how much earlier than the over-commit was found a
+// refusal may have been seen: the kubelet's clock and this one differ,
+// and the informers lag.
+const eventSkew = 10 * time.Second
+
+// lastSeen is when event e was last observed.
+func lastSeen(e *corev1.Event) time.Time {
+	t := e.LastTimestamp.Time
+	if e.Series != nil && e.Series.LastObservedTime.After(t) {
+		t = e.Series.LastObservedTime.Time
+	}
+	if e.EventTime.After(t) {
+		t = e.EventTime.Time
+	}
+	if e.FirstTimestamp.After(t) {
+		t = e.FirstTimestamp.Time
+	}
+	return t
 }
 
 // release deletes c's pod, and reports whether it did.

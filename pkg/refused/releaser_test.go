@@ -2,6 +2,7 @@ package refused
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,14 +49,20 @@ func newFixture(t *testing.T, pods ...*corev1.Pod) *fixture {
 	return f
 }
 
-// refuse posts the kubelet's event that it could not prepare p's claims,
-// as from component.
+// refuse posts, as from component and seen now, the kubelet's event that
+// it could not prepare p's claim (over's), for the over-commit.
 func (f *fixture) refuse(t *testing.T, p *corev1.Pod, component string) {
 	t.Helper()
-	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: p.Name + "." + component, Namespace: p.Namespace},
+	f.refuseWith(t, p, component, f.now, "Failed to prepare dynamic resources: NodePrepareResources failed for claim ns/"+p.Name+
+		"-gpu: claim ns/"+p.Name+"-gpu: GPU gpu-0 would hold 20192 of 15360 MiB and 0% compute: refused")
+}
+
+func (f *fixture) refuseWith(t *testing.T, p *corev1.Pod, component string, at time.Time, message string) {
+	t.Helper()
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%s.%d.%d", p.Name, component, at.Unix(), len(message)), Namespace: p.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
 		Reason:         KubeletRefusal, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: component, Host: "n"},
-		Message: "Failed to prepare dynamic resources: GPU gpu-0 would hold 20192 of 15360 MiB: refused"}
+		Message: message, FirstTimestamp: metav1.NewTime(at), LastTimestamp: metav1.NewTime(at)}
 	if _, err := f.client.CoreV1().Events(p.Namespace).Create(context.Background(), e, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +112,16 @@ func TestReleaseAfterGrace(t *testing.T) {
 		t.Fatalf("deleted with no refusal from its node: pods %v", got)
 	}
 	f.refuse(t, p, "tenant")
+	// The kubelet's passing trouble, and a refusal seen before the
+	// over-commit was found, are no refusal of this over-commit.
+	f.refuseWith(t, p, "kubelet", f.now, "Failed to prepare dynamic resources: pod a is not allowed to use ResourceClaim ns/a-gpu")
+	f.refuseWith(t, p, "kubelet", f.now.Add(-10*time.Second-eventSkew-time.Second),
+		"Failed to prepare dynamic resources: claim ns/a-gpu: GPU gpu-0 would hold 20192 of 15360 MiB: refused")
+	f.refuseWith(t, p, "kubelet", f.now, "Failed to prepare dynamic resources: claim ns/other: GPU gpu-0 would hold 20192 of 15360 MiB: refused")
 	f.now = f.now.Add(recheck)
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 1 {
-		t.Fatalf("deleted on an event that is not the kubelet's: pods %v", got)
+		t.Fatalf("deleted on an event that is not the kubelet's, not a refusal, stale or of another claim: pods %v", got)
 	}
 	f.refuse(t, p, "kubelet")
 	f.r.Release(context.Background())
@@ -134,8 +147,9 @@ func TestReleaseAfterGrace(t *testing.T) {
 }
 
 // TestReleaseSparesStarted: a pod with a started container or init
-// container, a running one, one whose UID is not the claim's, and one
-// bound elsewhere are never deleted, though their node refused a claim.
+// container, a running one, one whose UID is not the claim's, one bound
+// elsewhere, and one whose claim other pods share are never deleted,
+// though their node refused a claim.
 func TestReleaseSparesStarted(t *testing.T) {
 	started := pod("started", time.Unix(900, 0))
 	started.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
@@ -152,7 +166,9 @@ func TestReleaseSparesStarted(t *testing.T) {
 	}
 	o := over(other)
 	o.PodUID = "a-new-pod"
-	f.claims = []gpucache.OverClaim{over(started), over(init), over(running), over(elsewhere), o}
+	shared := over(other)
+	shared.Pod, shared.PodUID = "", ""
+	f.claims = []gpucache.OverClaim{over(started), over(init), over(running), over(elsewhere), o, shared}
 	for range 3 {
 		f.r.Release(context.Background())
 		f.now = f.now.Add(time.Minute)
@@ -197,12 +213,10 @@ func TestReleaseNothingBeforeStart(t *testing.T) {
 	r.Release(context.Background())
 	p := pod("a", time.Unix(900, 0))
 	f := newFixture(t, p)
-	f.refuse(t, p, "kubelet")
 	f.claims = []gpucache.OverClaim{over(p)}
 	f.r.Start(Config{Claims: func() []gpucache.OverClaim { return nil }})
-	f.now = f.now.Add(time.Hour)
 	f.r.Release(context.Background())
-	f.r.Release(context.Background())
+	f.refuse(t, p, "kubelet")
 	f.now = f.now.Add(time.Hour)
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 0 {

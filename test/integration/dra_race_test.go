@@ -197,10 +197,18 @@ func TestExtenderReleasesRefusedClaim(t *testing.T) {
 	if p, err := client.CoreV1().Pods("default").Get(ctx, first.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the pod was deleted before its node refused its claim (%v)", err)
 	}
+	cur, err := client.CoreV1().Pods("default").Get(ctx, first.Name, metav1.GetOptions{})
+	if err != nil || len(cur.Status.ResourceClaimStatuses) != 1 || cur.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("the pod's claim: %v, %+v", err, cur.Status.ResourceClaimStatuses)
+	}
+	claimName := "default/" + *cur.Status.ResourceClaimStatuses[0].ResourceClaimName
+	now := metav1.Now()
 	refusal := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: first.Name + ".", Namespace: "default"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: first.Name, UID: first.UID},
 		Reason:         refused.KubeletRefusal, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "kubelet", Host: spec.Name},
-		Message: "Failed to prepare dynamic resources: GPU " + dra.DeviceName(x) + " would hold 20192 of 15360 MiB: refused"}
+		FirstTimestamp: now, LastTimestamp: now,
+		Message: "Failed to prepare dynamic resources: NodePrepareResources failed for claim " + claimName + ": claim " + claimName +
+			": GPU " + dra.DeviceName(x) + " would hold 20192 of 15360 MiB and 0% compute: refused"}
 	if _, err := client.CoreV1().Events("default").Create(ctx, refusal, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
