@@ -46,10 +46,10 @@ import (
 // its claim.
 const Reason = "GPUClaimReleased"
 
-// DefaultGrace is how long a pod bound with an over-committing claim may
-// wait without a container started before it is deleted: the kubelet
-// prepares claims within seconds of the binding, so a pod still waiting
-// then is refused, not slow.
+// DefaultGrace is how long a pod bound with an over-committing claim
+// waits, with no container started, before the kubelet's refusal of the
+// claim gets it deleted: the kubelet prepares claims within seconds of
+// the binding and posts a refusal again at each retry.
 const DefaultGrace = 30 * time.Second
 
 // Config is what a Releaser reads and acts through.
