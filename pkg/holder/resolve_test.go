@@ -245,10 +245,14 @@ func TestPrefetchBoundPods(t *testing.T) {
 		p.CreationTimestamp = metav1.NewTime(created.Add(time.Duration(i) * time.Second))
 		bound = append(bound, p)
 	}
+	// Each admission's prefetches end before the next admission: one
+	// that fired late would otherwise find two pods admitted and ask
+	// fewer questions than the count below names.
+	var lists, gets int
 	for _, p := range bound[:3] {
 		admit(p)
+		lists, gets = n.quiet()
 	}
-	lists, gets := n.quiet()
 	// Admitted one by one, each pod is the oldest not shown: one Get for
 	// it, and two for the next ones, not admitted.
 	if lists != 0 || gets != 3*3 {
