@@ -34,8 +34,9 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxNodes, "max-filtered-nodes", 100, "most nodes filter passes on to scoring, the best by the node policy; 0 passes every node that fits")
 	fs.BoolVar(&o.bestOnly, "best-node-only", true, "pass pods without soft scheduling preferences (preferred node or pod affinity, ScheduleAnyway topology spread) on the best node alone, "+
 		"so kube-scheduler skips scoring them; false gives them --max-filtered-nodes like the others")
-	fs.DurationVar(&o.releaseGrace, "claim-release-grace", refused.DefaultGrace, "how long a pod may wait unstarted, bound with a ResourceClaim that over-commits its GPU, "+
-		"before the extender deletes it once the kubelet says it refused the claim (its FailedPrepareDynamicResources event), so that the claim is released and the pod's controller creates it again")
+	fs.DurationVar(&o.releaseGrace, "claim-release-grace", refused.DefaultGrace, "how long a pod may wait unstarted, bound with a ResourceClaim or a record that over-commits its GPU, "+
+		"before the extender deletes it once the kubelet says it refused the claim (FailedPrepareDynamicResources) or, for a record that came after a claim, its container (Failed), "+
+		"so that its GPUs are freed and the pod's controller creates it again")
 	fs.BoolVar(&o.profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the serving address")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 }

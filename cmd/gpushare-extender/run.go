@@ -157,7 +157,7 @@ func run(ctx context.Context, o options) error {
 		broadcaster.StartRecordingToSink(ctx.Done())
 		defer broadcaster.Shutdown()
 		var releaser refused.Releaser
-		releaser.Start(refused.Config{Claims: cache.OverCommittedClaims, Pods: factory.Core().V1().Pods().Lister(), Client: client,
+		releaser.Start(refused.Config{Bookings: cache.OverCommitted, Pods: factory.Core().V1().Pods().Lister(), Client: client,
 			Recorder: broadcaster.NewRecorder(scheme.Scheme, "gpushare-extender"), Logger: logger, Grace: o.releaseGrace})
 		go releaser.Run(ctx, time.Second)
 	}

@@ -33,6 +33,8 @@ import (
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/cdi"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/dra"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpu/source"
 	"github.com/gpushare/gpushare/pkg/holder"
 	"github.com/gpushare/gpushare/pkg/inventory"
@@ -230,13 +232,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	// Pods' records, read by the rules every component follows.
+	reader := record.Reader{Requests: model.PodRequest, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }}
 	cfg := node.Config{Backend: backend, Publisher: pub, Mode: mode, MPS: o.mps, Enforcement: gpusharev1.Enforcement(o.enforcement), ReservedMiB: args.ReservedMiB,
 		Resync: o.resync, UsageEvery: o.usageEvery}
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(calls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 			&usage.Collector{Backend: backend, Logger: logger, Node: o.node, Pods: nodePods,
-				Reader: record.Reader{Requests: model.PodRequest, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }}})
+				Reader: reader})
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		if o.profiling {
@@ -268,6 +272,17 @@ func run(ctx context.Context, o options) error {
 		defer func() { _ = kubelet.Close() }()
 		resources := deviceplugin.ResourcesFrom(args.ResourceModel)
 		var plugins *deviceplugin.Manager
+		// The claims gpushare-dra prepared, read from its specs in the
+		// same CDI directory, beside the records of the node's pods as
+		// gpushare-dra counts them.
+		claims := &dra.Preparer{Dir: o.cdiDir, Pool: o.node, GPUs: func() []gpu.Device {
+			gpus, err := backend.Devices()
+			if err != nil {
+				logger.Error(err, "Listing the GPUs for the claims beside a container")
+			}
+			return gpus
+		}}
+		draOpts := dra.Options{WholeCard: o.wholeCard, MPS: o.mps}
 		c, err := holder.New(logger, holder.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
 			Enforcement: gpusharev1.Enforcement(o.enforcement), HAMiCore: hamiCore,
 			MPSResources:       deviceplugin.MPSResources(resources),
@@ -278,6 +293,13 @@ func run(ctx context.Context, o options) error {
 			ReservedMiB:        args.ReservedMiB,
 			UnitMiB:            model.UnitMiB,
 			NodePods:           nodePods,
+			ClaimsBeside: func(pod *corev1.Pod, uuids []string) error {
+				gpus, err := backend.Devices()
+				if err != nil {
+					return err
+				}
+				return claims.Beside(uuids, dra.PodBookings(startedWith(nodePods(), pod), reader, dra.NodeOf(o.node, gpus, draOpts)))
+			},
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from
 				// the apiserver.
@@ -322,6 +344,33 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// startedWith returns pod and those of pods that have started a
+// container: what a container of pod starts beside. A pod none of whose
+// containers has started holds nothing of its GPUs yet; counted, one
+// refused beside a claim (it came after) would get the containers of the
+// pods that were there first refused as they restart.
+func startedWith(pods []*corev1.Pod, pod *corev1.Pod) []*corev1.Pod {
+	out := []*corev1.Pod{pod}
+	for _, p := range pods {
+		if p.UID != pod.UID && started(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// started reports whether one of pod's containers has run.
+func started(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range list {
+			if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil || s.Started != nil && *s.Started {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // warnStale returns a check of this node as a patch left it: a resource

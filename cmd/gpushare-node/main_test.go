@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/cdi"
 )
@@ -86,5 +88,36 @@ func TestEnforcement(t *testing.T) {
 	}
 	if info, err := os.Stat(h.LockDir); err != nil || info.Mode().Perm() != 0o777 || info.Mode()&os.ModeSticky == 0 {
 		t.Errorf("lock directory %v (%v), want drwxrwxrwt", info.Mode(), err)
+	}
+}
+
+// TestStartedWith: a container is checked beside the pods that have run
+// a container (running, ended, restarted, or started), and its own pod
+// as the kubelet starts it, never beside a pod that has not started one
+// (perhaps one refused for coming after a claim) nor its own pod's older
+// copy.
+func TestStartedWith(t *testing.T) {
+	pod := func(name string, s corev1.ContainerStatus) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{s}}}
+	}
+	running := pod("running", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	ended := pod("ended", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}})
+	restarting := pod("restarting", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}})
+	refused := pod("refused", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}}})
+	admitted := pod("admitted", corev1.ContainerStatus{})
+	starting := pod("starting", corev1.ContainerStatus{})
+	old := running.DeepCopy()
+	self := pod("running", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}})
+	var names []string
+	for _, p := range startedWith([]*corev1.Pod{running, ended, restarting, refused, admitted}, starting) {
+		names = append(names, p.Name)
+	}
+	if want := []string{"starting", "running", "ended", "restarting"}; !slices.Equal(names, want) {
+		t.Errorf("beside %v; want %v", names, want)
+	}
+	if got := startedWith([]*corev1.Pod{old, refused}, self); len(got) != 1 || got[0] != self {
+		t.Errorf("a restarting container's pod: beside %v; want its own pod alone, as the kubelet starts it", got)
 	}
 }

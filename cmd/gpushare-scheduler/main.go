@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client metrics
@@ -30,10 +31,38 @@ func main() {
 	// The defragmentation plans are followed by a loop of their own,
 	// for as long as the scheduler runs.
 	go shared.Movers.Run(context.Background(), time.Second)
-	// So are the claims that nodes refuse to prepare.
+	// So are the claims that nodes refuse to prepare, by the leader
+	// alone.
+	shared.Releaser.Leading = func() bool { return leading(legacyregistry.DefaultGatherer) }
 	go shared.Releaser.Run(context.Background(), time.Second)
 	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, plugin.New(shared)))
 	os.Exit(cli.Run(cmd))
+}
+
+// leaderMetric is the gauge client-go's leader elector keeps, once made:
+// 0 while it waits for the lease, 1 while it holds it.
+const leaderMetric = "leader_election_master_status"
+
+// leading reports whether this replica leads, from g's leaderMetric:
+// without leader election (--leader-elect=false) there is no such gauge,
+// and the one replica leads.
+func leading(g prometheus.Gatherer) bool {
+	families, err := g.Gather()
+	if err != nil && len(families) == 0 {
+		return false
+	}
+	for _, f := range families {
+		if f.GetName() != leaderMetric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetGauge().GetValue() == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // versionRequested reports whether args hold --version. It is answered

@@ -161,34 +161,38 @@ func addBooked(out *alloc.Placement, booked []alloc.Assignment) {
 	}
 }
 
-// OverClaim is a ResourceClaim that books a GPU whose bookings add up to
-// more than it has.
-type OverClaim struct {
-	// Claim is "namespace/name"; Node the node its devices are on.
-	Claim, Node string
-	// Pod is the one pod it is reserved for, in the claim's namespace;
-	// "" when it is reserved for none or several.
-	Pod    string
-	PodUID types.UID
+// Overbooked is a booking of a GPU whose bookings add up to more than
+// it has: a ResourceClaim's, or a pod's allocation record.
+type Overbooked struct {
+	// Claim is the claim's "namespace/name", "" for a record.
+	Claim string
+	// Node is the node of its GPUs.
+	Node string
+	// Namespace, Pod and PodUID name the record's pod, or the one pod the
+	// claim is reserved for (Pod "" when none or several).
+	Namespace, Pod string
+	PodUID         types.UID
 	// GPUs are the over-committed GPUs it books, by index.
 	GPUs []int
 }
 
-// OverCommittedClaims returns the claims that book a GPU over-committed
-// in the cache: the node refuses to prepare such a claim if it came
-// after the others (docs/dra.md, "A claim the node refuses"), and has
-// prepared it if it came first. In no order.
-func (c *Cache) OverCommittedClaims() []OverClaim {
+// OverCommitted returns the claims and gpushare's own records (not
+// another system's) that book a GPU over-committed in the cache: the
+// node refuses to prepare a claim that came after the others
+// (docs/dra.md, "A claim the node refuses") and to start the containers
+// of a record that came after a claim was prepared, and has given the
+// GPU to the one that came first. In no order.
+func (c *Cache) OverCommitted() []Overbooked {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	var out []OverClaim
+	var out []Overbooked
 	for _, e := range c.nodes {
 		if e.over == nil {
 			continue
 		}
 		for _, np := range e.pods {
 			p := np.entry
-			if p.claim == nil || p.invalid || p.placement == nil {
+			if p.invalid || p.placement == nil || p.claim == nil && (p.pod == nil || p.foreign) {
 				continue
 			}
 			var gpus []int
@@ -197,13 +201,20 @@ func (c *Cache) OverCommittedClaims() []OverClaim {
 					gpus = append(gpus, b.GPU)
 				}
 			}
-			if len(gpus) > 0 {
-				oc := OverClaim{Claim: strings.TrimPrefix(p.key, "ResourceClaim "), Node: e.name, GPUs: gpus}
-				if p.owner != "" {
-					oc.Pod, oc.PodUID = p.ownerName, p.owner
-				}
-				out = append(out, oc)
+			if len(gpus) == 0 {
+				continue
 			}
+			o := Overbooked{Node: e.name, GPUs: gpus}
+			if p.claim == nil {
+				o.Namespace, o.Pod, o.PodUID = p.pod.Namespace, p.pod.Name, p.pod.UID
+			} else {
+				o.Claim = strings.TrimPrefix(p.key, "ResourceClaim ")
+				o.Namespace, _, _ = strings.Cut(o.Claim, "/")
+				if p.owner != "" {
+					o.Pod, o.PodUID = p.ownerName, p.owner
+				}
+			}
+			out = append(out, o)
 		}
 	}
 	return out

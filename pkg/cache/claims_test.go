@@ -151,12 +151,13 @@ func TestClaimsFreedWithTheirPod(t *testing.T) {
 	}
 }
 
-// TestOverCommittedClaims: a claim allocated past what its GPU has left
-// beside a record is listed with its one pod and the GPU, whichever of
-// the two the cache booked first; a claim of several pods on that GPU is
-// listed with no pod; one on a GPU that fits is not; and once the record
-// goes, the claims fit and are no longer listed.
-func TestOverCommittedClaims(t *testing.T) {
+// TestOverCommitted: a claim allocated past what its GPU has left beside
+// a record is listed with its one pod and the GPU, and so is the record
+// with its pod, whichever of the two the cache booked first; a claim of
+// several pods on that GPU is listed with no pod; one on a GPU that fits
+// is not; and once the record goes, the claims fit and are no longer
+// listed.
+func TestOverCommitted(t *testing.T) {
 	for _, claimFirst := range []bool{false, true} {
 		c, _ := newCache(t)
 		c.SetNode(gpuNode(t, "n1", 16384, 16384))
@@ -170,15 +171,16 @@ func TestOverCommittedClaims(t *testing.T) {
 		if claimFirst {
 			c.SetPod(rec)
 		}
-		want := []cache.OverClaim{{Claim: "default/over", Node: "n1", Pod: "p", PodUID: "p", GPUs: []int{0}},
-			{Claim: "default/shared", Node: "n1", GPUs: []int{0}}}
-		got := c.OverCommittedClaims()
-		slices.SortFunc(got, func(a, b cache.OverClaim) int { return strings.Compare(a.Claim, b.Claim) })
+		want := []cache.Overbooked{{Node: "n1", Namespace: rec.Namespace, Pod: rec.Name, PodUID: rec.UID, GPUs: []int{0}},
+			{Claim: "default/over", Node: "n1", Namespace: "default", Pod: "p", PodUID: "p", GPUs: []int{0}},
+			{Claim: "default/shared", Node: "n1", Namespace: "default", GPUs: []int{0}}}
+		got := c.OverCommitted()
+		slices.SortFunc(got, func(a, b cache.Overbooked) int { return strings.Compare(a.Claim, b.Claim) })
 		if !cmp.Equal(got, want) {
 			t.Errorf("claim booked first %v: %+v; want %+v", claimFirst, got, want)
 		}
 		c.RemovePod(rec.UID)
-		if got := c.OverCommittedClaims(); len(got) != 0 {
+		if got := c.OverCommitted(); len(got) != 0 {
 			t.Errorf("claim booked first %v, the record gone: %+v; want none", claimFirst, got)
 		}
 	}
@@ -203,7 +205,7 @@ func TestCPUHogOverCommitsNoGPU(t *testing.T) {
 	c.SetClaim(draClaim("mine", "n1", 256, []string{"gpu-0"}, "xpod"))
 	check := func(when string) {
 		t.Helper()
-		if got := c.OverCommittedClaims(); len(got) != 0 {
+		if got := c.OverCommitted(); len(got) != 0 {
 			t.Errorf("%s: claims listed over-committed on a GPU holding 1280 of 16384 MiB: %+v", when, got)
 		}
 		if s := c.Snapshot()[0]; !s.Node.GPUs[0].Healthy {

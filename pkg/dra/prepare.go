@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -113,6 +114,11 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	unlock, err := lockDir(p.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	held, err := p.heldLocked(uid)
 	if err != nil {
 		return nil, err
@@ -134,7 +140,7 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 			continue
 		}
 		b := booked[g.UUID]
-		if h.MemoryMiB+b.MemoryMiB > usableMiB(g) || h.ComputePercent+b.ComputePercent > 100 {
+		if exceeds(g, h, b) {
 			return nil, fmt.Errorf("claim %s/%s: GPU %s would hold %d of %d MiB and %d%% compute with the claims prepared on it "+
 				"and the pods that book it (%d MiB, %d%%): refused",
 				claim.Namespace, claim.Name, dev, h.MemoryMiB+b.MemoryMiB, usableMiB(g), h.ComputePercent+b.ComputePercent, b.MemoryMiB, b.ComputePercent)
@@ -195,6 +201,68 @@ func (p *Preparer) Unprepare(uid string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Beside checks gpus (by UUID), which a container is about to use under
+// its pod's allocation record, against the claims prepared on them: it
+// returns an error naming the first that the claims and what the node's
+// pods book (booked, by UUID: PodBookings, that pod's record included)
+// take past its usable memory or compute. Prepare counts the records it
+// sees, so this happens only to a record that reached the node after a
+// claim on its GPU was prepared (the scheduler placed both from a view
+// that lacked the other): gpushare-node then refuses the container, and
+// the claim's container keeps what it was given.
+func (p *Preparer) Beside(gpus []string, booked map[string]Share) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	unlock, err := lockDir(p.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	held, err := p.heldLocked("")
+	if err != nil {
+		return err
+	}
+	for _, g := range sortedByIndex(p.GPUs()) {
+		h := held[DeviceName(g.Index)]
+		if h == (Share{}) || !slices.Contains(gpus, g.UUID) {
+			continue
+		}
+		if b := booked[g.UUID]; exceeds(g, h, b) {
+			return fmt.Errorf("GPU %d (%s) would hold %d of %d MiB and %d%% compute with the pods that book it (%d MiB, %d%%) "+
+				"and the ResourceClaims prepared on it first (%d MiB, %d%%): refused",
+				g.Index, g.UUID, h.MemoryMiB+b.MemoryMiB, usableMiB(g), h.ComputePercent+b.ComputePercent, b.MemoryMiB, b.ComputePercent,
+				h.MemoryMiB, h.ComputePercent)
+		}
+	}
+	return nil
+}
+
+// exceeds reports whether held, what claims hold of GPU g, with booked,
+// what pods' records book of it, is more than g has for them.
+func exceeds(g gpu.Device, held, booked Share) bool {
+	return held.MemoryMiB+booked.MemoryMiB > usableMiB(g) || held.ComputePercent+booked.ComputePercent > 100
+}
+
+// lockName is the file in the CDI directory whose lock Prepare and
+// Beside hold while they check and write: gpushare-dra and gpushare-node,
+// two processes on one directory, each see what the other decided.
+const lockName = ".gpushare-claims.lock"
+
+// lockDir takes the exclusive lock of dir's lock file, waiting for it,
+// and returns its release.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking the claims' specs: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking the claims' specs: %w", err)
+	}
+	// Closing the file releases the lock.
+	return func() { _ = f.Close() }, nil
 }
 
 // Held returns what the prepared claims hold of each device.

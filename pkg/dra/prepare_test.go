@@ -3,6 +3,7 @@ package dra
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,7 +90,9 @@ func TestPrepare(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if left, _ := filepath.Glob(filepath.Join(p.Dir, "*")); len(left) != 0 {
+	// The lock file stays: it is no spec.
+	left, _ := filepath.Glob(filepath.Join(p.Dir, "*"))
+	if left = slices.DeleteFunc(left, func(f string) bool { return filepath.Base(f) == lockName }); len(left) != 0 {
 		t.Errorf("after unprepare: %v left", left)
 	}
 }
@@ -171,5 +174,46 @@ func TestPrepareBadClaims(t *testing.T) {
 	}
 	if _, err := p.Prepare(claimOf("u", "gpu", map[string][2]int64{"gpu-0": {1024, 0}})); err == nil {
 		t.Error("a spec that cannot be read: Prepare went on; want an error")
+	}
+}
+
+// A container whose record books a GPU that claims prepared first hold
+// is refused where the two would take more than the GPU has, and let
+// through where they fit or where no claim holds the GPU; what Prepare
+// and Beside decide is seen by another Preparer on the same directory
+// (gpushare-dra and gpushare-node are two processes).
+func TestBeside(t *testing.T) {
+	p := preparer(t, nil)
+	if _, err := p.Prepare(claimOf("a", "gpu", map[string][2]int64{"gpu-0": {8192, 30}})); err != nil {
+		t.Fatal(err)
+	}
+	node := &Preparer{Dir: p.Dir, Pool: p.Pool, GPUs: p.GPUs}
+	a, b := t4(0).UUID, t4(1).UUID
+	for _, tc := range []struct {
+		name   string
+		gpus   []string
+		booked map[string]Share
+		refuse bool
+	}{
+		{"fits beside the claim", []string{a}, map[string]Share{a: {6738, 70}}, false},
+		{"memory past the GPU", []string{a}, map[string]Share{a: {6739, 0}}, true},
+		{"compute past the GPU", []string{a}, map[string]Share{a: {1024, 71}}, true},
+		{"on both GPUs, one past", []string{b, a}, map[string]Share{a: {12000, 0}, b: {12000, 0}}, true},
+		{"no claim on its GPU", []string{b}, map[string]Share{a: {12000, 0}, b: {14930, 100}}, false},
+		// Another container's over-booking on the claim's GPU is not
+		// this one's to answer for.
+		{"over-booked GPU not its own", []string{b}, map[string]Share{a: {12000, 0}, b: {1024, 0}}, false},
+	} {
+		err := node.Beside(tc.gpus, tc.booked)
+		if refused := err != nil && strings.Contains(err.Error(), "refused") &&
+			strings.Contains(err.Error(), "ResourceClaims prepared on it first (8192 MiB, 30%)"); refused != tc.refuse || (err != nil) != tc.refuse {
+			t.Errorf("%s: %v; want refused %v", tc.name, err, tc.refuse)
+		}
+	}
+	if err := p.Unprepare("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Beside([]string{a}, map[string]Share{a: {14930, 100}}); err != nil {
+		t.Errorf("the claim unprepared: %v; want the GPU whole for the pods", err)
 	}
 }

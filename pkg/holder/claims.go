@@ -91,6 +91,13 @@ type Config struct {
 	// must be set).
 	Enforcement gpusharev1.Enforcement
 	HAMiCore    *cdi.HAMiCore
+	// ClaimsBeside, if set, returns an error when gpus (UUIDs), which a
+	// container of pod is given by its record as it starts, would hold
+	// more than they have with the ResourceClaims prepared on this node
+	// and what the node's pods book, pod's record included
+	// (dra.Preparer.Beside): the container is refused. The claims were
+	// prepared first, before the record reached the node.
+	ClaimsBeside func(pod *corev1.Pod, gpus []string) error
 	// Clock is the real clock if nil.
 	Clock clock.WithDelayedExecution
 }
@@ -209,6 +216,8 @@ type pending struct {
 type resolved struct {
 	podresources.Holder
 	alloc *gpusharev1.ContainerAllocation
+	// pod is the pod whose record alloc is from.
+	pod *corev1.Pod
 	// hooked is set for devices that defer to their container's hooks
 	// (hookedOnly): their CDI device carries cdi.HookedEdits.
 	hooked bool
@@ -307,9 +316,16 @@ func (c *Resolver) takeReady(claim string) *resolved {
 // resolved ahead is checked again against the GPUs' health.
 func (c *Resolver) Resolve(ctx context.Context, resource, claim string, ids []string) (podresources.Holder, *gpusharev1.ContainerAllocation, string, error) {
 	if r := c.takeReady(claim); r != nil {
-		return r.Holder, r.alloc, "ahead", c.checkGPUs(r.Holder, r.alloc)
+		err := c.checkGPUs(r.Holder, r.alloc)
+		if err == nil {
+			err = c.beside(r)
+		}
+		return r.Holder, r.alloc, "ahead", err
 	}
 	r, err := c.resolve(ctx, resource, claim, ids)
+	if err == nil {
+		err = c.beside(r)
+	}
 	if err != nil {
 		return r.Holder, nil, "", err
 	}
@@ -320,6 +336,22 @@ func (c *Resolver) Resolve(ctx context.Context, resource, claim string, ids []st
 		return r.Holder, nil, "", errWriting(r.Holder, err)
 	}
 	return r.Holder, r.alloc, "now", nil
+}
+
+// beside checks r's GPUs against the ResourceClaims prepared on this
+// node (Config.ClaimsBeside), as its container starts.
+func (c *Resolver) beside(r *resolved) error {
+	if c.cfg.ClaimsBeside == nil || r.alloc == nil || r.pod == nil {
+		return nil
+	}
+	uuids := make([]string, len(r.alloc.GPUs))
+	for i, g := range r.alloc.GPUs {
+		uuids[i] = g.UUID
+	}
+	if err := c.cfg.ClaimsBeside(r.pod, uuids); err != nil {
+		return fmt.Errorf("pod %s/%s container %s: %w", r.Namespace, r.Pod, r.Container, err)
+	}
+	return nil
 }
 
 // writeSpec writes the CDI spec of claim for r: it stages the spec, and

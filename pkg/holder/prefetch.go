@@ -285,7 +285,7 @@ func (c *Resolver) ahead(ctx context.Context, h podresources.Holder, res string)
 	if err := c.checkGPUs(h, a); err != nil {
 		return nil, err
 	}
-	r := &resolved{Holder: h, alloc: a, env: c.aliyunEnvOf(pod, h.Container, a)}
+	r := &resolved{Holder: h, alloc: a, pod: pod, env: c.aliyunEnvOf(pod, h.Container, a)}
 	r.mps, r.hamiCore = c.enforcedBy(pod, h.Container, a)
 	return r, nil
 }

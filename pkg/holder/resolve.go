@@ -118,7 +118,7 @@ func (c *Resolver) resolve(ctx context.Context, resource, claim string, ids []st
 	if err := c.checkGPUs(h, a); err != nil {
 		return &resolved{Holder: h, alloc: a}, err
 	}
-	r := &resolved{Holder: h, alloc: a, env: c.aliyunEnvOf(pod, h.Container, a)}
+	r := &resolved{Holder: h, alloc: a, pod: pod, env: c.aliyunEnvOf(pod, h.Container, a)}
 	r.mps, r.hamiCore = c.enforcedBy(pod, h.Container, a)
 	return r, nil
 }

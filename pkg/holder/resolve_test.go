@@ -481,3 +481,58 @@ func (k *staleKubelet) Recent(since time.Time) *podresources.Listing {
 	}
 	return nil
 }
+
+// A container whose GPUs the ResourceClaims prepared first would take
+// past what they have (Config.ClaimsBeside) is refused as it starts,
+// whether the prefetch resolved it ahead or it is resolved then, and
+// nothing else changes: the check is asked with the container's pod and
+// the GPUs its record gives it.
+func TestClaimsBeside(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		asked []string
+	)
+	refuse := map[string]bool{"b": true, "dd": true}
+	n := resolveNode{startNodeWith(t, func(c *Config) {
+		c.ClaimsBeside = func(pod *corev1Pod, gpus []string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, pod.Name+"="+strings.Join(gpus, ","))
+			if refuse[pod.Name] {
+				return errors.New("GPU 1 would hold more with the ResourceClaims prepared on it first: refused")
+			}
+			return nil
+		}
+	}), t}
+	check := func(pod string) {
+		t.Helper()
+		env, err := n.start(n.pod(pod), "main")
+		switch {
+		case refuse[pod] && (err == nil || !strings.Contains(err.Error(), "pod default/"+pod+" container main: GPU 1 would hold")):
+			t.Errorf("starting %s: %v, %v; want refused beside the claims", pod, env, err)
+		case !refuse[pod] && err != nil:
+			t.Errorf("starting %s: %v", pod, err)
+		}
+	}
+	n.admit("a", "b")
+	n.quiet()
+	for _, pod := range []string{"a", "b"} {
+		if !n.ready(n.claim(pod)) {
+			t.Fatalf("%s was not resolved ahead", pod)
+		}
+		check(pod)
+	}
+	// No prefetch: resolved as they start.
+	n.c.mu.Lock()
+	n.c.after = time.Hour
+	n.c.mu.Unlock()
+	n.admit("cc", "dd")
+	check("cc")
+	check("dd")
+	want := []string{"a=" + n.gpuUUID(1), "b=" + n.gpuUUID(1), "cc=" + n.gpuUUID(0), "dd=" + n.gpuUUID(0)}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(asked, want) {
+		t.Errorf("asked %v; want %v", asked, want)
+	}
+}

@@ -103,14 +103,17 @@ func Build(in Input) *Cluster {
 			holdClaim(&out.Nodes[i], rc, placement)
 		}
 	}
-	for _, oc := range c.OverCommittedClaims() {
+	for _, oc := range c.OverCommitted() {
+		if oc.Claim == "" {
+			continue // a record: listed with the records that over-commit
+		}
 		name := "ResourceClaim " + oc.Claim
 		if oc.Pod != "" {
 			name += " (pod " + oc.Pod + ")"
 		}
 		out.OverCommitted = append(out.OverCommitted, Refused{Pod: name, Node: oc.Node,
-			Error: fmt.Sprintf("books GPU %s, whose pods and claims book more than it has: the node has refused to prepare "+
-				"whichever claim came after the others (docs/dra.md, \"A claim the node refuses\")", joinInts(oc.GPUs))})
+			Error: fmt.Sprintf("books GPU %s, whose pods and claims book more than it has: the node refuses whichever came "+
+				"after the others: a claim's preparation, or the containers of a pod whose record came after the claims (docs/dra.md, \"A claim the node refuses\")", joinInts(oc.GPUs))})
 	}
 	sort.Slice(out.OverCommitted, func(i, j int) bool { return out.OverCommitted[i].Pod < out.OverCommitted[j].Pod })
 	for i := range out.Nodes {

@@ -124,7 +124,7 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 			return
 		}
 		s.synced = func() bool { return synced() && claimsSynced() }
-		s.Releaser.Start(refused.Config{Claims: s.cache.OverCommittedClaims, Pods: h.SharedInformerFactory().Core().V1().Pods().Lister(),
+		s.Releaser.Start(refused.Config{Bookings: s.cache.OverCommitted, Pods: h.SharedInformerFactory().Core().V1().Pods().Lister(),
 			Client: h.ClientSet(), Recorder: h.EventRecorder(), Logger: logger})
 		go gpucache.WatchLeases(ctx, s.cache, h.ClientSet(), func(node string) { activatePending(ctx, h, node) })
 		s.metrics = newMetrics()

@@ -18,6 +18,11 @@
 // controller owns is created again and placed where its claim fits. A
 // pod that has started, or that waits for something else (an image, a
 // volume) with no refusal from its node, is never touched.
+//
+// The race goes the other way too: a claim prepared before the record of
+// a pod bound beside it reached the node. gpushare-node then refuses
+// that pod's containers (dra.Preparer.Beside), the kubelet says so in a
+// Failed event, and the Releaser deletes that pod the same way.
 package refused
 
 import (
@@ -54,11 +59,11 @@ const DefaultGrace = 30 * time.Second
 
 // Config is what a Releaser reads and acts through.
 type Config struct {
-	// Claims returns the claims that book an over-committed GPU
-	// (gpucache.Cache.OverCommittedClaims).
-	Claims func() []gpucache.OverClaim
-	Pods   corelisters.PodLister
-	Client kubernetes.Interface
+	// Bookings returns the claims and records that book an
+	// over-committed GPU (gpucache.Cache.OverCommitted).
+	Bookings func() []gpucache.Overbooked
+	Pods     corelisters.PodLister
+	Client   kubernetes.Interface
 	// Recorder records the event on the pod; nil for none.
 	Recorder events.EventRecorder
 	Logger   klog.Logger
@@ -71,6 +76,10 @@ type Config struct {
 // Releaser deletes the pods whose claims their node refuses (see the
 // package's doc). Its zero value does nothing until Start.
 type Releaser struct {
+	// Leading, if set, reports whether this replica leads: one that does
+	// not reads no events and deletes nothing. Set it before Run.
+	Leading func() bool
+
 	mu  sync.Mutex
 	cfg *Config
 	// seen is when each pod was first found waiting with an
@@ -111,11 +120,12 @@ func (r *Releaser) Run(ctx context.Context, every time.Duration) {
 	wait.UntilWithContext(ctx, r.Release, every)
 }
 
-// candidate is a pod that waits with a claim its node refuses.
+// candidate is a pod that waits with a claim or record its node
+// refuses.
 type candidate struct {
-	claim gpucache.OverClaim
-	pod   *corev1.Pod
-	since time.Time
+	booking gpucache.Overbooked
+	pod     *corev1.Pod
+	since   time.Time
 }
 
 // Release deletes, on each node, a pod whose claim over-commits a GPU
@@ -133,13 +143,13 @@ func (r *Releaser) Release(ctx context.Context) {
 	now := cfg.Now()
 	byNode := map[string][]candidate{}
 	waiting := map[types.UID]bool{}
-	for _, oc := range cfg.Claims() {
+	for _, oc := range cfg.Bookings() {
 		if oc.Pod == "" {
-			// Shared: deleting one of its pods would not release it.
+			// A shared claim: deleting one of its pods would not
+			// release it.
 			continue
 		}
-		ns, _, _ := strings.Cut(oc.Claim, "/")
-		pod, err := cfg.Pods.Pods(ns).Get(oc.Pod)
+		pod, err := cfg.Pods.Pods(oc.Namespace).Get(oc.Pod)
 		if err != nil || pod.UID != oc.PodUID || !Waiting(pod, oc.Node) {
 			continue
 		}
@@ -149,7 +159,7 @@ func (r *Releaser) Release(ctx context.Context) {
 			since = now
 			r.seen[pod.UID] = now
 		}
-		byNode[oc.Node] = append(byNode[oc.Node], candidate{claim: oc, pod: pod, since: since})
+		byNode[oc.Node] = append(byNode[oc.Node], candidate{booking: oc, pod: pod, since: since})
 	}
 	for uid := range r.seen {
 		if !waiting[uid] {
@@ -162,6 +172,7 @@ func (r *Releaser) Release(ctx context.Context) {
 			delete(r.settling, node)
 		}
 	}
+	leads := -1 // not asked yet; then 0 or 1
 	for node, cs := range byNode {
 		if _, ok := r.settling[node]; ok {
 			continue
@@ -181,8 +192,18 @@ func (r *Releaser) Release(ctx context.Context) {
 			if at, ok := r.asked[c.pod.UID]; ok && now.Sub(at) < recheck {
 				continue
 			}
+			if leads < 0 {
+				leads = 1
+				if r.Leading != nil && !r.Leading() {
+					leads = 0
+					cfg.Logger.V(2).Info("Not the leader: leaving the pods that over-commit a GPU to it")
+				}
+			}
+			if leads == 0 {
+				break
+			}
 			r.asked[c.pod.UID] = now
-			if !refusedByNode(ctx, cfg, c.pod, c.claim.Claim, c.since) {
+			if !refusedByNode(ctx, cfg, c.pod, c.booking.Claim, c.since) {
 				continue
 			}
 			if r.release(ctx, cfg, c, now) {
@@ -197,31 +218,45 @@ func (r *Releaser) Release(ctx context.Context) {
 // claims the node's DRA drivers refused to prepare.
 const KubeletRefusal = "FailedPrepareDynamicResources"
 
-// refusedByNode reports whether the kubelet says it could not prepare
-// claim (namespace/name) for pod because it would over-commit a GPU: its
-// FailedPrepareDynamicResources event on the pod, naming the claim and
-// with gpushare-dra's words for an over-commit ("would hold"), seen
-// again since the over-commit was found (less eventSkew): the kubelet
-// posts that reason for passing trouble too (a claim not yet reserved, a
-// driver not yet registered), and posts a refusal again at each retry.
-// Only the kubelet, and those who may write events in the pod's
-// namespace, write it; a tenant who forges one there loses only its own
-// pod.
+// KubeletFailed is the reason of the kubelet's event on a pod whose
+// container it could not create: where gpushare-node refused it beside
+// the claims prepared on its GPU, the message says so (BesideWords).
+const KubeletFailed = "Failed"
+
+// BesideWords are in gpushare-node's refusal of a container whose record
+// came after the claims prepared on its GPU (dra.Preparer.Beside).
+const BesideWords = "ResourceClaims prepared on it first"
+
+// refusedByNode reports whether the kubelet says it refused pod for an
+// over-commit: for claim (namespace/name), its FailedPrepareDynamicResources
+// event naming the claim with gpushare-dra's words ("would hold"); for a
+// record (claim ""), its Failed event with gpushare-node's (BesideWords);
+// either seen again since the over-commit was found (less eventSkew).
+// The kubelet posts those reasons for passing trouble too (a claim not
+// yet reserved, a driver not yet registered, an image not pulled), and
+// posts a refusal again at each retry. Only the kubelet, and those who
+// may write events in the pod's namespace, write it; a tenant who forges
+// one there loses only its own pod.
 func refusedByNode(ctx context.Context, cfg *Config, pod *corev1.Pod, claim string, since time.Time) bool {
+	reason, words := KubeletRefusal, []string{claim, "would hold"}
+	if claim == "" {
+		reason, words = KubeletFailed, []string{"would hold", BesideWords}
+	}
 	list, err := cfg.Client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)),
-			fields.OneTermEqualSelector("reason", KubeletRefusal)).String()})
+			fields.OneTermEqualSelector("reason", reason)).String()})
 	if err != nil {
-		cfg.Logger.Error(err, "Reading the events of a pod whose claim over-commits its GPU; trying again later", "pod", klog.KObj(pod))
+		cfg.Logger.Error(err, "Reading the events of a pod that over-commits its GPU; trying again later", "pod", klog.KObj(pod))
 		return false
 	}
 	for _, e := range list.Items {
-		if e.InvolvedObject.UID == pod.UID && e.Reason == KubeletRefusal && e.Source.Component == "kubelet" &&
-			strings.Contains(e.Message, claim) && strings.Contains(e.Message, "would hold") && !lastSeen(&e).Before(since.Add(-eventSkew)) {
+		if e.InvolvedObject.UID == pod.UID && e.Reason == reason && e.Source.Component == "kubelet" &&
+			!slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(e.Message, w) }) &&
+			!lastSeen(&e).Before(since.Add(-eventSkew)) {
 			return true
 		}
 	}
-	cfg.Logger.V(2).Info("A pod waits with a claim that over-commits its GPU, but its node has not refused the claim since", "pod", klog.KObj(pod),
+	cfg.Logger.V(2).Info("A pod waits with a booking that over-commits its GPU, but its node has not refused it since", "pod", klog.KObj(pod),
 		"claim", claim, "since", since)
 	return false
 }
@@ -248,11 +283,18 @@ func lastSeen(e *corev1.Event) time.Time {
 
 // release deletes c's pod, and reports whether it did.
 func (r *Releaser) release(ctx context.Context, cfg *Config, c candidate, now time.Time) bool {
-	logger := klog.LoggerWithValues(cfg.Logger, "pod", klog.KObj(c.pod), "claim", c.claim.Claim, "node", c.claim.Node)
+	b := c.booking
+	logger := klog.LoggerWithValues(cfg.Logger, "pod", klog.KObj(c.pod), "claim", b.Claim, "node", b.Node)
 	why := fmt.Sprintf("ResourceClaim %s books GPU %s of node %s past what it has beside the pods and claims booked there, "+
 		"and the pod has not started in %s: "+
 		"the node refuses to prepare the claim. Deleted so that the claim is released%s",
-		c.claim.Claim, joinInts(c.claim.GPUs), c.claim.Node, now.Sub(c.since).Round(time.Second), recreated(c.pod))
+		b.Claim, joinInts(b.GPUs), b.Node, now.Sub(c.since).Round(time.Second), recreated(c.pod))
+	if b.Claim == "" {
+		why = fmt.Sprintf("The pod's allocation record books GPU %s of node %s, where ResourceClaims prepared before the record "+
+			"reached the node hold what it needs, and the pod has not started in %s: the node refuses its containers. "+
+			"Deleted so that its GPUs are freed%s",
+			joinInts(b.GPUs), b.Node, now.Sub(c.since).Round(time.Second), recreated(c.pod))
+	}
 	uid := c.pod.UID
 	err := cfg.Client.CoreV1().Pods(c.pod.Namespace).Delete(ctx, c.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -263,7 +305,7 @@ func (r *Releaser) release(ctx context.Context, cfg *Config, c candidate, now ti
 	if err != nil {
 		return false
 	}
-	logger.Info("Deleted a pod whose claim its node refuses", "gpus", c.claim.GPUs)
+	logger.Info("Deleted a pod its node refuses", "gpus", b.GPUs)
 	if cfg.Recorder != nil {
 		cfg.Recorder.Eventf(c.pod, nil, corev1.EventTypeWarning, Reason, "Delete", "%s", why)
 	}
@@ -273,9 +315,9 @@ func (r *Releaser) release(ctx context.Context, cfg *Config, c candidate, now ti
 // recreated says what follows the deletion of pod.
 func recreated(pod *corev1.Pod) string {
 	if o := metav1.GetControllerOf(pod); o != nil {
-		return fmt.Sprintf("; its %s %s creates it again, placed where its claim fits", o.Kind, o.Name)
+		return fmt.Sprintf("; its %s %s creates it again, placed where it fits", o.Kind, o.Name)
 	}
-	return "; no controller owns the pod: create it again to have it placed where its claim fits"
+	return "; no controller owns the pod: create it again to have it placed where it fits"
 }
 
 // Waiting reports whether pod is bound to node, not ended nor being

@@ -25,7 +25,7 @@ type fixture struct {
 	client   *fake.Clientset
 	recorder *events.FakeRecorder
 	now      time.Time
-	claims   []gpucache.OverClaim
+	bookings []gpucache.Overbooked
 }
 
 func newFixture(t *testing.T, pods ...*corev1.Pod) *fixture {
@@ -43,7 +43,7 @@ func newFixture(t *testing.T, pods ...*corev1.Pod) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.r.Start(Config{Claims: func() []gpucache.OverClaim { return f.claims }, Pods: corelisters.NewPodLister(indexer),
+	f.r.Start(Config{Bookings: func() []gpucache.Overbooked { return f.bookings }, Pods: corelisters.NewPodLister(indexer),
 		Client: f.client, Recorder: f.recorder, Logger: klog.Background(), Grace: 10 * time.Second,
 		Now: func() time.Time { return f.now }})
 	return f
@@ -59,9 +59,15 @@ func (f *fixture) refuse(t *testing.T, p *corev1.Pod, component string) {
 
 func (f *fixture) refuseWith(t *testing.T, p *corev1.Pod, component string, at time.Time, message string) {
 	t.Helper()
-	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%s.%d.%d", p.Name, component, at.Unix(), len(message)), Namespace: p.Namespace},
+	f.post(t, p, KubeletRefusal, component, at, message)
+}
+
+// post posts an event on p with reason, as from component, seen at.
+func (f *fixture) post(t *testing.T, p *corev1.Pod, reason, component string, at time.Time, message string) {
+	t.Helper()
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%s.%s.%d.%d", p.Name, reason, component, at.Unix(), len(message)), Namespace: p.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
-		Reason:         KubeletRefusal, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: component, Host: "n"},
+		Reason:         reason, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: component, Host: "n"},
 		Message: message, FirstTimestamp: metav1.NewTime(at), LastTimestamp: metav1.NewTime(at)}
 	if _, err := f.client.CoreV1().Events(p.Namespace).Create(context.Background(), e, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -75,8 +81,8 @@ func pod(name string, bound time.Time) *corev1.Pod {
 			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(bound)}}}}
 }
 
-func over(p *corev1.Pod) gpucache.OverClaim {
-	return gpucache.OverClaim{Claim: "ns/" + p.Name + "-gpu", Node: "n", Pod: p.Name, PodUID: p.UID, GPUs: []int{0}}
+func over(p *corev1.Pod) gpucache.Overbooked {
+	return gpucache.Overbooked{Claim: "ns/" + p.Name + "-gpu", Node: "n", Namespace: "ns", Pod: p.Name, PodUID: p.UID, GPUs: []int{0}}
 }
 
 func (f *fixture) pods(t *testing.T) []string {
@@ -101,7 +107,7 @@ func TestReleaseAfterGrace(t *testing.T) {
 	p := pod("a", time.Unix(900, 0))
 	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", Controller: ptr.To(true)}}
 	f := newFixture(t, p)
-	f.claims = []gpucache.OverClaim{over(p)}
+	f.bookings = []gpucache.Overbooked{over(p)}
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 1 {
 		t.Fatalf("deleted before the grace: pods %v", got)
@@ -168,7 +174,7 @@ func TestReleaseSparesStarted(t *testing.T) {
 	o.PodUID = "a-new-pod"
 	shared := over(other)
 	shared.Pod, shared.PodUID = "", ""
-	f.claims = []gpucache.OverClaim{over(started), over(init), over(running), over(elsewhere), o, shared}
+	f.bookings = []gpucache.Overbooked{over(started), over(init), over(running), over(elsewhere), o, shared}
 	for range 3 {
 		f.r.Release(context.Background())
 		f.now = f.now.Add(time.Minute)
@@ -186,14 +192,14 @@ func TestReleaseOnePerNode(t *testing.T) {
 	f := newFixture(t, early, late)
 	f.refuse(t, early, "kubelet")
 	f.refuse(t, late, "kubelet")
-	f.claims = []gpucache.OverClaim{over(early), over(late)}
+	f.bookings = []gpucache.Overbooked{over(early), over(late)}
 	f.r.Release(context.Background())
 	f.now = f.now.Add(10 * time.Second)
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 1 || got[0] != "early" {
 		t.Fatalf("pods %v; want early alone", got)
 	}
-	f.claims = []gpucache.OverClaim{over(early)}
+	f.bookings = []gpucache.Overbooked{over(early)}
 	f.now = f.now.Add(5 * time.Second)
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 1 {
@@ -213,13 +219,81 @@ func TestReleaseNothingBeforeStart(t *testing.T) {
 	r.Release(context.Background())
 	p := pod("a", time.Unix(900, 0))
 	f := newFixture(t, p)
-	f.claims = []gpucache.OverClaim{over(p)}
-	f.r.Start(Config{Claims: func() []gpucache.OverClaim { return nil }})
+	f.bookings = []gpucache.Overbooked{over(p)}
+	f.r.Start(Config{Bookings: func() []gpucache.Overbooked { return nil }})
 	f.r.Release(context.Background())
 	f.refuse(t, p, "kubelet")
 	f.now = f.now.Add(time.Hour)
 	f.r.Release(context.Background())
 	if got := f.pods(t); len(got) != 0 {
 		t.Errorf("pods %v; the second Start replaced the first Config", got)
+	}
+}
+
+// TestReleaseRecordBesideClaims: a pod whose allocation record came to
+// its node after a claim was prepared on its GPU, whose containers the
+// node refuses (the kubelet's Failed event with gpushare-node's words),
+// is deleted after the grace with an event that says why. Other
+// failures to create its container (an image, a config map), and a
+// refusal of a claim, are not that.
+func TestReleaseRecordBesideClaims(t *testing.T) {
+	p := pod("rec", time.Unix(900, 0))
+	f := newFixture(t, p)
+	f.bookings = []gpucache.Overbooked{{Node: "n", Namespace: "ns", Pod: p.Name, PodUID: p.UID, GPUs: []int{0}}}
+	f.r.Release(context.Background())
+	f.now = f.now.Add(10 * time.Second)
+	f.post(t, p, KubeletFailed, "kubelet", f.now, `Error: configmap "cfg" not found`)
+	f.refuseWith(t, p, "kubelet", f.now, "Failed to prepare dynamic resources: claim ns/rec-gpu: GPU gpu-0 would hold 20192 of 15360 MiB: refused")
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("deleted on a failure that is not the refusal beside claims: pods %v", got)
+	}
+	f.now = f.now.Add(recheck)
+	f.post(t, p, KubeletFailed, "kubelet", f.now, "Error: device plugin PreStartContainer rpc failed with err: rpc error: code = Unknown "+
+		"desc = pod ns/rec container main: GPU 0 (GPU-a) would hold 20192 of 15360 MiB and 0% compute with the pods that book it "+
+		"(12000 MiB, 0%) and the "+BesideWords+" (8192 MiB, 0%): refused")
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 0 {
+		t.Fatalf("pods %v after the node refused the record's container; want rec deleted", got)
+	}
+	select {
+	case e := <-f.recorder.Events:
+		for _, want := range []string{"Warning " + Reason, "allocation record books GPU 0 of node n", "refuses its containers",
+			"no controller owns the pod"} {
+			if !strings.Contains(e, want) {
+				t.Errorf("event %q; want it to contain %q", e, want)
+			}
+		}
+	default:
+		t.Error("no event on the deleted pod")
+	}
+}
+
+// TestReleaseLeaderOnly: a replica that does not lead reads no events and
+// deletes nothing; once it leads, it releases as any.
+func TestReleaseLeaderOnly(t *testing.T) {
+	p := pod("a", time.Unix(900, 0))
+	f := newFixture(t, p)
+	leads := false
+	f.r.Leading = func() bool { return leads }
+	f.bookings = []gpucache.Overbooked{over(p)}
+	f.r.Release(context.Background())
+	f.refuse(t, p, "kubelet")
+	f.now = f.now.Add(time.Minute)
+	f.client.ClearActions()
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 1 {
+		t.Fatalf("pods %v: a standby deleted", got)
+	}
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource == "events" {
+			t.Errorf("a standby read events: %v", a)
+		}
+	}
+	leads = true
+	f.refuse(t, p, "kubelet")
+	f.r.Release(context.Background())
+	if got := f.pods(t); len(got) != 0 {
+		t.Fatalf("pods %v; want a deleted by the leader", got)
 	}
 }

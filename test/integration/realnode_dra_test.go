@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/dra"
+	"github.com/gpushare/gpushare/pkg/refused"
 )
 
 // TestRealNodeDRA: with dra.enabled, gpushare-dra runs beside
@@ -86,6 +89,7 @@ func TestRealNodeDRA(t *testing.T) {
 	rc.runningPods(t, len(claims))
 
 	specs := map[string]string{}
+	held := map[string]string{} // claim name: its device
 	for _, c := range claims {
 		claim, err := rc.client.ResourceV1().ResourceClaims("default").Get(ctx, c.name, metav1.GetOptions{})
 		if err != nil {
@@ -96,6 +100,7 @@ func TestRealNodeDRA(t *testing.T) {
 		}
 		r := claim.Status.Allocation.Devices.Results[0]
 		uuid := uuids[r.Device]
+		held[c.name] = r.Device
 		wantMiB := c.mib
 		if wantMiB == 0 {
 			q := r.ConsumedCapacity[dra.Memory]
@@ -203,6 +208,8 @@ func TestRealNodeDRA(t *testing.T) {
 		t.Errorf("claim over allocated %+v (%v); want none", c.Status.Allocation, err)
 	}
 
+	lateRecordBesideClaim(t, rc, held["share-b"], uuids[held["share-b"]])
+
 	// The hostile case: gpushare-node's token, bound to its pod, writes a
 	// slice for another node, and one of another driver for its own.
 	pods, err := rc.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})
@@ -230,5 +237,61 @@ func TestRealNodeDRA(t *testing.T) {
 	}
 	if slices.ContainsFunc(all.Items, func(s resourceapi.ResourceSlice) bool { return strings.HasPrefix(s.Name, "forged-") }) {
 		t.Error("a forged slice is in the cluster")
+	}
+}
+
+// lateRecordBesideClaim: the race the other way, a pod whose record
+// reaches the node after a claim on its GPU was prepared (the scheduler
+// placed it from a view without the claim). Played here by binding the
+// pod as gpushare-scheduler would, with a record of 30000 MiB of the GPU
+// on which claim share-b's 4096 MiB are prepared: gpushare-node refuses
+// the pod's container as it starts (the kubelet's Failed event names the
+// claims prepared first), the claim's pod runs on, and gpushare-scheduler
+// deletes the refused pod after the grace, saying why.
+func lateRecordBesideClaim(t *testing.T, rc *realCluster, device, gpuUUID string) {
+	t.Helper()
+	ctx := context.Background()
+	index, err := strconv.Atoi(strings.TrimPrefix(device, "gpu-"))
+	if err != nil {
+		t.Fatalf("share-b's device %q: %v", device, err)
+	}
+	late := gpuPod("late", 30000, 0)
+	late.Spec.SchedulerName = "no-scheduler" // bound below, as gpushare-scheduler binds
+	late.Spec.Containers[0].Image, late.Spec.Containers[0].Command = probeImage, []string{"sleep", "infinity"}
+	created, err := rc.client.CoreV1().Pods("default").Create(ctx, late, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: "gpu-real", Containers: []gpusharev1.ContainerAllocation{{
+		Name: "main", Kind: gpusharev1.ContainerApp, GPUs: []gpusharev1.GPUShare{{Index: index, UUID: gpuUUID, MemoryMiB: 30000}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedulers, err := rc.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpushare-scheduler"})
+	if err != nil || len(schedulers.Items) != 1 {
+		t.Fatalf("gpushare-scheduler's pod: %v, %v", schedulers, err)
+	}
+	kubeconfig, err := rc.c.AccountKubeconfig(ctx, chartNamespace, "gpushare-scheduler", &schedulers.Items[0], time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clientFor(t, kubeconfig).CoreV1().Pods("default").Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "default", UID: created.UID,
+			Annotations: map[string]string{gpusharev1.AllocationAnnotation: value}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "gpu-real"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("binding late as gpushare-scheduler: %v", err)
+	}
+	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "late", refused.KubeletFailed, refused.BesideWords)
+	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "share-b", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("share-b, whose claim was prepared first: %v (%v); want it running", p.Status.Phase, err)
+	}
+	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "late", refused.Reason, "allocation record books GPU "+strconv.Itoa(index))
+	err = waitFor(time.Minute, func() (bool, error) {
+		_, err := rc.client.CoreV1().Pods("default").Get(ctx, "late", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the refused pod was not deleted: %v", err)
 	}
 }
