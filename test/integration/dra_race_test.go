@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -148,7 +150,9 @@ func assertClaimsFit(t *testing.T, client kubernetes.Interface, node string, mib
 // past its memory until someone deleted it. The extender also books
 // claims against extended-resource pods (a pod that would fit beside the
 // claim's GPU by records alone waits), and refuses a pod that asks both
-// ways with the reason.
+// ways with the reason. Last, the race the other way: a pod whose record
+// lands beside the claim's, whose container the node refuses, is
+// deleted the same way.
 func TestExtenderReleasesRefusedClaim(t *testing.T) {
 	ctx := context.Background()
 	c := startCluster(t)
@@ -265,6 +269,53 @@ func TestExtenderReleasesRefusedClaim(t *testing.T) {
 		t.Errorf("beside: %v, bound to %q; want it waiting", err, p.Spec.NodeName)
 	}
 	assertClaimsFit(t, client, spec.Name, 15360)
+
+	// The race the other way: a record that reached the node after the
+	// claim on its GPU was prepared. Bound here by hand with 8000 MiB
+	// beside the claim's 8192; the node refuses its container (the
+	// kubelet's Failed event, posted as a real node would), and the
+	// extender deletes the pod, the claim's pod untouched.
+	y := 1 - x
+	late := gpuPod("late", 8000, 0)
+	late.Labels = map[string]string{controlplane.NotStartedLabel: "true"}
+	late.Spec.SchedulerName = "no-scheduler"
+	late, err = client.CoreV1().Pods("default").Create(ctx, late, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: spec.Name, Containers: []gpusharev1.ContainerAllocation{{
+		Name: "main", Kind: gpusharev1.ContainerApp, GPUs: []gpusharev1.GPUShare{{Index: y, UUID: gpus[y].UUID, MemoryMiB: 8000}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Pods("default").Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "default", UID: late.UID, Annotations: map[string]string{gpusharev1.AllocationAnnotation: value}},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: spec.Name},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now = metav1.Now()
+	failed := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "late.", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "late", UID: late.UID},
+		Reason:         refused.KubeletFailed, Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: "kubelet", Host: spec.Name},
+		FirstTimestamp: now, LastTimestamp: now,
+		Message: "Error: device plugin PreStartContainer rpc failed with err: rpc error: code = Unknown desc = pod default/late container main: GPU " +
+			strconv.Itoa(y) + " (" + gpus[y].UUID + ") would hold 16192 of 15360 MiB and 0% compute with the pods that book it (8000 MiB, 0%) and the " +
+			refused.BesideWords + " (8192 MiB, 0%): refused"}
+	if _, err := client.CoreV1().Events("default").Create(ctx, failed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventNote(t, client, "default", "late", refused.Reason, "allocation record books GPU "+strconv.Itoa(y))
+	err = waitFor(30*time.Second, func() (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, "late", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the pod refused beside the claim was not deleted: %v", err)
+	}
+	if p, err := client.CoreV1().Pods("default").Get(ctx, again.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the claim's pod was deleted (%v)", err)
+	}
 }
 
 // claimDevice returns the device pod's one claim was allocated, "" while
