@@ -272,16 +272,6 @@ func run(ctx context.Context, o options) error {
 		defer func() { _ = kubelet.Close() }()
 		resources := deviceplugin.ResourcesFrom(args.ResourceModel)
 		var plugins *deviceplugin.Manager
-		// The claims gpushare-dra prepared, read from its specs in the
-		// same CDI directory, beside the records of the node's pods as
-		// gpushare-dra counts them.
-		claims := &dra.Preparer{Dir: o.cdiDir, Pool: o.node, GPUs: func() []gpu.Device {
-			gpus, err := backend.Devices()
-			if err != nil {
-				logger.Error(err, "Listing the GPUs for the claims beside a container")
-			}
-			return gpus
-		}}
 		draOpts := dra.Options{WholeCard: o.wholeCard, MPS: o.mps}
 		c, err := holder.New(logger, holder.Config{Node: o.node, CDIDir: o.cdiDir, Kubelet: kubelet, MPS: mpsEnv,
 			Enforcement: gpusharev1.Enforcement(o.enforcement), HAMiCore: hamiCore,
@@ -293,12 +283,14 @@ func run(ctx context.Context, o options) error {
 			ReservedMiB:        args.ReservedMiB,
 			UnitMiB:            model.UnitMiB,
 			NodePods:           nodePods,
-			ClaimsBeside: func(pod *corev1.Pod, uuids []string) error {
-				gpus, err := backend.Devices()
-				if err != nil {
-					return err
-				}
-				return claims.Beside(uuids, dra.PodBookings(startedWith(nodePods(), pod), reader, dra.NodeOf(o.node, gpus, draOpts)))
+			// The claims gpushare-dra prepared, read from its specs in the
+			// same CDI directory, beside the records of the node's pods as
+			// gpushare-dra counts them.
+			ClaimsBeside: func(pod *corev1.Pod, uuids []string, gpus []gpu.Device) error {
+				claims := &dra.Preparer{Dir: o.cdiDir, Pool: o.node, GPUs: func() []gpu.Device { return gpus }}
+				return claims.Beside(uuids, func() map[string]dra.Share {
+					return dra.PodBookings(startedWith(nodePods(), pod), reader, dra.NodeOf(o.node, gpus, draOpts))
+				})
 			},
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 				// The informer first; a pod it has not seen yet from

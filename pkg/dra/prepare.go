@@ -206,13 +206,14 @@ func (p *Preparer) Unprepare(uid string) error {
 // Beside checks gpus (by UUID), which a container is about to use under
 // its pod's allocation record, against the claims prepared on them: it
 // returns an error naming the first that the claims and what the node's
-// pods book (booked, by UUID: PodBookings, that pod's record included)
-// take past its usable memory or compute. Prepare counts the records it
+// pods book (booked, by UUID: PodBookings, that pod's record included;
+// called only where a claim holds one of gpus) take past its usable
+// memory or compute. Prepare counts the records it
 // sees, so this happens only to a record that reached the node after a
 // claim on its GPU was prepared (the scheduler placed both from a view
 // that lacked the other): gpushare-node then refuses the container, and
 // the claim's container keeps what it was given.
-func (p *Preparer) Beside(gpus []string, booked map[string]Share) error {
+func (p *Preparer) Beside(gpus []string, booked func() map[string]Share) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	unlock, err := lockDir(p.Dir)
@@ -224,12 +225,16 @@ func (p *Preparer) Beside(gpus []string, booked map[string]Share) error {
 	if err != nil {
 		return err
 	}
+	var books map[string]Share
 	for _, g := range sortedByIndex(p.GPUs()) {
 		h := held[DeviceName(g.Index)]
 		if h == (Share{}) || !slices.Contains(gpus, g.UUID) {
 			continue
 		}
-		if b := booked[g.UUID]; exceeds(g, h, b) {
+		if books == nil {
+			books = booked()
+		}
+		if b := books[g.UUID]; exceeds(g, h, b) {
 			return fmt.Errorf("GPU %d (%s) would hold %d of %d MiB and %d%% compute with the pods that book it (%d MiB, %d%%) "+
 				"and the ResourceClaims prepared on it first (%d MiB, %d%%): refused",
 				g.Index, g.UUID, h.MemoryMiB+b.MemoryMiB, usableMiB(g), h.ComputePercent+b.ComputePercent, b.MemoryMiB, b.ComputePercent,

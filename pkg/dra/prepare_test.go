@@ -204,7 +204,7 @@ func TestBeside(t *testing.T) {
 		// this one's to answer for.
 		{"over-booked GPU not its own", []string{b}, map[string]Share{a: {12000, 0}, b: {1024, 0}}, false},
 	} {
-		err := node.Beside(tc.gpus, tc.booked)
+		err := node.Beside(tc.gpus, func() map[string]Share { return tc.booked })
 		if refused := err != nil && strings.Contains(err.Error(), "refused") &&
 			strings.Contains(err.Error(), "ResourceClaims prepared on it first (8192 MiB, 30%)"); refused != tc.refuse || (err != nil) != tc.refuse {
 			t.Errorf("%s: %v; want refused %v", tc.name, err, tc.refuse)
@@ -213,7 +213,11 @@ func TestBeside(t *testing.T) {
 	if err := p.Unprepare("a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := node.Beside([]string{a}, map[string]Share{a: {14930, 100}}); err != nil {
+	asked := false
+	if err := node.Beside([]string{a}, func() map[string]Share { asked = true; return nil }); err != nil || asked {
+		t.Errorf("no claim prepared: %v, the pods' bookings read %v; want no error, and them not read", err, asked)
+	}
+	if err := node.Beside([]string{a}, func() map[string]Share { return map[string]Share{a: {14930, 100}} }); err != nil {
 		t.Errorf("the claim unprepared: %v; want the GPU whole for the pods", err)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,13 +93,14 @@ type Config struct {
 	// must be set).
 	Enforcement gpusharev1.Enforcement
 	HAMiCore    *cdi.HAMiCore
-	// ClaimsBeside, if set, returns an error when gpus (UUIDs), which a
+	// ClaimsBeside, if set, returns an error when uuids, the GPUs a
 	// container of pod is given by its record as it starts, would hold
 	// more than they have with the ResourceClaims prepared on this node
 	// and what the node's pods book, pod's record included
 	// (dra.Preparer.Beside): the container is refused. The claims were
-	// prepared first, before the record reached the node.
-	ClaimsBeside func(pod *corev1.Pod, gpus []string) error
+	// prepared first, before the record reached the node. gpus are the
+	// node's GPUs, as SetGPUs last gave them.
+	ClaimsBeside func(pod *corev1.Pod, uuids []string, gpus []gpu.Device) error
 	// Clock is the real clock if nil.
 	Clock clock.WithDelayedExecution
 }
@@ -348,7 +351,10 @@ func (c *Resolver) beside(r *resolved) error {
 	for i, g := range r.alloc.GPUs {
 		uuids[i] = g.UUID
 	}
-	if err := c.cfg.ClaimsBeside(r.pod, uuids); err != nil {
+	c.mu.Lock()
+	gpus := slices.Collect(maps.Values(c.gpus))
+	c.mu.Unlock()
+	if err := c.cfg.ClaimsBeside(r.pod, uuids, gpus); err != nil {
 		return fmt.Errorf("pod %s/%s container %s: %w", r.Namespace, r.Pod, r.Container, err)
 	}
 	return nil

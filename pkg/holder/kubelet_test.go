@@ -137,6 +137,17 @@ func (n *node) gpuUUID(index int) string {
 	return devs[index].UUID
 }
 
+// gpuUUIDs returns the UUIDs of the node's GPUs, sorted.
+func (n *node) gpuUUIDs() []string {
+	devs, _ := n.gpus.Devices()
+	var uuids []string
+	for _, d := range devs {
+		uuids = append(uuids, d.UUID)
+	}
+	slices.Sort(uuids)
+	return uuids
+}
+
 // pod returns a pod whose container main asks mib of gpushare.io/gpu-mem
 // and whose record gives it GPU gpu, as the scheduler writes it.
 func (n *node) pod(name string, gpu int, mib int64) *corev1.Pod {

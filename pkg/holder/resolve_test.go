@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/pkg/cdi"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/podresources"
 )
 
@@ -494,10 +495,15 @@ func TestClaimsBeside(t *testing.T) {
 	)
 	refuse := map[string]bool{"b": true, "dd": true}
 	n := resolveNode{startNodeWith(t, func(c *Config) {
-		c.ClaimsBeside = func(pod *corev1Pod, gpus []string) error {
+		c.ClaimsBeside = func(pod *corev1Pod, gpus []string, node []gpu.Device) error {
 			mu.Lock()
 			defer mu.Unlock()
-			asked = append(asked, pod.Name+"="+strings.Join(gpus, ","))
+			var uuids []string
+			for _, g := range node {
+				uuids = append(uuids, g.UUID)
+			}
+			slices.Sort(uuids)
+			asked = append(asked, pod.Name+"="+strings.Join(gpus, ",")+" of "+strings.Join(uuids, ","))
 			if refuse[pod.Name] {
 				return errors.New("GPU 1 would hold more with the ResourceClaims prepared on it first: refused")
 			}
@@ -529,7 +535,8 @@ func TestClaimsBeside(t *testing.T) {
 	n.admit("cc", "dd")
 	check("cc")
 	check("dd")
-	want := []string{"a=" + n.gpuUUID(1), "b=" + n.gpuUUID(1), "cc=" + n.gpuUUID(0), "dd=" + n.gpuUUID(0)}
+	all := " of " + strings.Join(n.gpuUUIDs(), ",")
+	want := []string{"a=" + n.gpuUUID(1) + all, "b=" + n.gpuUUID(1) + all, "cc=" + n.gpuUUID(0) + all, "dd=" + n.gpuUUID(0) + all}
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(asked, want) {
