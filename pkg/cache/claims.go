@@ -174,6 +174,9 @@ type Overbooked struct {
 	PodUID         types.UID
 	// GPUs are the over-committed GPUs it books, by index.
 	GPUs []int
+	// Containers, for a record, are the pod's containers it gives GPUs:
+	// the node refuses those, and may start the others.
+	Containers []string
 }
 
 // OverCommitted returns the claims and gpushare's own records (not
@@ -207,6 +210,11 @@ func (c *Cache) OverCommitted() []Overbooked {
 			o := Overbooked{Node: e.name, GPUs: gpus}
 			if p.claim == nil {
 				o.Namespace, o.Pod, o.PodUID = p.pod.Namespace, p.pod.Name, p.pod.UID
+				for _, c := range p.placement.Containers {
+					if len(c.GPUs) > 0 {
+						o.Containers = append(o.Containers, c.Name)
+					}
+				}
 			} else {
 				o.Claim = strings.TrimPrefix(p.key, "ResourceClaim ")
 				o.Namespace, _, _ = strings.Cut(o.Claim, "/")

@@ -171,7 +171,7 @@ func TestOverCommitted(t *testing.T) {
 		if claimFirst {
 			c.SetPod(rec)
 		}
-		want := []cache.Overbooked{{Node: "n1", Namespace: rec.Namespace, Pod: rec.Name, PodUID: rec.UID, GPUs: []int{0}},
+		want := []cache.Overbooked{{Node: "n1", Namespace: rec.Namespace, Pod: rec.Name, PodUID: rec.UID, GPUs: []int{0}, Containers: []string{"c0"}},
 			{Claim: "default/over", Node: "n1", Namespace: "default", Pod: "p", PodUID: "p", GPUs: []int{0}},
 			{Claim: "default/shared", Node: "n1", Namespace: "default", GPUs: []int{0}}}
 		got := c.OverCommitted()

@@ -112,3 +112,20 @@ func TestPrepareCountsPodBookings(t *testing.T) {
 		t.Errorf("with the pods' bookings unknown: %v; want the claim refused", err)
 	}
 }
+
+// A GPU over-committed by a record that came after the claims prepared on
+// it (gpushare-node refuses that record's containers) does not get a
+// claim on another GPU refused: Prepare checks the claim's own GPUs.
+func TestPrepareOwnGPUsOnly(t *testing.T) {
+	p := preparer(t, nil)
+	if _, err := p.Prepare(claimOf("first", "gpu", map[string][2]int64{"gpu-0": {8192, 0}})); err != nil {
+		t.Fatal(err)
+	}
+	p.Booked = func() (map[string]Share, error) { return map[string]Share{t4(0).UUID: {MemoryMiB: 10000}}, nil }
+	if _, err := p.Prepare(claimOf("elsewhere", "gpu", map[string][2]int64{"gpu-1": {1000, 0}})); err != nil {
+		t.Errorf("a claim on GPU 1 beside an over-committed GPU 0: %v; want it prepared", err)
+	}
+	if _, err := p.Prepare(claimOf("there", "gpu", map[string][2]int64{"gpu-0": {100, 0}})); err == nil {
+		t.Error("a claim on the over-committed GPU 0 was prepared; want it refused")
+	}
+}

@@ -129,16 +129,17 @@ func (p *Preparer) Prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.De
 			return nil, fmt.Errorf("claim %s/%s: reading what the node's pods book: %w", claim.Namespace, claim.Name, err)
 		}
 	}
+	// Only the claim's own GPUs: another GPU past its capacity (a record
+	// that came after the claims there) is not this claim's doing.
+	mine := map[string]bool{}
 	for _, req := range requests {
 		for dev, s := range shares[req].Devices {
 			held[dev] = held[dev].add(s)
+			mine[dev] = true
 		}
 	}
-	for dev, h := range held {
-		g, ok := byName[dev]
-		if !ok {
-			continue
-		}
+	for _, dev := range slices.Sorted(maps.Keys(mine)) {
+		g, h := byName[dev], held[dev]
 		b := booked[g.UUID]
 		if exceeds(g, h, b) {
 			return nil, fmt.Errorf("claim %s/%s: GPU %s would hold %d of %d MiB and %d%% compute with the claims prepared on it "+
@@ -250,15 +251,14 @@ func exceeds(g gpu.Device, held, booked Share) bool {
 	return held.MemoryMiB+booked.MemoryMiB > usableMiB(g) || held.ComputePercent+booked.ComputePercent > 100
 }
 
-// lockName is the file in the CDI directory whose lock Prepare and
-// Beside hold while they check and write: gpushare-dra and gpushare-node,
-// two processes on one directory, each see what the other decided.
-const lockName = ".gpushare-claims.lock"
-
-// lockDir takes the exclusive lock of dir's lock file, waiting for it,
-// and returns its release.
+// lockDir takes the exclusive lock (flock) of the CDI directory dir
+// itself, waiting for it, and returns its release. Prepare and Beside
+// hold it while they check and write: gpushare-dra and gpushare-node,
+// two processes on one directory, each see what the other decided. The
+// directory, not a file in it, so that no one can delete the lock from
+// under them.
 func lockDir(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("locking the claims' specs: %w", err)
 	}

@@ -3,9 +3,9 @@ package dra
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
@@ -90,9 +90,7 @@ func TestPrepare(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The lock file stays: it is no spec.
-	left, _ := filepath.Glob(filepath.Join(p.Dir, "*"))
-	if left = slices.DeleteFunc(left, func(f string) bool { return filepath.Base(f) == lockName }); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(p.Dir, "*")); len(left) != 0 {
 		t.Errorf("after unprepare: %v left", left)
 	}
 }
@@ -219,5 +217,37 @@ func TestBeside(t *testing.T) {
 	}
 	if err := node.Beside([]string{a}, func() map[string]Share { return map[string]Share{a: {14930, 100}} }); err != nil {
 		t.Errorf("the claim unprepared: %v; want the GPU whole for the pods", err)
+	}
+}
+
+// Two holders of the CDI directory's lock (gpushare-dra's Prepare and
+// gpushare-node's Beside, each its own open of the directory) take turns.
+func TestLockDir(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := lockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		u, err := lockDir(dir)
+		if err == nil {
+			u()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the lock was taken again while held (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lock was not taken once released")
 	}
 }

@@ -103,13 +103,23 @@ func Build(in Input) *Cluster {
 			holdClaim(&out.Nodes[i], rc, placement)
 		}
 	}
+	listed := map[string]bool{}
+	for _, r := range out.OverCommitted {
+		listed[r.Pod] = true
+	}
 	for _, oc := range c.OverCommitted() {
-		if oc.Claim == "" {
-			continue // a record: listed with the records that over-commit
+		// Every booking on the GPU, a claim's or a record's, in whichever
+		// order this cache booked them: which the node refused is the
+		// node's to say (the pod's events).
+		name := oc.Namespace + "/" + oc.Pod
+		if oc.Claim != "" {
+			name = "ResourceClaim " + oc.Claim
+			if oc.Pod != "" {
+				name += " (pod " + oc.Pod + ")"
+			}
 		}
-		name := "ResourceClaim " + oc.Claim
-		if oc.Pod != "" {
-			name += " (pod " + oc.Pod + ")"
+		if listed[name] {
+			continue
 		}
 		out.OverCommitted = append(out.OverCommitted, Refused{Pod: name, Node: oc.Node,
 			Error: fmt.Sprintf("books GPU %s, whose pods and claims book more than it has: the node refuses whichever came "+

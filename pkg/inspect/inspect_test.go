@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -426,6 +427,21 @@ func TestClaimOverCommitted(t *testing.T) {
 	}
 	if c = Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now}); len(c.OverCommitted) != 0 {
 		t.Errorf("over-committed %+v with one claim that fits", c.OverCommitted)
+	}
+	// A record that came after the claim: both listed, whichever this
+	// view booked first.
+	m := model(t)
+	inv := inventory("t4", gpusharev1.ModeShared, t4, t4)
+	late := pod("ml", "late").app("main", "8192", "").obj()
+	late.Spec.NodeName, late.Status.Phase = "t4", corev1.PodPending
+	late.Annotations = map[string]string{gpusharev1.AllocationAnnotation: recordFor(t, m, late, inv, [][]int{{0}})}
+	c = Build(Input{Nodes: nodes, Pods: []corev1.Pod{*late}, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now, Requests: m.PodRequest})
+	var names []string
+	for _, r := range c.OverCommitted {
+		names = append(names, r.Pod)
+	}
+	if want := []string{"ResourceClaim ml/a (pod a)", "ml/late"}; !slices.Equal(names, want) {
+		t.Errorf("over-committed %v; want %v", names, want)
 	}
 }
 

@@ -150,7 +150,7 @@ func (r *Releaser) Release(ctx context.Context) {
 			continue
 		}
 		pod, err := cfg.Pods.Pods(oc.Namespace).Get(oc.Pod)
-		if err != nil || pod.UID != oc.PodUID || !Waiting(pod, oc.Node) {
+		if err != nil || pod.UID != oc.PodUID || !Waiting(pod, oc.Node, oc.Containers) {
 			continue
 		}
 		waiting[pod.UID] = true
@@ -321,14 +321,20 @@ func recreated(pod *corev1.Pod) string {
 }
 
 // Waiting reports whether pod is bound to node, not ended nor being
-// deleted, and none of its containers has started: what a pod whose
-// claims its node refuses to prepare looks like.
-func Waiting(pod *corev1.Pod, node string) bool {
+// deleted, and none of containers (all of the pod's if nil) has started:
+// what a pod whose claims its node refuses to prepare looks like (none of
+// its containers starts), and one whose record's containers it refuses
+// (containers: those the record gives GPUs; an init container that asks
+// none may have run).
+func Waiting(pod *corev1.Pod, node string, containers []string) bool {
 	if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return false
 	}
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, s := range list {
+			if containers != nil && !slices.Contains(containers, s.Name) {
+				continue
+			}
 			if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil ||
 				s.Started != nil && *s.Started {
 				return false

@@ -233,13 +233,21 @@ func TestReleaseNothingBeforeStart(t *testing.T) {
 // TestReleaseRecordBesideClaims: a pod whose allocation record came to
 // its node after a claim was prepared on its GPU, whose containers the
 // node refuses (the kubelet's Failed event with gpushare-node's words),
-// is deleted after the grace with an event that says why. Other
-// failures to create its container (an image, a config map), and a
-// refusal of a claim, are not that.
+// is deleted after the grace with an event that says why, though its
+// init container, which asks no GPU, has run. Other failures to create
+// its container (an image, a config map), and a refusal of a claim, are
+// not that.
 func TestReleaseRecordBesideClaims(t *testing.T) {
 	p := pod("rec", time.Unix(900, 0))
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}}}}
+	if Waiting(p, "n", nil) {
+		t.Error("a pod whose init container ran is waiting with none started")
+	}
 	f := newFixture(t, p)
-	f.bookings = []gpucache.Overbooked{{Node: "n", Namespace: "ns", Pod: p.Name, PodUID: p.UID, GPUs: []int{0}}}
+	f.bookings = []gpucache.Overbooked{{Node: "n", Namespace: "ns", Pod: p.Name, PodUID: p.UID, GPUs: []int{0}, Containers: []string{"main"}}}
 	f.r.Release(context.Background())
 	f.now = f.now.Add(10 * time.Second)
 	f.post(t, p, KubeletFailed, "kubelet", f.now, `Error: configmap "cfg" not found`)
