@@ -246,8 +246,10 @@ func TestRealNodeDRA(t *testing.T) {
 // pod as gpushare-scheduler would, with a record of 30000 MiB of the GPU
 // on which claim share-b's 4096 MiB are prepared: gpushare-node refuses
 // the pod's container as it starts (the kubelet's Failed event names the
-// claims prepared first), the claim's pod runs on, and gpushare-scheduler
-// deletes the refused pod after the grace, saying why.
+// claims prepared first), though its init container, which asks no GPU,
+// ran; the claim's pod runs on; a claim on another GPU is prepared and
+// its pod runs meanwhile; and gpushare-scheduler deletes the refused pod
+// after the grace, saying why.
 func lateRecordBesideClaim(t *testing.T, rc *realCluster, device, gpuUUID string) {
 	t.Helper()
 	ctx := context.Background()
@@ -258,6 +260,7 @@ func lateRecordBesideClaim(t *testing.T, rc *realCluster, device, gpuUUID string
 	late := gpuPod("late", 30000, 0)
 	late.Spec.SchedulerName = "no-scheduler" // bound below, as gpushare-scheduler binds
 	late.Spec.Containers[0].Image, late.Spec.Containers[0].Command = probeImage, []string{"sleep", "infinity"}
+	late.Spec.InitContainers = []corev1.Container{{Name: "init", Image: probeImage, Command: []string{"sleep", "1"}}}
 	created, err := rc.client.CoreV1().Pods("default").Create(ctx, late, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +288,37 @@ func lateRecordBesideClaim(t *testing.T, rc *realCluster, device, gpuUUID string
 	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "late", refused.KubeletFailed, refused.BesideWords)
 	if p, err := rc.client.CoreV1().Pods("default").Get(ctx, "share-b", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
 		t.Errorf("share-b, whose claim was prepared first: %v (%v); want it running", p.Status.Phase, err)
+	}
+	// Meanwhile a claim on another GPU: the over-committed one is not its
+	// concern.
+	other := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"}, Spec: resourceapi.ResourceClaimSpec{
+		Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "gpu.gpushare.io",
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf(`device.attributes["gpu.gpushare.io"].uuid != %q`, gpuUUID)}}},
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]k8sresource.Quantity{
+				dra.Memory: *k8sresource.NewQuantity(1024<<20, k8sresource.BinarySI)}},
+		}}}}}}
+	if _, err := rc.client.ResourceV1().ResourceClaims("default").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("elsewhere")}},
+		Containers: []corev1.Container{{Name: "main", Image: probeImage, Command: []string{"sleep", "infinity"},
+			Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+	}}
+	if _, err := rc.client.CoreV1().Pods("default").Create(ctx, elsewhere, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var lateGone bool
+	err = waitFor(time.Minute, func() (bool, error) {
+		_, err := rc.client.CoreV1().Pods("default").Get(ctx, "late", metav1.GetOptions{})
+		lateGone = apierrors.IsNotFound(err)
+		p, err := rc.client.CoreV1().Pods("default").Get(ctx, "elsewhere", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil || lateGone {
+		t.Errorf("a claim on another GPU: its pod running %v, before the refused pod went %v; want it running while late waits", err == nil, !lateGone)
 	}
 	eventNoteWithin(t, realNodeEventWait, rc.client, "default", "late", refused.Reason, "allocation record books GPU "+strconv.Itoa(index))
 	err = waitFor(time.Minute, func() (bool, error) {
