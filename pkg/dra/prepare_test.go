@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cdi"
 	"github.com/gpushare/gpushare/pkg/deviceplugin/runtimetest"
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/refused"
 )
 
 // claimOf is a claim allocated devices of pool node-a, each consuming
@@ -203,8 +204,9 @@ func TestBeside(t *testing.T) {
 		{"over-booked GPU not its own", []string{b}, map[string]Share{a: {12000, 0}, b: {1024, 0}}, false},
 	} {
 		err := node.Beside(tc.gpus, func() map[string]Share { return tc.booked })
-		if refused := err != nil && strings.Contains(err.Error(), "refused") &&
-			strings.Contains(err.Error(), "ResourceClaims prepared on it first (8192 MiB, 30%)"); refused != tc.refuse || (err != nil) != tc.refuse {
+		// The releaser knows the refusal by its words (refused.BesideWords).
+		if got := err != nil && strings.Contains(err.Error(), "refused") && strings.Contains(err.Error(), refused.BesideWords) &&
+			strings.Contains(err.Error(), "ResourceClaims prepared on it first (8192 MiB, 30%)"); got != tc.refuse || (err != nil) != tc.refuse {
 			t.Errorf("%s: %v; want refused %v", tc.name, err, tc.refuse)
 		}
 	}
