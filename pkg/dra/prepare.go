@@ -209,11 +209,11 @@ func (p *Preparer) Unprepare(uid string) error {
 // returns an error naming the first that the claims and what the node's
 // pods book (booked, by UUID: PodBookings, that pod's record included;
 // called only where a claim holds one of gpus) take past its usable
-// memory or compute. Prepare counts the records it
-// sees, so this happens only to a record that reached the node after a
-// claim on its GPU was prepared (the scheduler placed both from a view
-// that lacked the other): gpushare-node then refuses the container, and
-// the claim's container keeps what it was given.
+// memory or compute. Prepare counts the records it sees, so this
+// happens only to a record that reached the node after a claim on its
+// GPU was prepared (the scheduler placed both from a view that lacked
+// the other): gpushare-node then refuses the container, and the claim's
+// container keeps what it was given.
 func (p *Preparer) Beside(gpus []string, booked func() map[string]Share) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
