@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -290,7 +289,7 @@ func run(ctx context.Context, o options) error {
 			ClaimsBeside: func(pod *corev1.Pod, uuids []string, gpus []gpu.Device) error {
 				claims := &dra.Preparer{Dir: o.cdiDir, Pool: o.node, GPUs: func() []gpu.Device { return gpus }}
 				return claims.Beside(uuids, func() map[string]dra.Share {
-					return dra.PodBookings(startedWith(nodePods(), pod, reader), reader, dra.NodeOf(o.node, gpus, draOpts))
+					return dra.StartedBookings(nodePods(), pod, reader, dra.NodeOf(o.node, gpus, draOpts))
 				})
 			},
 			Pods: func(ctx context.Context, ns, name string) (*corev1.Pod, error) {
@@ -337,51 +336,6 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return d.Run(ctx)
-}
-
-// startedWith returns pod and those of pods that have started a
-// container their record (read by r) gives GPUs: what a container of pod
-// starts beside. A pod none of whose GPU containers has started holds
-// nothing of its GPUs yet; counted, one refused beside a claim (it came
-// after) would get the containers of the pods that were there first
-// refused as they restart. A pod whose record cannot be read books
-// nothing (dra.PodBookings) and is left out.
-func startedWith(pods []*corev1.Pod, pod *corev1.Pod, r record.Reader) []*corev1.Pod {
-	out := []*corev1.Pod{pod}
-	for _, p := range pods {
-		if p.UID == pod.UID {
-			continue
-		}
-		b, err := r.Read(p)
-		if err != nil {
-			continue
-		}
-		var gpuContainers []string
-		for _, c := range b.Allocation.Containers {
-			if len(c.GPUs) > 0 {
-				gpuContainers = append(gpuContainers, c.Name)
-			}
-		}
-		if started(p, gpuContainers) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// started reports whether one of pod's containers named in names has run.
-func started(pod *corev1.Pod, names []string) bool {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, s := range list {
-			if !slices.Contains(names, s.Name) {
-				continue
-			}
-			if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil || s.Started != nil && *s.Started {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // warnStale returns a check of this node as a patch left it: a resource

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -13,11 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
-	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/cdi"
-	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // TestWarnStale: a resource the daemon does not serve that the node still
@@ -90,50 +86,5 @@ func TestEnforcement(t *testing.T) {
 	}
 	if info, err := os.Stat(h.LockDir); err != nil || info.Mode().Perm() != 0o777 || info.Mode()&os.ModeSticky == 0 {
 		t.Errorf("lock directory %v (%v), want drwxrwxrwt", info.Mode(), err)
-	}
-}
-
-// TestStartedWith: a container is checked beside the pods that have run
-// a container their record gives GPUs (running, ended, restarted, or
-// started), and its own pod as the kubelet starts it; never beside a pod
-// whose GPU containers have not started (perhaps one refused for coming
-// after a claim, whose init container without GPUs ran), one without a
-// record, nor its own pod's older copy.
-func TestStartedWith(t *testing.T) {
-	pod := func(name string, initState, mainState corev1.ContainerStatus) *corev1.Pod {
-		value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: "gpu-0", Containers: []gpusharev1.ContainerAllocation{{
-			Name: "main", Kind: gpusharev1.ContainerApp, GPUs: []gpusharev1.GPUShare{{Index: 0, UUID: "GPU-0", MemoryMiB: 1000}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		initState.Name, mainState.Name = "init", "main"
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name),
-			Annotations: map[string]string{gpusharev1.AllocationAnnotation: value}},
-			Spec: corev1.PodSpec{NodeName: "gpu-0"},
-			Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{initState},
-				ContainerStatuses: []corev1.ContainerStatus{mainState}}}
-	}
-	none := corev1.ContainerStatus{}
-	ran := corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}
-	running := pod("running", ran, corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
-	ended := pod("ended", ran, ran)
-	restarting := pod("restarting", ran, corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}})
-	refused := pod("refused", ran, corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}}})
-	admitted := pod("admitted", none, none)
-	unrecorded := pod("unrecorded", ran, ran)
-	unrecorded.Annotations = nil
-	starting := pod("starting", none, none)
-	old := running.DeepCopy()
-	self := pod("running", ran, corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}})
-	var names []string
-	for _, p := range startedWith([]*corev1.Pod{running, ended, restarting, refused, admitted, unrecorded}, starting, record.Reader{}) {
-		names = append(names, p.Name)
-	}
-	if want := []string{"starting", "running", "ended", "restarting"}; !slices.Equal(names, want) {
-		t.Errorf("beside %v; want %v", names, want)
-	}
-	if got := startedWith([]*corev1.Pod{old, refused}, self, record.Reader{}); len(got) != 1 || got[0] != self {
-		t.Errorf("a restarting container's pod: beside %v; want its own pod alone, as the kubelet starts it", got)
 	}
 }

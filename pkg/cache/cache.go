@@ -151,8 +151,11 @@ type nodeEntry struct {
 	pods nodePods
 	// over is, per GPU of state.Node, what conflicting bookings hold
 	// beyond state.GPUs: the metrics show it, so that an over-commit is
-	// never hidden. Nil while there is no conflict.
+	// never hidden. Nil while there is no conflict. past marks, of those
+	// GPUs, the ones a conflicting booking took past their capacity: its
+	// other GPUs are held full, not over-committed.
 	over []alloc.Usage
+	past []bool
 }
 
 // nodePods are the entries on one node, each with its key in

@@ -174,8 +174,8 @@ type Overbooked struct {
 	PodUID         types.UID
 	// GPUs are the over-committed GPUs it books, by index.
 	GPUs []int
-	// Containers, for a record, are the pod's containers it gives GPUs:
-	// the node refuses those, and may start the others.
+	// Containers, for a record, are the pod's containers it gives one of
+	// GPUs: the node refuses those, and may start the others.
 	Containers []string
 }
 
@@ -200,7 +200,7 @@ func (c *Cache) OverCommitted() []Overbooked {
 			}
 			var gpus []int
 			for _, b := range p.placement.Booked {
-				if b.GPU >= 0 && b.GPU < len(e.over) && e.over[b.GPU] != (alloc.Usage{}) {
+				if b.GPU >= 0 && b.GPU < len(e.past) && e.past[b.GPU] {
 					gpus = append(gpus, b.GPU)
 				}
 			}
@@ -211,7 +211,7 @@ func (c *Cache) OverCommitted() []Overbooked {
 			if p.claim == nil {
 				o.Namespace, o.Pod, o.PodUID = p.pod.Namespace, p.pod.Name, p.pod.UID
 				for _, c := range p.placement.Containers {
-					if len(c.GPUs) > 0 {
+					if slices.ContainsFunc(c.GPUs, func(a alloc.Assignment) bool { return slices.Contains(gpus, a.GPU) }) {
 						o.Containers = append(o.Containers, c.Name)
 					}
 				}

@@ -161,7 +161,8 @@ func TestOverCommitted(t *testing.T) {
 	for _, claimFirst := range []bool{false, true} {
 		c, _ := newCache(t)
 		c.SetNode(gpuNode(t, "n1", 16384, 16384))
-		rec := recordedPod(t, "rec", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 12000, 0)}))
+		// Its second container, on GPU 1, fits: the node may run it.
+		rec := recordedPod(t, "rec", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 12000, 0)}, []gpusharev1.GPUShare{share("n1", 1, 1000, 0)}))
 		if !claimFirst {
 			c.SetPod(rec)
 		}

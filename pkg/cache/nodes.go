@@ -230,7 +230,7 @@ func (c *Cache) rebuild(e *nodeEntry) {
 	e.state.CPUMilli, e.state.MemoryMiB = r.cpu, r.memoryMi
 	// Live samples are by inventory index; vanished GPUs have none.
 	e.state.Live = live
-	e.over = nil
+	e.over, e.past = nil, nil
 	for _, p := range pods {
 		c.book(e, p)
 	}

@@ -73,9 +73,15 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 		n := copyNode(e.state.Node)
 		if e.over == nil {
 			e.over = make([]alloc.Usage, len(n.GPUs))
+			e.past = make([]bool, len(n.GPUs))
 		}
 		for _, b := range p.placement.Booked {
 			if b.GPU >= 0 && b.GPU < len(n.GPUs) {
+				// What the GPU books with this and the conflicts before.
+				u, was := e.state.GPUs[b.GPU], e.over[b.GPU]
+				if u.MemoryMiB+was.MemoryMiB+b.MemoryMiB > n.GPUs[b.GPU].MemoryMiB || u.Compute+was.Compute+b.Compute > n.GPUs[b.GPU].ComputeCapacity() {
+					e.past[b.GPU] = true
+				}
 				n.GPUs[b.GPU].Healthy = false
 				o := &e.over[b.GPU]
 				o.MemoryMiB += b.MemoryMiB

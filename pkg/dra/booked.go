@@ -30,6 +30,40 @@ func PodBookings(pods []*corev1.Pod, r record.Reader, node *alloc.Node) map[stri
 	return out
 }
 
+// StartedBookings is PodBookings for a container of starting as it
+// starts (Preparer.Beside): all that starting books, and of each other
+// pod, what it books of each GPU on which one of its containers given
+// that GPU has run. What a pod's containers have not started on they do
+// not hold yet; counted, a pod refused beside a claim (its record came
+// after) would get the containers of the pods that were there first
+// refused as they restart.
+func StartedBookings(pods []*corev1.Pod, starting *corev1.Pod, r record.Reader, node *alloc.Node) map[string]Share {
+	out := PodBookings([]*corev1.Pod{starting}, r, node)
+	for _, p := range pods {
+		if p.UID == starting.UID {
+			continue
+		}
+		b, err := r.Holds(p, node)
+		if err != nil {
+			continue
+		}
+		ran := map[string]bool{}
+		for _, c := range b.Placement.Containers {
+			if record.Ran(p, c.Name) {
+				for _, g := range c.GPUs {
+					ran[g.UUID] = true
+				}
+			}
+		}
+		for _, u := range b.Placement.Booked {
+			if ran[u.UUID] {
+				out[u.UUID] = out[u.UUID].add(Share{MemoryMiB: u.MemoryMiB, ComputePercent: u.Compute})
+			}
+		}
+	}
+	return out
+}
+
 // NodeOf describes gpus, node's GPUs, as the scheduler reads them from
 // its inventory: what pods' records are placed on.
 func NodeOf(node string, gpus []gpu.Device, o Options) *alloc.Node {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
@@ -127,5 +128,54 @@ func TestPrepareOwnGPUsOnly(t *testing.T) {
 	}
 	if _, err := p.Prepare(claimOf("there", "gpu", map[string][2]int64{"gpu-0": {100, 0}})); err == nil {
 		t.Error("a claim on the over-committed GPU 0 was prepared; want it refused")
+	}
+}
+
+// As a container starts beside the claims, it is counted with all that
+// its own pod books, and each other pod with what it books of the GPUs on
+// which one of its containers given them has run: not a pod refused
+// beside a claim whose init container (no GPU) ran, nor the GPU of a pod
+// whose container there was refused while another, on another GPU, runs.
+func TestStartedBookings(t *testing.T) {
+	a, b := t4(0).UUID, t4(1).UUID
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError"}}
+	ended := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}
+	type ctr struct {
+		name        string
+		gpu         int
+		mib         int64
+		state, last corev1.ContainerState
+	}
+	pod := func(name string, initRan bool, cs ...ctr) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)}, Spec: corev1.PodSpec{NodeName: "node-a"},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		var placed []alloc.ContainerPlacement
+		for _, c := range cs {
+			placed = append(placed, alloc.ContainerPlacement{Name: c.name, Kind: alloc.App,
+				GPUs: []alloc.Assignment{{GPU: c.gpu, UUID: t4(c.gpu).UUID, Usage: alloc.Usage{MemoryMiB: c.mib}}}})
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.name, State: c.state, LastTerminationState: c.last})
+		}
+		if initRan {
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: ended}}
+		}
+		v, err := gpusharev1.Marshal(record.Record(&alloc.Placement{Node: "node-a", Containers: placed}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations = map[string]string{gpusharev1.AllocationAnnotation: v}
+		return p
+	}
+	starting := pod("starting", false, ctr{name: "main", gpu: 0, mib: 1000})
+	pods := []*corev1.Pod{
+		pod("starting", false, ctr{name: "main", gpu: 0, mib: 9999, state: running}), // its own older copy
+		pod("running", false, ctr{name: "main", gpu: 0, mib: 2000, state: running}),
+		pod("refused", true, ctr{name: "main", gpu: 0, mib: 3000, state: waiting}),
+		pod("partial", false, ctr{name: "x", gpu: 1, mib: 300, state: running}, ctr{name: "y", gpu: 0, mib: 2000, state: waiting}),
+		pod("restarting", false, ctr{name: "r", gpu: 1, mib: 500, state: waiting, last: ended}),
+	}
+	got := StartedBookings(pods, starting, record.Reader{}, NodeOf("node-a", []gpu.Device{t4(0), t4(1)}, Options{}))
+	if want := map[string]Share{a: {MemoryMiB: 3000}, b: {MemoryMiB: 800}}; len(got) != 2 || got[a] != want[a] || got[b] != want[b] {
+		t.Errorf("bookings %v; want %v", got, want)
 	}
 }

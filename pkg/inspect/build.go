@@ -107,12 +107,21 @@ func Build(in Input) *Cluster {
 	for _, r := range out.OverCommitted {
 		listed[r.Pod] = true
 	}
+	byUID := make(map[types.UID]*corev1.Pod, len(recorded))
+	for _, p := range recorded {
+		byUID[p.UID] = p
+	}
 	for _, oc := range c.OverCommitted() {
-		// Every booking on the GPU, a claim's or a record's, in whichever
-		// order this cache booked them: which the node refused is the
-		// node's to say (the pod's events).
+		// Every claim on the GPU, and every record whose containers there
+		// have not run (one the node refuses, having come after the
+		// claims), in whichever order this cache booked them: which the
+		// node refused is the node's to say (the pod's events).
 		name := oc.Namespace + "/" + oc.Pod
-		if oc.Claim != "" {
+		if oc.Claim == "" {
+			if p := byUID[oc.PodUID]; p == nil || slices.ContainsFunc(oc.Containers, func(c string) bool { return record.Ran(p, c) }) {
+				continue
+			}
+		} else {
 			name = "ResourceClaim " + oc.Claim
 			if oc.Pod != "" {
 				name += " (pod " + oc.Pod + ")"

@@ -428,14 +428,19 @@ func TestClaimOverCommitted(t *testing.T) {
 	if c = Build(Input{Nodes: nodes, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now}); len(c.OverCommitted) != 0 {
 		t.Errorf("over-committed %+v with one claim that fits", c.OverCommitted)
 	}
-	// A record that came after the claim: both listed, whichever this
-	// view booked first.
+	// A record that came after the claim, not started: both listed,
+	// whichever this view booked first; a pod running there before
+	// them is not.
 	m := model(t)
 	inv := inventory("t4", gpusharev1.ModeShared, t4, t4)
 	late := pod("ml", "late").app("main", "8192", "").obj()
 	late.Spec.NodeName, late.Status.Phase = "t4", corev1.PodPending
 	late.Annotations = map[string]string{gpusharev1.AllocationAnnotation: recordFor(t, m, late, inv, [][]int{{0}})}
-	c = Build(Input{Nodes: nodes, Pods: []corev1.Pod{*late}, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now, Requests: m.PodRequest})
+	early := pod("ml", "early").app("main", "1024", "").obj()
+	early.Spec.NodeName, early.Status.Phase = "t4", corev1.PodRunning
+	early.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	early.Annotations = map[string]string{gpusharev1.AllocationAnnotation: recordFor(t, m, early, inv, [][]int{{0}})}
+	c = Build(Input{Nodes: nodes, Pods: []corev1.Pod{*early, *late}, Claims: []resourceapi.ResourceClaim{claim("a", "c1", "10Gi")}, Now: now, Requests: m.PodRequest})
 	var names []string
 	for _, r := range c.OverCommitted {
 		names = append(names, r.Pod)

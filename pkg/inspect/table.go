@@ -61,7 +61,7 @@ func WriteTable(out io.Writer, c *Cluster, o TableOptions) error {
 		return err
 	}
 	if marked {
-		fmt.Fprintln(out, "* unhealthy GPU (see -d)")
+		fmt.Fprintln(out, "* unhealthy GPU, or held full by an over-commit (see -d)")
 	}
 	return writeFooter(out, c, o.Unit)
 }

@@ -100,6 +100,20 @@ func Ended(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
+// Ran reports whether pod's container (init or app) name has run: it
+// runs, ran, or was started. A container its node refused has not.
+func Ran(pod *corev1.Pod, name string) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range list {
+			if s.Name == name && (s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil ||
+				s.Started != nil && *s.Started) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Value returns pod's record as text, and whether pod has one:
 // gpushare's first, else another system's (then Foreign says whose).
 func Value(pod *corev1.Pod) (string, bool) {

@@ -45,6 +45,7 @@ import (
 	"k8s.io/klog/v2"
 
 	gpucache "github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // Reason is the reason of the Warning event on a pod deleted to release
@@ -332,11 +333,7 @@ func Waiting(pod *corev1.Pod, node string, containers []string) bool {
 	}
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, s := range list {
-			if containers != nil && !slices.Contains(containers, s.Name) {
-				continue
-			}
-			if s.State.Running != nil || s.State.Terminated != nil || s.LastTerminationState.Terminated != nil ||
-				s.Started != nil && *s.Started {
+			if (containers == nil || slices.Contains(containers, s.Name)) && record.Ran(pod, s.Name) {
 				return false
 			}
 		}
