@@ -96,6 +96,12 @@ func (n *Node) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Holds reports whether u, what is booked of the GPU, is within its
+// memory and compute.
+func (g *GPU) Holds(u Usage) bool {
+	return u.MemoryMiB <= g.MemoryMiB && u.Compute <= g.ComputeCapacity()
+}
+
 // Usage is what is booked on one GPU.
 type Usage struct {
 	MemoryMiB int64
@@ -196,7 +202,7 @@ func (s *NodeState) apply(p *Placement, cpu bool) error {
 	for _, b := range p.Booked {
 		u := s.GPUs[b.GPU].add(b.Usage)
 		g := &s.Node.GPUs[b.GPU]
-		if u.MemoryMiB > g.MemoryMiB || u.Compute > g.ComputeCapacity() {
+		if !g.Holds(u) {
 			return fmt.Errorf("%w: gpu %d of node %q would book %d/%d MiB and %d/%d%% compute",
 				ErrOvercommit, b.GPU, s.Node.Name, u.MemoryMiB, g.MemoryMiB, u.Compute, g.ComputeCapacity())
 		}

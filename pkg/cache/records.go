@@ -79,7 +79,7 @@ func (c *Cache) book(e *nodeEntry, p *podEntry) {
 			if b.GPU >= 0 && b.GPU < len(n.GPUs) {
 				// What the GPU books with this and the conflicts before.
 				u, was := e.state.GPUs[b.GPU], e.over[b.GPU]
-				if u.MemoryMiB+was.MemoryMiB+b.MemoryMiB > n.GPUs[b.GPU].MemoryMiB || u.Compute+was.Compute+b.Compute > n.GPUs[b.GPU].ComputeCapacity() {
+				if !n.GPUs[b.GPU].Holds(alloc.Usage{MemoryMiB: u.MemoryMiB + was.MemoryMiB + b.MemoryMiB, Compute: u.Compute + was.Compute + b.Compute}) {
 					e.past[b.GPU] = true
 				}
 				n.GPUs[b.GPU].Healthy = false
