@@ -198,8 +198,9 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s), from the seed corpus.
 	GO=$(GO) FUZZTIME=$(FUZZTIME) hack/fuzz.sh ./apis/config/v1alpha1 ./apis/gpushare/v1alpha1 ./pkg/alloc ./pkg/cache ./pkg/deviceplugin ./pkg/extender
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version).
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version), and check that the control plane's build shares gpushare's module versions.
 	$(GOLANGCI_LINT) run ./...
+	hack/shared-versions.sh
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(TOOLS_DIR)

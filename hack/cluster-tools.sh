@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control plane that gpushare's integration tests, benchmarks
 # and demo run on, from the Go module proxy, into a cache outside the clone:
-#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-#   and the kubelet (from the tools module in hack/tools), kwok, and the
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#   the kubelet and kwok (from the tools module in hack/tools), and the
 #   real node's container runtime: containerd, its runc shim and ctr,
 #   runc and the CNI plugins bridge, host-local and loopback (each from
 #   its own module).
@@ -11,7 +11,6 @@
 set -euo pipefail
 
 KUBE_VERSION=v1.37.2
-KWOK_VERSION=v0.8.0
 CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.2
 CNI_PLUGINS_VERSION=v1.10.0
@@ -22,26 +21,26 @@ mkdir -p "$dir/bin" "$dir/stages"
 ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 
-# One go build for the Kubernetes commands: they share most of their
-# packages, and one build links each while it compiles the rest. No symbol
-# table or DWARF (-s -w): the tests and the demo never debug them, and
-# linking without them is much of a cold build's link time.
+# One go build for the Kubernetes commands and kwok: they share most of
+# their packages, and one build links each while it compiles the rest. The
+# tools module holds them at the versions gpushare's own commands use, so
+# that what make demo-build compiled is not compiled again
+# (hack/shared-versions.sh). No symbol table or DWARF (-s -w): the tests
+# and the demo never debug them, and linking without them is much of a
+# cold build's link time.
 cd "$root/hack/tools"
-echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet $KUBE_VERSION" >&2
-go build -ldflags "$ldflags -s -w" -o "$dir/bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet
+KWOK_VERSION=$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
+echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet $KUBE_VERSION, kwok $KWOK_VERSION" >&2
+# Earlier versions of this script left bin/kwok a link to kwok-VERSION,
+# which compat clusters may still link to.
+if [[ -L "$dir/bin/kwok" ]]; then rm -f "$dir/bin/kwok"; fi
+go build -ldflags "$ldflags -s -w" -o "$dir/bin/" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet sigs.k8s.io/kwok/cmd/kwok
 echo "building etcd" >&2
 go build -ldflags "-s -w" -o "$dir/bin/etcd" go.etcd.io/etcd/server/v3
 
-if [[ ! -x "$dir/bin/kwok-$KWOK_VERSION" ]]; then
-	echo "building kwok $KWOK_VERSION" >&2
-	# kwok stays out of the tools module: it moves grpc and otel versions.
-	GOBIN="$dir/bin/.kwok" GOFLAGS=-mod=mod go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-	mv "$dir/bin/.kwok/kwok" "$dir/bin/kwok-$KWOK_VERSION"
-fi
-ln -sf "kwok-$KWOK_VERSION" "$dir/bin/kwok"
-
-# The real node's runtime, each from its own module as kwok is. runc needs
+# The real node's runtime, each from its own module. runc needs
 # cgo (its nsenter) and, for the seccomp profiles containerd asks for
 # (seccompProfile: RuntimeDefault), libseccomp's headers: Debian's
 # libseccomp-dev, installed here when missing. The CNI plugins go to cni/,

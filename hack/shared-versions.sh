@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Checks that every module whose packages both gpushare's commands and the
+# control plane's (hack/tools: the Kubernetes commands, etcd and kwok)
+# compile is at one version in both modules. A package is then compiled
+# once for both: a cold make demo compiles k8s.io/kubernetes's scheduler,
+# client-go and the rest for gpushare-scheduler and reuses them for
+# kube-scheduler and the other commands. One module at another version
+# (a go.yaml.in/yaml/v3 patch release was one) recompiles every package
+# above it: minutes of a cold build.
+# Usage: hack/shared-versions.sh   (exit 1 and the modules that differ)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# module path, then the version its packages come from (a replace's, if any)
+modules() {
+	go list -deps -f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$@" | sort -u
+}
+main=$(cd "$root" && modules ./cmd/...)
+tools=$(cd "$root/hack/tools" && modules go.etcd.io/etcd/server/v3 sigs.k8s.io/kwok/cmd/kwok \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet)
+
+differ=$(join <(echo "$main") <(echo "$tools") | awk '$2 != $3 {printf "  %s: %s in the main module, %s in hack/tools\n", $1, $2, $3}')
+if [[ -n $differ ]]; then
+	echo "modules both builds compile, at two versions (each package above them is compiled twice in a cold build):" >&2
+	echo "$differ" >&2
+	echo "align them: go get MODULE@VERSION in one module, then go mod tidy" >&2
+	exit 1
+fi
+echo "shared modules: $(join <(echo "$main") <(echo "$tools") | wc -l), all at one version"
