@@ -18,6 +18,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-$KUBE_VERSION}}
 mkdir -p "$dir/bin" "$dir/stages"
 
+# The Makefile's cgo flags, also when this script is run by hand: the
+# standard library's cgo packages (net, os/user) are then the ones
+# gpushare's commands compiled, and so is everything above them.
+export CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
+
 ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 
@@ -32,7 +37,8 @@ cd "$root/hack/tools"
 KWOK_VERSION=$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
 echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet $KUBE_VERSION, kwok $KWOK_VERSION" >&2
 # Earlier versions of this script left bin/kwok a link to kwok-VERSION,
-# which compat clusters may still link to.
+# which compat clusters may still link to: go build would write through it
+# where it copies its output instead of renaming it.
 if [[ -L "$dir/bin/kwok" ]]; then rm -f "$dir/bin/kwok"; fi
 go build -ldflags "$ldflags -s -w" -o "$dir/bin/" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -71,7 +77,7 @@ install "$CONTAINERD_VERSION" "$dir/bin" "" github.com/containerd/containerd/v2/
 install "$CNI_PLUGINS_VERSION" "$dir/cni" "" github.com/containernetworking/plugins/plugins/main/bridge \
 	github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/main/loopback
 # kwok needs stages (node heartbeat, pod lifecycle) or it exits "no stages found".
-kwokdir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+kwokdir=$(cd "$root/hack/tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 stages="$dir/stages/kwok-stages.yaml"
 : >"$stages.tmp"
 for stage in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do

@@ -6,16 +6,25 @@
 # client-go and the rest for gpushare-scheduler and reuses them for
 # kube-scheduler and the other commands. One module at another version
 # (a go.yaml.in/yaml/v3 patch release was one) recompiles every package
-# above it: minutes of a cold build.
+# above it: minutes of a cold build. Sharing also needs the same build
+# flags: no -race or -trimpath on one side only, and the same CGO_CFLAGS
+# (the standard library's net and os/user are cgo packages), which
+# hack/cluster-tools.sh takes from the Makefile's default.
 # Usage: hack/shared-versions.sh   (exit 1 and the modules that differ)
 set -euo pipefail
+# join needs sort's order, byte by byte.
+export LC_ALL=C
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-# module path, then the version its packages come from (a replace's, if any)
+# module path, then where its packages come from: path@version, or a
+# replacement's path@version or directory
 modules() {
-	go list -deps -f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$@" | sort -u
+	go list -deps -f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Path}}@{{.Version}}{{.Dir}}{{else}}{{.Path}}@{{.Version}}{{end}}{{end}}' "$@" | sort -u
 }
-main=$(cd "$root" && modules ./cmd/...)
+# Every package of the main module and its tests: make test compiles the
+# tests' dependencies without -race after the control plane, and shares
+# them too.
+main=$(cd "$root" && modules -test ./...)
 tools=$(cd "$root/hack/tools" && modules go.etcd.io/etcd/server/v3 sigs.k8s.io/kwok/cmd/kwok \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet)
