@@ -25,9 +25,10 @@ modules() {
 # tests' dependencies without -race after the control plane, and shares
 # them too.
 main=$(cd "$root" && modules -test ./...)
-tools=$(cd "$root/hack/tools" && modules go.etcd.io/etcd/server/v3 sigs.k8s.io/kwok/cmd/kwok \
-	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet)
+# The commands hack/cluster-tools.sh builds from the tools module, as
+# hack/tools/tools.go lists them (-e: Go refuses to import a command, but
+# lists the imports).
+tools=$(cd "$root/hack/tools" && modules $(go list -e -tags tools -f '{{join .Imports " "}}' .))
 
 differ=$(join <(echo "$main") <(echo "$tools") | awk '$2 != $3 {printf "  %s: %s in the main module, %s in hack/tools\n", $1, $2, $3}')
 if [[ -n $differ ]]; then
