@@ -17,6 +17,8 @@ CNI_PLUGINS_VERSION=v1.10.0
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-${GPUSHARE_CLUSTER_TOOLS:-$HOME/.cache/gpushare/cluster-$KUBE_VERSION}}
 mkdir -p "$dir/bin" "$dir/stages"
+# Absolute: the builds run in hack/tools.
+dir=$(cd "$dir" && pwd)
 
 # The Makefile's cgo flags, also when this script is run by hand: the
 # standard library's cgo packages (net, os/user) are then the ones

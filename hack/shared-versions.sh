@@ -19,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # module path, then where its packages come from: path@version, or a
 # replacement's path@version or directory
 modules() {
-	go list -deps -f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Path}}@{{.Version}}{{.Dir}}{{else}}{{.Path}}@{{.Version}}{{end}}{{end}}' "$@" | sort -u
+	go list -deps -f '{{with .Module}}{{.Path}} {{with .Replace}}{{if .Version}}{{.Path}}@{{.Version}}{{else}}{{.Dir}}{{end}}{{else}}{{.Path}}@{{.Version}}{{end}}{{end}}' "$@" | sort -u
 }
 # Every package of the main module and its tests: make test compiles the
 # tests' dependencies without -race after the control plane, and shares

@@ -64,7 +64,9 @@ func up(ctx context.Context, o options) (err error) {
 		return err
 	}
 	step("starting etcd, kube-apiserver (serving the Workload API: " + strings.Join(controlplane.WorkloadAPI, " ") + "), kube-controller-manager and kwok")
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir, APIServerArgs: controlplane.WorkloadAPI})
+	// The demo keeps running: its kwok nodes renew Leases, so that a
+	// stall of the machine or a restart of kwok leaves them Ready.
+	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir, APIServerArgs: controlplane.WorkloadAPI, NodeLeases: true})
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,15 @@ type Options struct {
 	// JobPodsRun keeps the pods of Jobs running: kwok otherwise
 	// completes them as soon as they run.
 	JobPodsRun bool
+	// NodeLeases has kwok renew a Lease for each node it manages, as a
+	// kubelet does. Without them a node's health rests on kwok's status
+	// heartbeat alone (every 20 s plus up to 25 s of jitter, against
+	// kube-controller-manager's 50 s grace): a stall of a few seconds,
+	// or kwok's restart, turns nodes NotReady, and kwok never makes
+	// their pods Ready again. For long-lived clusters (the demo); a
+	// write per node every 5 s is load a cluster of a thousand nodes
+	// does without.
+	NodeLeases bool
 	// QPS and Burst of the clients the cluster hands out; 0 means 500/1000.
 	QPS   float32
 	Burst int
@@ -117,7 +126,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if !o.NoKwok {
-		if err := c.startKwok(kwokPort, o.JobPodsRun); err != nil {
+		if err := c.startKwok(kwokPort, o.JobPodsRun, o.NodeLeases); err != nil {
 			return nil, err
 		}
 	}
@@ -290,7 +299,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, port int, extra []
 	return WaitHTTP(ctxTimeout(ctx, time.Minute), p, "https://"+hostPort(port)+"/healthz", "")
 }
 
-func (c *Cluster) startKwok(port int, jobPodsRun bool) error {
+func (c *Cluster) startKwok(port int, jobPodsRun, nodeLeases bool) error {
 	b, err := os.ReadFile(c.Tools.KwokStages())
 	if err != nil {
 		return err
@@ -312,10 +321,17 @@ func (c *Cluster) startKwok(port int, jobPodsRun bool) error {
 	if err := os.WriteFile(stages, []byte(strings.Join(kept, "\n---\n")), 0o600); err != nil {
 		return err
 	}
-	p, err := start(c.Dir, "kwok", c.Tools.Bin("kwok"),
-		"--kubeconfig="+c.Kubeconfig, "--config="+stages,
-		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake", "--server-address="+hostPort(port),
-		"--node-ip=127.0.0.1")
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--config=" + stages,
+		"--manage-nodes-with-annotation-selector=" + KwokAnnotation + "=fake", "--server-address=" + hostPort(port),
+		"--node-ip=127.0.0.1"}
+	if nodeLeases {
+		// kwok renews at a quarter of the duration. A restarted kwok
+		// (another holder) takes a lease over once it has expired:
+		// 20 s keeps that, and a renewal after it, well inside the
+		// controller manager's 50 s grace.
+		args = append(args, "--node-lease-duration-seconds=20")
+	}
+	p, err := start(c.Dir, "kwok", c.Tools.Bin("kwok"), args...)
 	if err != nil {
 		return err
 	}
