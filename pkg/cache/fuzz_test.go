@@ -53,7 +53,7 @@ func FuzzRecords(f *testing.F) {
 		for _, s := range c.Snapshot() {
 			for g, u := range s.GPUs {
 				gpu := s.Node.GPUs[g]
-				if gpu.Healthy && (u.MemoryMiB > gpu.MemoryMiB || u.Compute > gpu.ComputeCapacity()) {
+				if gpu.Healthy && !gpu.Holds(u) {
 					t.Fatalf("healthy GPU %d books %+v beyond its capacity", g, u)
 				}
 				if gpu.Healthy && u.MemoryMiB%2048 != 0 && unconforming == 0 {

@@ -126,7 +126,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if !o.NoKwok {
-		if err := c.startKwok(kwokPort, o.JobPodsRun, o.NodeLeases); err != nil {
+		if err := c.startKwok(kwokPort, o); err != nil {
 			return nil, err
 		}
 	}
@@ -299,14 +299,14 @@ func (c *Cluster) startControllerManager(ctx context.Context, port int, extra []
 	return WaitHTTP(ctxTimeout(ctx, time.Minute), p, "https://"+hostPort(port)+"/healthz", "")
 }
 
-func (c *Cluster) startKwok(port int, jobPodsRun, nodeLeases bool) error {
+func (c *Cluster) startKwok(port int, o Options) error {
 	b, err := os.ReadFile(c.Tools.KwokStages())
 	if err != nil {
 		return err
 	}
 	var kept []string
 	for doc := range strings.SplitSeq(string(b), "\n---\n") {
-		if jobPodsRun && strings.Contains(doc, "\n  name: pod-complete\n") {
+		if o.JobPodsRun && strings.Contains(doc, "\n  name: pod-complete\n") {
 			continue
 		}
 		if strings.Contains(doc, "\n  name: pod-ready\n") {
@@ -324,7 +324,7 @@ func (c *Cluster) startKwok(port int, jobPodsRun, nodeLeases bool) error {
 	args := []string{"--kubeconfig=" + c.Kubeconfig, "--config=" + stages,
 		"--manage-nodes-with-annotation-selector=" + KwokAnnotation + "=fake", "--server-address=" + hostPort(port),
 		"--node-ip=127.0.0.1"}
-	if nodeLeases {
+	if o.NodeLeases {
 		// kwok renews at a quarter of the duration. A restarted kwok
 		// (another holder) takes a lease over once it has expired:
 		// 20 s keeps that, and a renewal after it, well inside the
