@@ -101,3 +101,39 @@ func TestFGDRobustCountsCPUForTheMix(t *testing.T) {
 		}
 	}
 }
+
+// TestFGDRobustBreaksTiesByGPUFragmentation: when two nodes' growth rounds
+// the same, fgd-robust takes the one whose GPUs the pod fragments less,
+// whatever the nodes' names (the tie-break after it). The mix is pods of
+// 0.4 and 0.25 GPU; the pod takes 0.28. On x (0.45 free) it leaves 0.17,
+// which fits neither: growth 0.09 over the two shapes, 0.045 per pod. On
+// y (0.76 free) it leaves 0.48, which fits one of each: -0.06, -0.03 per
+// pod. Both round to 0.
+func TestFGDRobustBreaksTiesByGPUFragmentation(t *testing.T) {
+	shapes := []Shape{
+		{Count: 1, Demand: Demand{Compute: 40}, Weight: 1},
+		{Count: 1, Demand: Demand{Compute: 25}, Weight: 1},
+	}
+	pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Seed: 1, Workload: shapes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := makePod("p").shared("main", 0, 28).obj()
+	for _, names := range [][2]string{{"x", "y"}, {"a", "b"}, {"node-1", "node-2"}, {"gpu-0", "gpu-1"}, {"m", "n"}, {"p", "q"}} {
+		x := makeNode(names[0]).gpus(1, "G", 16000)
+		y := makeNode(names[1]).gpus(1, "G", 16000)
+		for _, swap := range []bool{false, true} {
+			states := []*NodeState{x.state(Usage{Compute: 55}), y.state(Usage{Compute: 24})}
+			if swap {
+				states[0], states[1] = states[1], states[0]
+			}
+			d := pl.Pick(states, pod, 1)
+			if d.Placement == nil {
+				t.Fatalf("no placement: %v", d)
+			}
+			if got := states[d.Index].Node.Name; got != names[1] {
+				t.Errorf("nodes %s (0.45 free), %s (0.76 free): chose %s, want %s", names[0], names[1], got, names[1])
+			}
+		}
+	}
+}
