@@ -51,8 +51,10 @@ const (
 	//   - Ties break first by the share the pod takes times the weight of
 	//     the shapes that no GPU of the node admits (FGD's model signal:
 	//     those shapes' fragmentation falls by the pod's share), then by
-	//     fewer GPUs and the node hash. The signal is a few hundredths of
-	//     a GPU, under the rounding; without it, fewer GPUs first filled
+	//     fewer GPUs, then by the growth of the GPUs' fragmentation with
+	//     the node's CPU left out (per-mille per pod, not rounded), then
+	//     by the node hash. The model signal is a few hundredths of a
+	//     GPU, under the rounding; without it, fewer GPUs first filled
 	//     the 2-GPU T4 and P100 nodes that model-bound pods need.
 	//   - Given the cluster's supply of GPUs per model (Options.Supply),
 	//     the pod's share times the node's pressure (how much of the
@@ -72,7 +74,7 @@ const (
 const fgdMaxGPUs = 1 << 12
 
 // robustMaxGPUs bounds the GPU count in fgdRobust's tie-break key, which
-// holds more: nodes of more GPUs tie with each other.
+// holds more fields than fgdPack's: nodes of 63 GPUs or more tie on it.
 const robustMaxGPUs = 1<<6 - 1
 
 // fgdQuantum is fgdPack's rounding of fragmentation growth: 100 per-mille,
@@ -398,7 +400,7 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64, withCPU bool) int64 {
 		switch {
 		case sh.CPUMilli > 0 && f.mode == fgdRobust && withCPU && cpu < sh.CPUMilli:
 			n = 0
-		case sh.CPUMilli > 0 && f.mode == fgdFill:
+		case sh.CPUMilli > 0 && f.mode == fgdFill && withCPU:
 			n = min(n, cpu/sh.CPUMilli)
 		}
 		if sh.MemoryMiB > 0 {
@@ -467,13 +469,14 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		if p > supplyThreshold {
 			rounded += (taken*(p-supplyThreshold)/1000*supplyWeight/1000 + fgdQuantum/2) / fgdQuantum
 		}
-		// Fewer GPUs next; then the growth of the GPUs' fragmentation
-		// alone, unrounded (per-mille of a GPU), with the node's CPU left
-		// out: of placements the rounded growth ties, the one that leaves
-		// the free shares fit for more of the mix (counting CPU there too
-		// cost the CPU-heavy openb workload, cpu250, 0.12 points); then
+		// Fewer GPUs next; then the growth of the fragmentation with the
+		// node's CPU left out (its memory still counts), per-mille of a
+		// GPU per pod, not rounded, clamped at 16 GPUs either way: of
+		// placements the rounded growth ties, the one that leaves the
+		// free shares fit for more of the mix (counting CPU there too
+		// cost the CPU-heavy openb workload, cpu250, 0.11 points); then
 		// the name bits. The model signal saturates past about four GPUs
-		// of share no GPU of the node could serve.
+		// of share that no GPU of the node could serve.
 		model := min(taken*denied<<10/f.weight, 1<<22-1)
 		cost := min(taken*p/1000, 1<<24-1)
 		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - f.fragFill(b0, 0, before.FreeMemory(), false)
