@@ -137,3 +137,40 @@ func TestFGDRobustBreaksTiesByGPUFragmentation(t *testing.T) {
 		}
 	}
 }
+
+// TestFGDRobustTieBreakLeavesCPUOut: the last tie-break counts the GPUs'
+// fragmentation without the node's CPU. Node x has two idle GPUs and just
+// the pod's CPU: with CPU counted, the pod uses GPU share that x's CPU
+// would strand anyway (growth -0.42 over the two shapes); without it, it
+// breaks into an idle GPU (+0.25). Node y has plenty of CPU and a quarter
+// of a GPU used: -0.33 with CPU, -0.25 without. Both round to -0.2 per
+// pod, so the GPUs alone decide: y. (Counting CPU in this tie-break cost
+// the CPU-heavy openb workload cpu250 0.11 points.)
+func TestFGDRobustTieBreakLeavesCPUOut(t *testing.T) {
+	shapes := []Shape{
+		{CPUMilli: 8000, Count: 1, Demand: Demand{Compute: 50}, Weight: 1},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 25}, Weight: 1},
+	}
+	pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Seed: 1, Workload: shapes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := makePod("p").cpu(1000).shared("main", 0, 25).obj()
+	for _, names := range [][2]string{{"x", "y"}, {"a", "b"}, {"node-1", "node-2"}, {"gpu-0", "gpu-1"}, {"m", "n"}, {"p", "q"}} {
+		x := makeNode(names[0]).gpus(2, "G", 16000).cpu(1000)
+		y := makeNode(names[1]).gpus(2, "G", 16000).cpu(12_000)
+		for _, swap := range []bool{false, true} {
+			states := []*NodeState{x.state(), y.state(Usage{Compute: 25})}
+			if swap {
+				states[0], states[1] = states[1], states[0]
+			}
+			d := pl.Pick(states, pod, 1)
+			if d.Placement == nil {
+				t.Fatalf("no placement: %v", d)
+			}
+			if got := states[d.Index].Node.Name; got != names[1] {
+				t.Errorf("nodes %s (idle GPUs, the pod's CPU), %s (a quarter used, 12 CPUs): chose %s, want %s", names[0], names[1], got, names[1])
+			}
+		}
+	}
+}
