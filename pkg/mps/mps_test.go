@@ -186,7 +186,11 @@ func TestShmDir(t *testing.T) {
 	}
 	t.Setenv("GPUSHARE_TEST_SHM", "1") // the fake marks its /dev/shm
 	shm := filepath.Join(t.TempDir(), "shm")
-	f := startWith(t, func(d *Daemon) { d.ShmDir = shm })
+	// The shim re-executes this test binary (race-instrumented under
+	// make unit), which on a loaded machine can take longer to start the
+	// fake than the 100 ms the other tests check at: a check before the
+	// fake writes its pid fails, and the daemon is killed and restarted.
+	f := startWith(t, func(d *Daemon) { d.ShmDir, d.Check = shm, 2*time.Second })
 	name := "gpushare-mps-test-" + strconv.Itoa(f.pid(t))
 	if _, err := os.Stat(filepath.Join(shm, name)); err != nil {
 		t.Errorf("the daemon's /dev/shm is not the shm directory: %v", err)
