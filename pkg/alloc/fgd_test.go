@@ -119,21 +119,28 @@ func TestFGDRobustBreaksTiesByGPUFragmentation(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := makePod("p").shared("main", 0, 28).obj()
-	for _, names := range [][2]string{{"x", "y"}, {"a", "b"}, {"node-1", "node-2"}, {"gpu-0", "gpu-1"}, {"m", "n"}, {"p", "q"}} {
-		x := makeNode(names[0]).gpus(1, "G", 16000)
-		y := makeNode(names[1]).gpus(1, "G", 16000)
-		for _, swap := range []bool{false, true} {
-			states := []*NodeState{x.state(Usage{Compute: 55}), y.state(Usage{Compute: 24})}
-			if swap {
-				states[0], states[1] = states[1], states[0]
-			}
-			d := pl.Pick(states, pod, 1)
-			if d.Placement == nil {
-				t.Fatalf("no placement: %v", d)
-			}
-			if got := states[d.Index].Node.Name; got != names[1] {
-				t.Errorf("nodes %s (0.45 free), %s (0.76 free): chose %s, want %s", names[0], names[1], got, names[1])
-			}
+	for _, names := range tiePairs {
+		x := makeNode(names[0]).gpus(1, "G", 16000).state(Usage{Compute: 55})
+		y := makeNode(names[1]).gpus(1, "G", 16000).state(Usage{Compute: 24})
+		checkPick(t, pl, pod, x, y, "x with 0.45 free, y with 0.76")
+	}
+}
+
+// tiePairs name the two nodes of a test in which they tie but for one
+// tie-break: the name bits, the last, cannot then decide all of them.
+var tiePairs = [][2]string{{"x", "y"}, {"a", "b"}, {"node-1", "node-2"}, {"gpu-0", "gpu-1"}, {"m", "n"}, {"p", "q"}}
+
+// checkPick places pod on nodes x and y, in both orders, and fails
+// unless it lands on y.
+func checkPick(t *testing.T, pl *Placer, pod *PodRequest, x, y *NodeState, what string) {
+	t.Helper()
+	for _, states := range [][]*NodeState{{x, y}, {y, x}} {
+		d := pl.Pick(states, pod, 1)
+		if d.Placement == nil {
+			t.Fatalf("no placement: %v", d)
+		}
+		if got := states[d.Index].Node.Name; got != y.Node.Name {
+			t.Errorf("%s (x %s, y %s, in that order: %t): chose %s, want y", what, x.Node.Name, y.Node.Name, states[0] == x, got)
 		}
 	}
 }
@@ -156,21 +163,9 @@ func TestFGDRobustTieBreakLeavesCPUOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := makePod("p").cpu(1000).shared("main", 0, 25).obj()
-	for _, names := range [][2]string{{"x", "y"}, {"a", "b"}, {"node-1", "node-2"}, {"gpu-0", "gpu-1"}, {"m", "n"}, {"p", "q"}} {
-		x := makeNode(names[0]).gpus(2, "G", 16000).cpu(1000)
-		y := makeNode(names[1]).gpus(2, "G", 16000).cpu(12_000)
-		for _, swap := range []bool{false, true} {
-			states := []*NodeState{x.state(), y.state(Usage{Compute: 25})}
-			if swap {
-				states[0], states[1] = states[1], states[0]
-			}
-			d := pl.Pick(states, pod, 1)
-			if d.Placement == nil {
-				t.Fatalf("no placement: %v", d)
-			}
-			if got := states[d.Index].Node.Name; got != names[1] {
-				t.Errorf("nodes %s (idle GPUs, the pod's CPU), %s (a quarter used, 12 CPUs): chose %s, want %s", names[0], names[1], got, names[1])
-			}
-		}
+	for _, names := range tiePairs {
+		x := makeNode(names[0]).gpus(2, "G", 16000).cpu(1000).state()
+		y := makeNode(names[1]).gpus(2, "G", 16000).cpu(12_000).state(Usage{Compute: 25})
+		checkPick(t, pl, pod, x, y, "x with idle GPUs and the pod's CPU, y a quarter used with 12 CPUs")
 	}
 }
