@@ -56,11 +56,13 @@ const (
 	//     by the node hash. The model signal is a few hundredths of a
 	//     GPU, under the rounding; without it, fewer GPUs first filled
 	//     the 2-GPU T4 and P100 nodes that model-bound pods need.
-	//   - Given the cluster's supply of GPUs per model (Options.Supply),
-	//     the pod's share times the node's pressure (how much of the
-	//     workload needs the node's models, against how few GPUs of them
-	//     there are) grows the fragmentation above a threshold and breaks
-	//     ties before the model signal. Per node, the weights cannot tell
+	//   - Given the cluster's supply of GPUs per model and what is free
+	//     of them (Options.Supply), what the pod spends of the node (its
+	//     GPU share, and the share its CPU strands) times the node's
+	//     pressure (how much of the workload needs the node's models,
+	//     against how little of the cluster's free share they hold) grows
+	//     the fragmentation above a threshold and breaks ties before the
+	//     model signal. Per node, the weights cannot tell
 	//     that a model's 265 GPUs serve a tenth of the workload while
 	//     another's 4,392 serve any pod: without it, free pods took the
 	//     scarce GPUs and model-bound pods found none (gpuspec25: 7.86%
@@ -453,12 +455,20 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	// order of nodes.
 	gpus := int64(min(len(after.Node.GPUs), fgdMaxGPUs-1))
 	if f.mode == fgdRobust {
-		// The supply signal: the share the pod takes (per-mille) times
-		// the pressure on the node's GPUs (see pressures), as growth
-		// above supplyThreshold, then as the first tie-break. Then FGD's
-		// model signal: the share times the fraction of the workload
-		// that no GPU of the node admits.
+		// The supply signal: what the pod spends of the node (spent,
+		// per-mille of a GPU) times the pressure on the node's GPUs (see
+		// pressures), as growth above supplyThreshold, then as the first
+		// tie-break. Then FGD's model signal: the GPU share the pod takes
+		// times the fraction of the workload that no GPU of the node
+		// admits.
 		taken := max(b0.total-b1.total, 0)
+		// What the pod spends of the node, for the supply signal: the
+		// GPU share it takes, and the share its CPU strands (the growth
+		// with the node's CPU counted, beyond the growth without it). A
+		// pod that takes little GPU but much CPU of a node with scarce
+		// GPUs leaves them without the CPU their pods need.
+		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - f.fragFill(b0, 0, before.FreeMemory(), false)
+		spent := taken + max(growth-gpuGrowth, 0)/f.weight
 		var denied int64 // the weight of the shapes no GPU admits
 		for k, no := range b0.denied {
 			if no {
@@ -467,7 +477,7 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		}
 		p := f.pressureOn(after.Node)
 		if p > supplyThreshold {
-			rounded += (taken*(p-supplyThreshold)/1000*supplyWeight/1000 + fgdQuantum/2) / fgdQuantum
+			rounded += (spent*(p-supplyThreshold)/1000*supplyWeight/1000 + fgdQuantum/2) / fgdQuantum
 		}
 		// Fewer GPUs next; then the growth of the fragmentation with the
 		// node's CPU left out (its memory still counts), per-mille of a
@@ -478,8 +488,7 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// the name bits. The model signal saturates past about four GPUs
 		// of share that no GPU of the node could serve.
 		model := min(taken*denied<<10/f.weight, 1<<22-1)
-		cost := min(taken*p/1000, 1<<24-1)
-		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - f.fragFill(b0, 0, before.FreeMemory(), false)
+		cost := min(spent*p/1000, 1<<24-1)
 		fine := min(max(gpuGrowth/f.weight, 1-1<<14), 1<<14-1)
 		return Score{Primary: -rounded<<24 - cost,
 			Secondary: model<<41 | (robustMaxGPUs-min(gpus, robustMaxGPUs))<<35 | (1<<14-fine)<<nameBits | nameBitsOf(e)}

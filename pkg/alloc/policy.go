@@ -49,9 +49,9 @@ type Options struct {
 	// a scarce model can be too rare to be among the heaviest shapes and
 	// still need every GPU of that model. Empty means Workload.
 	Mix []Shape
-	// Supply is the cluster's healthy GPUs per kind (SupplyOf), for
-	// fgd-robust: it weighs model-bound demand against the GPUs that
-	// admit it.
+	// Supply is the cluster's healthy GPUs per kind and what is free of
+	// them (SupplyOf, SupplyLeft), for fgd-robust: it weighs model-bound
+	// demand against the free share of the GPUs that admit it.
 	Supply []Supply
 }
 

@@ -6,13 +6,17 @@ import (
 )
 
 // Supply is how many healthy GPUs of one kind (model and memory) a
-// cluster has. fgd-robust weighs the demand bound to some models against
-// their supply: where few GPUs admit much of the workload, pods that
-// could go elsewhere should leave those GPUs free.
+// cluster has, and how much of them is free. fgd-robust weighs the demand
+// bound to some models against their supply: where few GPUs admit much of
+// the workload, pods that could go elsewhere should leave those GPUs free.
 type Supply struct {
 	Model     string
 	MemoryMiB int64
 	GPUs      int64
+	// Free is the GPUs' free share (NodeState.FreeShare) summed, in
+	// per-mille of a GPU: 1000 per idle GPU. A supply whose kinds all
+	// have none free is weighed by GPUs alone.
+	Free int64
 }
 
 // CompareSupply orders supplies by model, then memory.
@@ -20,25 +24,45 @@ func CompareSupply(a, b Supply) int {
 	return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.MemoryMiB, b.MemoryMiB))
 }
 
-// SupplyOf counts the nodes' healthy GPUs per kind, sorted by
-// CompareSupply.
+// SupplyOf counts the nodes' healthy GPUs per kind, all free (nothing
+// booked), sorted by CompareSupply.
 func SupplyOf(nodes []*Node) []Supply {
 	var out []Supply
 	for _, n := range nodes {
 		for i := range n.GPUs {
-			g := &n.GPUs[i]
-			if !g.Healthy {
-				continue
+			if n.GPUs[i].Healthy {
+				out = countSupply(out, &n.GPUs[i], 1000)
 			}
-			kind := Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
-			k, found := slices.BinarySearchFunc(out, kind, CompareSupply)
-			if !found {
-				out = slices.Insert(out, k, kind)
-			}
-			out[k].GPUs++
 		}
 	}
 	return out
+}
+
+// SupplyLeft is SupplyOf for the nodes' states: each kind's Free is what
+// their bookings leave.
+func SupplyLeft(states []*NodeState) []Supply {
+	var out []Supply
+	for _, s := range states {
+		for i := range s.Node.GPUs {
+			if s.Node.GPUs[i].Healthy {
+				out = countSupply(out, &s.Node.GPUs[i], s.FreeShare(i))
+			}
+		}
+	}
+	return out
+}
+
+// countSupply adds GPU g, free share free, to supply, sorted by
+// CompareSupply.
+func countSupply(supply []Supply, g *GPU, free int64) []Supply {
+	kind := Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
+	k, found := slices.BinarySearchFunc(supply, kind, CompareSupply)
+	if !found {
+		supply = slices.Insert(supply, k, kind)
+	}
+	supply[k].GPUs++
+	supply[k].Free += free
+	return supply
 }
 
 // bound is the demand bound to one set of GPU models: the models and
@@ -51,21 +75,35 @@ type bound struct {
 // pressures returns, per set of models some of mix's shapes are bound to,
 // how scarce the GPUs that admit them are for the share of the workload
 // that needs them, in per-mille: the shapes' share of mix's GPU demand
-// over the share of the cluster's GPUs whose model they admit (1000: as
-// many GPUs as they need on average). Sets whose GPUs the cluster lacks,
-// or that every GPU admits, are left out: they draw on no node, or on
-// every node alike. Shapes every model admits count in the demand only.
+// over the share of the cluster's free GPU share on the models they admit
+// (1000: as much free as the pods still to come need on average, if they
+// keep arriving in the mix until the cluster is full). An empty cluster
+// weighs the supply's GPUs; as pods that could go anywhere take a model's
+// GPUs, the pressure on what is left of it rises. Sets whose GPUs the
+// cluster lacks, or that every GPU admits, are left out: they draw on no
+// node, or on every node alike. Shapes every model admits count in the
+// demand only.
 func pressures(mix []Shape, supply []Supply) []bound {
-	var total int64
+	var total, free int64
 	for _, s := range supply {
 		total += s.GPUs
+		free += s.Free
 	}
 	if total == 0 {
 		return nil
 	}
+	// freeOf is the free share weighed for a kind: its GPUs' when no
+	// kind reports any free (a full cluster, or a supply that does not
+	// say).
+	freeOf := func(s *Supply) int64 { return s.Free }
+	if free == 0 {
+		freeOf = func(s *Supply) int64 { return s.GPUs * 1000 }
+		free = total * 1000
+	}
 	type group struct {
 		models   []string
 		admitted int64
+		free     int64 // the free share of the GPUs it admits
 		largest  int64 // the largest memory of a GPU it admits
 		demand   float64
 	}
@@ -79,9 +117,10 @@ func pressures(mix []Shape, supply []Supply) []bound {
 		k := slices.IndexFunc(groups, func(g group) bool { return sameModels(g.models, d.Models) })
 		if k < 0 {
 			g := group{models: d.Models}
-			for _, s := range supply {
-				if allows(d.Models, s.Model) {
+			for i := range supply {
+				if s := &supply[i]; allows(d.Models, s.Model) {
 					g.admitted += s.GPUs
+					g.free += freeOf(s)
 					g.largest = max(g.largest, s.MemoryMiB)
 				}
 			}
@@ -105,7 +144,11 @@ func pressures(mix []Shape, supply []Supply) []bound {
 	var out []bound
 	for _, g := range groups {
 		if g.admitted > 0 && g.admitted < total && all > 0 {
-			if p := int64(1000 * g.demand / all * float64(total) / float64(g.admitted)); p > 0 {
+			// A set with less than one GPU free is weighed as if it had
+			// one: the pressure stays finite, and far above the
+			// threshold.
+			p := min(1000*g.demand/all*float64(free)/float64(max(g.free, 1000)), maxPressure)
+			if p := int64(p); p > 0 {
 				out = append(out, bound{models: g.models, pressure: p})
 			}
 		}
@@ -170,18 +213,22 @@ func (f *fgd) pressureOn(n *Node) int64 {
 	return p
 }
 
+// maxPressure caps a pressure (per-mille): a thousand times as much
+// demand as free share keeps the penalty far from overflowing the score.
+const maxPressure = 1e6
+
 // The supply penalty: a pod placed on a node whose pressure p exceeds
-// supplyThreshold grows the node's fragmentation by the share it takes
-// times (p - supplyThreshold) x supplyWeight, all per-mille. On the openb
-// gpuspec workloads (seeds 42-51) threshold 300 and weight 1000 took the
-// unallocated GPU % from 4.77/5.75/7.86/13.95 (gpuspec10/20/25/33) to
-// 4.76/4.74/5.03/6.91; threshold 0 hurt gpuspec10 (5.00), weight 4000
-// gpuspec20 (4.95). With the GPU-fragmentation tie-break, learned
-// online, 250 took them from 4.62/4.69/4.81/7.73 to 4.61/4.69/4.84/7.41;
-// 200 or 150 went further on gpuspec33 (6.54, 6.09) at 0.1-0.15 points
-// on gpuspec10 or gpuspec20. Workloads without model-bound pods do not
-// change.
+// supplyThreshold grows the node's fragmentation by what it spends there
+// times (p - supplyThreshold) x supplyWeight, all per-mille. Learned
+// online on the openb gpuspec workloads (seeds 42-51), pressures from
+// the free share and the share a pod's CPU strands counted took the
+// unallocated GPU % from 4.61/4.69/4.84/7.41 (gpuspec10/20/25/33;
+// pressures from the GPUs alone, threshold 250) to 4.51/4.57/4.72/5.62 at
+// 250 and 4.50/4.61/4.73/5.45 at 200; 150 and 100 went further on
+// gpuspec33 (5.36, 5.31) at 0.05-0.09 points on the others, and so did
+// weight 2000 or 4000 (5.35-5.41, gpuspec20 4.66-4.68). Workloads
+// without model-bound pods do not change.
 const (
-	supplyThreshold = 250
+	supplyThreshold = 200
 	supplyWeight    = 1000
 )

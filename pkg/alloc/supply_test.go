@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -32,9 +33,66 @@ func TestSupplyOf(t *testing.T) {
 	b := makeNode("b").gpus(4, "A10", 23028).gpus(1, "T4", 15360).n
 	c := makeNode("c").gpus(1, "T4", 16384).n
 	got := SupplyOf([]*Node{&a, &b, &c})
-	want := []Supply{{Model: "A10", MemoryMiB: 23028, GPUs: 4}, {Model: "T4", MemoryMiB: 15360, GPUs: 2}, {Model: "T4", MemoryMiB: 16384, GPUs: 1}}
+	want := []Supply{{Model: "A10", MemoryMiB: 23028, GPUs: 4, Free: 4000}, {Model: "T4", MemoryMiB: 15360, GPUs: 2, Free: 2000}, {Model: "T4", MemoryMiB: 16384, GPUs: 1, Free: 1000}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("SupplyOf (-want +got):\n%s", diff)
+	}
+
+	// SupplyLeft: the same GPUs, with what the bookings leave free (a
+	// GPU's free share is the lower of its memory's and its compute's).
+	states := []*NodeState{
+		makeNode("a").gpus(2, "T4", 15360).unhealthy(1).state(Usage{Compute: 30}, Usage{}),
+		makeNode("b").gpus(4, "A10", 23028).gpus(1, "T4", 15360).state(Usage{Compute: 100}, Usage{MemoryMiB: 23028 / 2, Compute: 10}),
+		makeNode("c").gpus(1, "T4", 16384).state(),
+	}
+	want[0].Free, want[1].Free = 2500, 1700
+	if diff := cmp.Diff(want, SupplyLeft(states)); diff != "" {
+		t.Errorf("SupplyLeft (-want +got):\n%s", diff)
+	}
+}
+
+// TestSupplyLeftRaisesPressure: the P100s are a ninth of the GPUs and the
+// demand bound to them a fiftieth: counted by GPUs, they are not scarce,
+// and a 60% pod that any GPU takes fills a P100's 60% hole. Once pods have
+// taken all but that hole, what is left free of them is scarce for the
+// P100 pods still to come, and the pod goes to an idle G2 instead.
+func TestSupplyLeftRaisesPressure(t *testing.T) {
+	var states []*NodeState
+	for i := range 8 {
+		used := []Usage{{Compute: 100}, {Compute: 100}}
+		if i == 0 {
+			used[0] = Usage{Compute: 40}
+		}
+		states = append(states, makeNode(fmt.Sprintf("p100-%d", i)).gpus(2, "P100", 16384).state(used...))
+	}
+	for i := range 16 {
+		states = append(states, makeNode(fmt.Sprintf("g2-%d", i)).gpus(8, "G2", 16384).state())
+	}
+	nodes := make([]*Node, len(states))
+	for i, s := range states {
+		nodes[i] = s.Node
+	}
+	workload := []Shape{
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Exclusive: true}, Weight: 20},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 60}, Weight: 16},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 60, Models: []string{"P100"}}, Weight: 1},
+	}
+	free := makePod("free").cpu(1000).shared("main", 0, 60).obj()
+	for _, tc := range []struct {
+		name   string
+		supply []Supply
+		want   string
+	}{
+		{"counted by GPUs", SupplyOf(nodes), "p100-0"},
+		{"what is left", SupplyLeft(states), "g2"},
+	} {
+		pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Workload: workload, Supply: tc.supply}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := pl.Pick(clones(states), free, 1); d.Placement == nil || !strings.HasPrefix(d.Placement.Node, tc.want) {
+			t.Errorf("%s: %+v, want the pod on %s", tc.name, d.Placement, tc.want)
+		}
 	}
 }
 
@@ -107,6 +165,11 @@ func TestPressures(t *testing.T) {
 	want := map[string]int64{"[P100]": 568}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("pressures (-want +got):\n%s", diff)
+	}
+	// 1 GPU of the P100s' 2 free, 16 of the G2s': 1000 x 1.2/19 x 17/1.
+	supply[0].Free, supply[1].Free = 16000, 1000
+	if b := pressures(workload, supply); len(b) != 1 || b[0].pressure != 1073 {
+		t.Errorf("pressures with a P100 booked: %+v, want [P100] at 1073", b)
 	}
 	if p := pressures(workload, nil); p != nil {
 		t.Errorf("pressures without supply: %v, want none", p)

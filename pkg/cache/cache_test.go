@@ -1038,7 +1038,8 @@ func TestReadEachOrders(t *testing.T) {
 
 // TestSupply: the cache counts the healthy GPUs of each kind over its
 // nodes, as nodes come, change and go, and moves the generation when it
-// does.
+// does; and the free share the bookings leave of them, without moving
+// the generation.
 func TestSupply(t *testing.T) {
 	c, _ := newCache(t)
 	if s, _ := c.Supply(); len(s) != 0 {
@@ -1046,7 +1047,7 @@ func TestSupply(t *testing.T) {
 	}
 	c.SetNode(gpuNode(t, "n1", 40960, 40960, 20480))
 	c.SetNode(gpuNode(t, "n2", 40960))
-	want := []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1}, {Model: testModel, MemoryMiB: 40960, GPUs: 3}}
+	want := []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1, Free: 1000}, {Model: testModel, MemoryMiB: 40960, GPUs: 3, Free: 3000}}
 	s, gen := c.Supply()
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("supply (-want +got):\n%s", diff)
@@ -1059,13 +1060,25 @@ func TestSupply(t *testing.T) {
 	inv.GPUs[0].Healthy = false
 	c.SetNode(inventoryNode(t, "n1", inv))
 	c.RemoveNode("n2")
-	want = []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1}, {Model: testModel, MemoryMiB: 40960, GPUs: 1}}
+	want = []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1, Free: 1000}, {Model: testModel, MemoryMiB: 40960, GPUs: 1, Free: 1000}}
 	s, next := c.Supply()
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("after a GPU fails and n2 goes (-want +got):\n%s", diff)
 	}
 	if next == gen {
 		t.Error("supply changed, generation did not")
+	}
+
+	// Half of n1's healthy 40960 MiB GPU's compute booked: half of it
+	// is free; the GPUs did not change, nor does the generation.
+	c.SetPod(recordedPod(t, "p", appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 5000, 50)})))
+	want[1].Free = 500
+	s, booked := c.Supply()
+	if diff := cmp.Diff(want, s); diff != "" {
+		t.Errorf("after a booking (-want +got):\n%s", diff)
+	}
+	if booked != next {
+		t.Error("a booking moved the generation")
 	}
 }
 

@@ -167,7 +167,8 @@ func (c *Cache) countGPUs(n *alloc.Node, delta int) {
 }
 
 // Supply returns the nodes' healthy GPUs per kind, sorted by
-// alloc.CompareSupply, and a generation that changes when they do.
+// alloc.CompareSupply, with the free share the bookings leave of them,
+// and a generation that changes when the GPUs do (not with bookings).
 func (c *Cache) Supply() ([]alloc.Supply, uint64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -177,6 +178,24 @@ func (c *Cache) Supply() ([]alloc.Supply, uint64) {
 		out = append(out, kind)
 	}
 	slices.SortFunc(out, alloc.CompareSupply)
+	for _, e := range c.nodes {
+		s := e.state
+		k := -1 // the kind of the GPU before, most often this one's
+		for i := range s.Node.GPUs {
+			g := &s.Node.GPUs[i]
+			if !g.Healthy {
+				continue
+			}
+			if k < 0 || out[k].Model != g.Model || out[k].MemoryMiB != g.MemoryMiB {
+				var ok bool
+				if k, ok = slices.BinarySearchFunc(out, alloc.Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}, alloc.CompareSupply); !ok {
+					k = -1
+					continue
+				}
+			}
+			out[k].Free += s.FreeShare(i)
+		}
+	}
 	return out, c.supplyGen.Load()
 }
 

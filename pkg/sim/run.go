@@ -233,6 +233,7 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
 	}
+	policy.Follow(left(states))
 	var mover *mover
 	if defrag != nil {
 		mover = newMover(defrag, seed)
@@ -380,3 +381,12 @@ func quantile(sorted []time.Duration, q float64) float64 {
 	i := min(int(q*float64(len(sorted))), len(sorted)-1)
 	return float64(sorted[i]) / float64(time.Microsecond)
 }
+
+// left is the supply the replay's nodes leave free, for a policy to
+// follow as the scheduler's follows its cache: the nodes never change,
+// so the generation does not either; the policy reads the free share
+// again every workload.SupplyRefresh pods.
+type left []*alloc.NodeState
+
+func (l left) Supply() ([]alloc.Supply, uint64) { return alloc.SupplyLeft(l), 1 }
+func (l left) SupplyGeneration() uint64         { return 1 }

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -192,6 +193,34 @@ func TestPolicyFollowsSupply(t *testing.T) {
 	fixed.Follow(src)
 	if fixed.Placer().Supply() != nil || src.reads != 3 {
 		t.Error("binpack read or weighs a supply")
+	}
+}
+
+// TestPolicyReadsFreeSupply: bookings do not move the source's
+// generation, so the policy reads the supply again, for what is free of
+// each model, once SupplyRefresh pods were observed since the last read,
+// and not before.
+func TestPolicyReadsFreeSupply(t *testing.T) {
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &supplySource{supply: []alloc.Supply{{Model: "T4", MemoryMiB: 15360, GPUs: 8, Free: 8000}}, gen: 1}
+	p.Follow(src)
+	pl := p.Placer()
+	src.supply = []alloc.Supply{{Model: "T4", MemoryMiB: 15360, GPUs: 8, Free: 3500}}
+	pod := &alloc.PodRequest{Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Compute: 50}}}}
+	for i := range SupplyRefresh - 1 {
+		p.Observe(strconv.Itoa(i), pod)
+		if p.Placer(); src.reads != 1 {
+			t.Fatalf("read the supply again after %d pods, before %d", i+1, SupplyRefresh)
+		}
+	}
+	p.Observe("last", pod)
+	if next := p.Placer(); src.reads != 2 || !cmp.Equal(next.Supply(), src.supply) {
+		t.Errorf("after %d pods: %d reads, Placer weighs %v, want %v", SupplyRefresh, src.reads, next.Supply(), src.supply)
+	} else if next == pl {
+		t.Error("free share changed: Placer not rebuilt")
 	}
 }
 

@@ -16,6 +16,12 @@ import (
 // DefaultRefresh.
 const DefaultRefresh = 128
 
+// SupplyRefresh is how many pods Policy observes at most before it reads
+// its source's supply again, to weigh what is left free of each GPU
+// model (alloc.Supply.Free). Between reads a Placer weighs the free
+// share it was built with.
+const SupplyRefresh = 64
+
 // Policy is a placement policy fed by a Learner: Placer returns a Placer
 // for the workload learned so far. Policies that weigh no workload
 // (binpack, spread, ...) get one fixed Placer and learn nothing.
@@ -32,6 +38,9 @@ type Policy struct {
 	// of the supply placer weighs.
 	src SupplySource
 	gen atomic.Uint64
+	// observed counts the pods observed, read the count when the
+	// supply was last read.
+	observed, read atomic.Int64
 
 	// overrides are the Placers of the policies pods pick for
 	// themselves (PlacerFor), built from overridden.
@@ -73,6 +82,9 @@ func (p *Policy) Learner() *Learner { return p.learner }
 // Observe counts the pod in the learned mix, once per key (the pod's
 // UID); pods without GPUs are not counted.
 func (p *Policy) Observe(key string, req *alloc.PodRequest) {
+	if p.src != nil {
+		p.observed.Add(1)
+	}
 	if p.learner == nil {
 		return
 	}
@@ -129,8 +141,10 @@ func (p *Policy) PlacerFor(node, gpu string) (*alloc.Placer, error) {
 }
 
 // SupplySource tells a Policy the cluster's GPUs per kind, sorted by
-// alloc.CompareSupply, with a generation that changes when they do (the
-// scheduler's cache).
+// alloc.CompareSupply, with what is free of them, and a generation that
+// changes when the GPUs do (the scheduler's cache). Bookings need not
+// move the generation: the Policy reads the free share again every
+// SupplyRefresh pods.
 type SupplySource interface {
 	Supply() ([]alloc.Supply, uint64)
 	SupplyGeneration() uint64
@@ -157,18 +171,22 @@ func (p *Policy) setSupplyLocked(supply []alloc.Supply) {
 	}
 }
 
-// follow brings the Placer up to date with src's supply.
+// follow brings the Placer up to date with src's supply: when its GPUs
+// changed, or SupplyRefresh pods were observed since it was last read.
 func (p *Policy) follow() {
-	if p.src == nil || p.src.SupplyGeneration() == p.gen.Load() {
+	if p.src == nil || p.src.SupplyGeneration() == p.gen.Load() && p.observed.Load()-p.read.Load() < SupplyRefresh {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	supply, gen := p.src.Supply()
-	if gen != p.gen.Load() {
-		p.setSupplyLocked(supply)
-		p.gen.Store(gen)
+	n := p.observed.Load()
+	if p.src.SupplyGeneration() == p.gen.Load() && n-p.read.Load() < SupplyRefresh {
+		return // another caller read it
 	}
+	supply, gen := p.src.Supply()
+	p.setSupplyLocked(supply)
+	p.gen.Store(gen)
+	p.read.Store(n)
 }
 
 // rebuild builds a Placer for the learner's current shapes.
