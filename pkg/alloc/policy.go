@@ -174,6 +174,18 @@ func (pl *Placer) Resupply(supply []Supply) (*Placer, error) {
 // Supply returns the supply pl weighs.
 func (pl *Placer) Supply() []Supply { return pl.cfg.Supply }
 
+// Pressed reports whether pl's policies weigh some demand bound to GPU
+// models against its supply: only then does what is free of each model
+// change its decisions.
+func (pl *Placer) Pressed() bool {
+	for _, p := range []any{pl.node, pl.gpu} {
+		if f, ok := p.(*fgd); ok && len(f.bound) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (pl *Placer) successor(c Config) (*Placer, error) {
 	next, err := NewPlacer(c)
 	if err != nil {

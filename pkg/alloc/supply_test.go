@@ -259,3 +259,29 @@ func TestPressureOn(t *testing.T) {
 		}
 	}
 }
+
+// TestPressed: a Placer weighs the free share only where some demand it
+// weighs is bound to models that not every GPU is of.
+func TestPressed(t *testing.T) {
+	_, workload := supplyCluster()
+	mixed := []Supply{{Model: "G2", MemoryMiB: 16384, GPUs: 16}, {Model: "P100", MemoryMiB: 16384, GPUs: 2}}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		pressed bool
+	}{
+		{"fgd-robust, P100 demand, two models", Config{Node: "fgd-robust", Options: Options{Workload: workload, Supply: mixed}}, true},
+		{"fgd-robust, no supply", Config{Node: "fgd-robust", Options: Options{Workload: workload}}, false},
+		{"fgd-robust, P100s alone", Config{Node: "fgd-robust", Options: Options{Workload: workload, Supply: mixed[1:]}}, false},
+		{"fgd-robust, no bound demand", Config{Node: "fgd-robust", Options: Options{Workload: workload[:2], Supply: mixed}}, false},
+		{"binpack", Config{Node: "binpack", Options: Options{Supply: mixed}}, false},
+	} {
+		pl, err := NewPlacer(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pl.Pressed(); got != tc.pressed {
+			t.Errorf("%s: Pressed %v, want %v", tc.name, got, tc.pressed)
+		}
+	}
+}

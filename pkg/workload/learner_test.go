@@ -199,28 +199,42 @@ func TestPolicyFollowsSupply(t *testing.T) {
 // TestPolicyReadsFreeSupply: bookings do not move the source's
 // generation, so the policy reads the supply again, for what is free of
 // each model, once SupplyRefresh pods were observed since the last read,
-// and not before.
+// and not before; and not at all while no demand it weighs is bound to a
+// model (the free share then changes nothing).
 func TestPolicyReadsFreeSupply(t *testing.T) {
-	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
-	if err != nil {
-		t.Fatal(err)
+	supply := func(freeT4 int64) []alloc.Supply {
+		return []alloc.Supply{{Model: "G2", MemoryMiB: 16384, GPUs: 8, Free: 8000}, {Model: "T4", MemoryMiB: 15360, GPUs: 8, Free: freeT4}}
 	}
-	src := &supplySource{supply: []alloc.Supply{{Model: "T4", MemoryMiB: 15360, GPUs: 8, Free: 8000}}, gen: 1}
-	p.Follow(src)
-	pl := p.Placer()
-	src.supply = []alloc.Supply{{Model: "T4", MemoryMiB: 15360, GPUs: 8, Free: 3500}}
-	pod := &alloc.PodRequest{Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Compute: 50}}}}
-	for i := range SupplyRefresh - 1 {
-		p.Observe(strconv.Itoa(i), pod)
-		if p.Placer(); src.reads != 1 {
-			t.Fatalf("read the supply again after %d pods, before %d", i+1, SupplyRefresh)
+	pod := func(models ...string) *alloc.PodRequest {
+		return &alloc.PodRequest{Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Compute: 50, Models: models}}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *alloc.PodRequest
+		reads int // after SupplyRefresh pods
+	}{{"bound to T4", pod("T4"), 2}, {"free", pod(), 1}} {
+		p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	p.Observe("last", pod)
-	if next := p.Placer(); src.reads != 2 || !cmp.Equal(next.Supply(), src.supply) {
-		t.Errorf("after %d pods: %d reads, Placer weighs %v, want %v", SupplyRefresh, src.reads, next.Supply(), src.supply)
-	} else if next == pl {
-		t.Error("free share changed: Placer not rebuilt")
+		src := &supplySource{supply: supply(8000), gen: 1}
+		p.Follow(src)
+		pl := p.Placer()
+		src.supply = supply(3500)
+		for i := range SupplyRefresh - 1 {
+			p.Observe(strconv.Itoa(i), tc.pod)
+			if p.Placer(); src.reads != 1 {
+				t.Fatalf("%s: read the supply again after %d pods, before %d", tc.name, i+1, SupplyRefresh)
+			}
+		}
+		p.Observe("last", tc.pod)
+		next := p.Placer()
+		if src.reads != tc.reads {
+			t.Errorf("%s: %d reads after %d pods, want %d", tc.name, src.reads, SupplyRefresh, tc.reads)
+		}
+		if tc.reads == 2 && (next == pl || !cmp.Equal(next.Supply(), src.supply)) {
+			t.Errorf("%s: Placer weighs %v, want %v in a new Placer", tc.name, next.Supply(), src.supply)
+		}
 	}
 }
 

@@ -159,6 +159,14 @@ func (p *Policy) Follow(src SupplySource) {
 	}
 }
 
+// current reports whether the Placer weighs src's supply as it is.
+func (p *Policy) current() bool {
+	if p.src.SupplyGeneration() != p.gen.Load() {
+		return false
+	}
+	return p.observed.Load()-p.read.Load() < SupplyRefresh || !p.placer.Load().Pressed()
+}
+
 // setSupplyLocked has the Placer weigh supply, a new one if it changed.
 func (p *Policy) setSupplyLocked(supply []alloc.Supply) {
 	old := p.placer.Load()
@@ -172,17 +180,18 @@ func (p *Policy) setSupplyLocked(supply []alloc.Supply) {
 }
 
 // follow brings the Placer up to date with src's supply: when its GPUs
-// changed, or SupplyRefresh pods were observed since it was last read.
+// changed, or SupplyRefresh pods were observed since it was last read and
+// the Placer weighs the free share (some demand is bound to models).
 func (p *Policy) follow() {
-	if p.src == nil || p.src.SupplyGeneration() == p.gen.Load() && p.observed.Load()-p.read.Load() < SupplyRefresh {
+	if p.src == nil || p.current() {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := p.observed.Load()
-	if p.src.SupplyGeneration() == p.gen.Load() && n-p.read.Load() < SupplyRefresh {
+	if p.current() {
 		return // another caller read it
 	}
+	n := p.observed.Load()
 	supply, gen := p.src.Supply()
 	p.setSupplyLocked(supply)
 	p.gen.Store(gen)
