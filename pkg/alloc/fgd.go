@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Shape is one kind of pod in the expected workload, with its weight (a
@@ -231,6 +232,32 @@ type fragBase struct {
 	used  []int64
 	// For fgdRobust, per demand: whether no GPU of the node admits it.
 	denied []bool
+	// last holds the fragmentation of a memoised fragBase as the policy
+	// last weighed it: the node's state it describes is rated for pod
+	// after pod, and most decisions leave it as it was.
+	last atomic.Pointer[fragLast]
+}
+
+// fragLast is a fragBase's fragmentation under one policy, with the
+// node's free CPU and memory: frag and, for fgdRobust, the fragmentation
+// with the node's CPU left out.
+type fragLast struct {
+	f                       *fgd
+	cpu, mem, frag, gpuFrag int64
+}
+
+// fragOf returns b's fragmentation, and for fgdRobust the one with the
+// node's CPU left out, given the node's free CPU and memory.
+func (f *fgd) fragOf(b *fragBase, cpu, mem int64) (frag, gpuFrag int64) {
+	if l := b.last.Load(); l != nil && l.f == f && l.cpu == cpu && l.mem == mem {
+		return l.frag, l.gpuFrag
+	}
+	frag = f.frag(b, cpu, mem)
+	if f.mode == fgdRobust {
+		gpuFrag = f.fragFill(b, 0, mem, false)
+	}
+	b.last.Store(&fragLast{f: f, cpu: cpu, mem: mem, frag: frag, gpuFrag: gpuFrag})
+	return frag, gpuFrag
 }
 
 // unitsOn returns how many of demand d fit GPU g at usage u side by side,
@@ -440,7 +467,8 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	} else {
 		f.fill(b1, after)
 	}
-	growth := f.frag(b1, after.FreeCPU(), after.FreeMemory()) - f.frag(b0, before.FreeCPU(), before.FreeMemory())
+	frag0, gpuFrag0 := f.fragOf(b0, before.FreeCPU(), before.FreeMemory())
+	growth := f.frag(b1, after.FreeCPU(), after.FreeMemory()) - frag0
 	if f.mode == fgdPlain {
 		return Score{Primary: -growth}
 	}
@@ -467,7 +495,7 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// with the node's CPU counted, beyond the growth without it). A
 		// pod that takes little GPU but much CPU of a node with scarce
 		// GPUs leaves them without the CPU their pods need.
-		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - f.fragFill(b0, 0, before.FreeMemory(), false)
+		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - gpuFrag0
 		spent := taken + max(growth-gpuGrowth, 0)/f.weight
 		var denied int64 // the weight of the shapes no GPU admits
 		for k, no := range b0.denied {

@@ -43,9 +43,17 @@ func SupplyOf(nodes []*Node) []Supply {
 func SupplyLeft(states []*NodeState) []Supply {
 	var out []Supply
 	for _, s := range states {
+		k := -1 // the kind of the GPU before, most often this one's
 		for i := range s.Node.GPUs {
-			if s.Node.GPUs[i].Healthy {
-				out = countSupply(out, &s.Node.GPUs[i], s.FreeShare(i))
+			g := &s.Node.GPUs[i]
+			switch {
+			case !g.Healthy:
+			case k >= 0 && out[k].Model == g.Model && out[k].MemoryMiB == g.MemoryMiB:
+				out[k].GPUs++
+				out[k].Free += s.FreeShare(i)
+			default:
+				out = countSupply(out, g, s.FreeShare(i))
+				k, _ = slices.BinarySearchFunc(out, Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}, CompareSupply)
 			}
 		}
 	}
