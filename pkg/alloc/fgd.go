@@ -59,7 +59,7 @@ const (
 	//     the 2-GPU T4 and P100 nodes that model-bound pods need.
 	//   - Given the cluster's supply of GPUs per model and what is free
 	//     of them (Options.Supply), what the pod spends of the node (its
-	//     GPU share, and the share its CPU strands) times the node's
+	//     GPU share, and the growth the node's CPU accounts for) times the node's
 	//     pressure (how much of the workload needs the node's models,
 	//     against how little of the cluster's free share they hold) grows
 	//     the fragmentation above a threshold and breaks ties before the
@@ -119,7 +119,14 @@ type fgd struct {
 	// on the shapes' weights, CPU or counts, so a re-weighed policy with
 	// the same demands shares its predecessor's (see Placer.Reweigh).
 	memo *fgdMemo
+	// weighs identifies the shapes and weights this policy's
+	// fragmentation sums weigh (fragLast): a re-supplied policy keeps its
+	// predecessor's, since the supply does not enter them.
+	weighs *weighing
 }
+
+// weighing is the identity of an fgd's shapes and weights.
+type weighing struct{ _ byte }
 
 // fgdMemo is the identity of an fgd's memoised data.
 type fgdMemo struct{ _ byte }
@@ -191,7 +198,7 @@ func compareBool(a, b bool) int {
 }
 
 func newFGDShapes(shapes []Shape) *fgd {
-	f := &fgd{shapes: shapes, group: make([]int, len(shapes)), memo: new(fgdMemo),
+	f := &fgd{shapes: shapes, group: make([]int, len(shapes)), memo: new(fgdMemo), weighs: new(weighing),
 		pool: &sync.Pool{New: func() any { return new(fragBase) }}}
 	for q := range shapes {
 		f.weight += shapes[q].Weight
@@ -232,31 +239,31 @@ type fragBase struct {
 	used  []int64
 	// For fgdRobust, per demand: whether no GPU of the node admits it.
 	denied []bool
-	// last holds the fragmentation of a memoised fragBase as the policy
+	// last holds the fragmentation of a memoised fragBase as a policy
 	// last weighed it: the node's state it describes is rated for pod
 	// after pod, and most decisions leave it as it was.
 	last atomic.Pointer[fragLast]
 }
 
-// fragLast is a fragBase's fragmentation under one policy, with the
-// node's free CPU and memory: frag and, for fgdRobust, the fragmentation
-// with the node's CPU left out.
+// fragLast is a fragBase's fragmentation under one weighing of shapes,
+// with the node's free CPU and memory: frag and, for fgdRobust, the
+// fragmentation with the node's CPU left out.
 type fragLast struct {
-	f                       *fgd
+	weighs                  *weighing
 	cpu, mem, frag, gpuFrag int64
 }
 
 // fragOf returns b's fragmentation, and for fgdRobust the one with the
 // node's CPU left out, given the node's free CPU and memory.
 func (f *fgd) fragOf(b *fragBase, cpu, mem int64) (frag, gpuFrag int64) {
-	if l := b.last.Load(); l != nil && l.f == f && l.cpu == cpu && l.mem == mem {
+	if l := b.last.Load(); l != nil && l.weighs == f.weighs && l.cpu == cpu && l.mem == mem {
 		return l.frag, l.gpuFrag
 	}
 	frag = f.frag(b, cpu, mem)
 	if f.mode == fgdRobust {
 		gpuFrag = f.fragFill(b, 0, mem, false)
 	}
-	b.last.Store(&fragLast{f: f, cpu: cpu, mem: mem, frag: frag, gpuFrag: gpuFrag})
+	b.last.Store(&fragLast{weighs: f.weighs, cpu: cpu, mem: mem, frag: frag, gpuFrag: gpuFrag})
 	return frag, gpuFrag
 }
 
@@ -491,10 +498,10 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// admits.
 		taken := max(b0.total-b1.total, 0)
 		// What the pod spends of the node, for the supply signal: the
-		// GPU share it takes, and the share its CPU strands (the growth
-		// with the node's CPU counted, beyond the growth without it). A
-		// pod that takes little GPU but much CPU of a node with scarce
-		// GPUs leaves them without the CPU their pods need.
+		// GPU share it takes, and the growth of the fragmentation that
+		// the node's CPU accounts for (with it counted, beyond the growth
+		// without it): a pod that takes little GPU but much CPU of a node
+		// with scarce GPUs leaves them without the CPU their pods need.
 		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - gpuFrag0
 		spent := taken + max(growth-gpuGrowth, 0)/f.weight
 		var denied int64 // the weight of the shapes no GPU admits

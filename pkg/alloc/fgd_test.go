@@ -169,3 +169,34 @@ func TestFGDRobustTieBreakLeavesCPUOut(t *testing.T) {
 		checkPick(t, pl, pod, x, y, "x with idle GPUs and the pod's CPU, y a quarter used with 12 CPUs")
 	}
 }
+
+// TestFGDRobustKeepsFragmentationWithTheCPU: the fragmentation of a node
+// kept between decisions follows a booking that takes CPU and no GPU
+// (the node's memo, which follows GPU usage alone, stays): the node is
+// rated as a fresh copy of it is, before and after.
+func TestFGDRobustKeepsFragmentationWithTheCPU(t *testing.T) {
+	workload := []Shape{
+		{CPUMilli: 4000, Count: 1, Demand: Demand{Exclusive: true}, Weight: 2},
+		{CPUMilli: 2000, Count: 1, Demand: Demand{Compute: 50}, Weight: 1},
+	}
+	pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Workload: workload}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := []*NodeState{makeNode("a").cpu(16_000).gpus(4, "T4", 15360).state(Usage{Compute: 50})}
+	pod := makePod("p").cpu(2000).shared("main", 0, 50).obj()
+	rate := func(step string) Score {
+		d, fresh := pl.Pick(states, pod, 1), pl.Pick(clones(states), pod, 1)
+		if d.Placement == nil || fresh.Placement == nil || d.Placement.Score != fresh.Placement.Score {
+			t.Fatalf("%s: rated %+v, a fresh copy %+v", step, d.Placement, fresh.Placement)
+		}
+		return d.Placement.Score
+	}
+	before := rate("first")
+	if err := states[0].Apply(&Placement{Node: "a", CPUMilli: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	if after := rate("after 10 CPUs booked"); after == before {
+		t.Errorf("10 of 16 CPUs booked: score %+v unchanged (the premise of the test)", after)
+	}
+}

@@ -168,7 +168,20 @@ func (pl *Placer) Reweigh(workload, mix []Shape) (*Placer, error) {
 func (pl *Placer) Resupply(supply []Supply) (*Placer, error) {
 	c := pl.cfg
 	c.Supply = supply
-	return pl.successor(c)
+	next, err := pl.successor(c)
+	if err != nil {
+		return nil, err
+	}
+	// The same shapes and weights: the nodes' fragmentation sums kept
+	// with their memos hold for next too.
+	for _, p := range [][2]any{{next.node, pl.node}, {next.gpu, pl.gpu}} {
+		if n, ok := p[0].(*fgd); ok {
+			if o, ok := p[1].(*fgd); ok && n.mode == o.mode {
+				n.weighs = o.weighs
+			}
+		}
+	}
+	return next, nil
 }
 
 // Supply returns the supply pl weighs.

@@ -233,9 +233,9 @@ const maxPressure = 1e6
 // unallocated GPU % from 4.61/4.69/4.84/7.41 (gpuspec10/20/25/33;
 // pressures from the GPUs alone, threshold 250) to 4.51/4.57/4.72/5.62 at
 // 250 and 4.50/4.61/4.73/5.45 at 200; 150 and 100 went further on
-// gpuspec33 (5.36, 5.31) at 0.05-0.09 points on the others, and so did
-// weight 2000 or 4000 (5.35-5.41, gpuspec20 4.66-4.68). Workloads
-// without model-bound pods do not change.
+// gpuspec33 (5.36, 5.31) at up to 0.03 and 0.06 points on the others
+// against 200, and so did weight 2000 or 4000 (5.35-5.41, gpuspec20
+// 4.66-4.68). Workloads without model-bound pods do not change.
 const (
 	supplyThreshold = 200
 	supplyWeight    = 1000

@@ -167,9 +167,20 @@ func TestPressures(t *testing.T) {
 		t.Errorf("pressures (-want +got):\n%s", diff)
 	}
 	// 1 GPU of the P100s' 2 free, 16 of the G2s': 1000 x 1.2/19 x 17/1.
-	supply[0].Free, supply[1].Free = 16000, 1000
-	if b := pressures(workload, supply); len(b) != 1 || b[0].pressure != 1073 {
+	booked := slices.Clone(supply)
+	booked[0].Free, booked[1].Free = 16000, 1000
+	if b := pressures(workload, booked); len(b) != 1 || b[0].pressure != 1073 {
 		t.Errorf("pressures with a P100 booked: %+v, want [P100] at 1073", b)
+	}
+	// None of the P100s free: weighed as one GPU free (1000 x 1.2/19 x
+	// 16/1 = 1010); and a thousandfold demand is capped.
+	booked[1].Free = 0
+	if b := pressures(workload, booked); len(b) != 1 || b[0].pressure != 1010 {
+		t.Errorf("pressures with the P100s full: %+v, want [P100] at 1010", b)
+	}
+	booked[0].Free = 1e12
+	if b := pressures(workload, booked); len(b) != 1 || b[0].pressure != maxPressure {
+		t.Errorf("pressures with the P100s full in a vast cluster: %+v, want [P100] at %d", b, int64(maxPressure))
 	}
 	if p := pressures(workload, nil); p != nil {
 		t.Errorf("pressures without supply: %v, want none", p)
@@ -210,8 +221,8 @@ func TestResupply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next.node.(*fgd).memo != old.node.(*fgd).memo {
-		t.Error("re-supplied, the memo is not shared")
+	if next.node.(*fgd).memo != old.node.(*fgd).memo || next.node.(*fgd).weighs != old.node.(*fgd).weighs {
+		t.Error("re-supplied, the memo or the fragmentation kept with it is not shared")
 	}
 	if !cmp.Equal(next.Supply(), supply) || old.Supply() != nil {
 		t.Errorf("Supply: %v (old %v), want %v (old none)", next.Supply(), old.Supply(), supply)

@@ -233,7 +233,7 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
 	}
-	policy.Follow(left(states))
+	policy.Follow(Left(states))
 	var mv *mover
 	if o.Defrag != nil {
 		mv = newMover(o.Defrag, seed)

@@ -233,7 +233,7 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
 	}
-	policy.Follow(left(states))
+	policy.Follow(Left(states))
 	var mover *mover
 	if defrag != nil {
 		mover = newMover(defrag, seed)
@@ -382,11 +382,17 @@ func quantile(sorted []time.Duration, q float64) float64 {
 	return float64(sorted[i]) / float64(time.Microsecond)
 }
 
-// left is the supply the replay's nodes leave free, for a policy to
-// follow as the scheduler's follows its cache: the nodes never change,
-// so the generation does not either; the policy reads the free share
-// again every workload.SupplyRefresh pods.
-type left []*alloc.NodeState
+// Left is the supply that the states' bookings leave free, for a policy
+// to follow (workload.Policy.Follow) as the scheduler's follows its
+// cache. The nodes of a replay never change, so neither does the
+// generation: the policy reads the free share again every
+// workload.SupplyRefresh pods it observes while it weighs model-bound
+// demand. The simulator observes every arriving pod, the scheduler the
+// pods it binds, so near a full cluster the simulator reads more often.
+type Left []*alloc.NodeState
 
-func (l left) Supply() ([]alloc.Supply, uint64) { return alloc.SupplyLeft(l), 1 }
-func (l left) SupplyGeneration() uint64         { return 1 }
+// Supply is alloc.SupplyLeft of the states, at generation 1.
+func (l Left) Supply() ([]alloc.Supply, uint64) { return alloc.SupplyLeft(l), 1 }
+
+// SupplyGeneration is 1: the nodes never change.
+func (l Left) SupplyGeneration() uint64 { return 1 }

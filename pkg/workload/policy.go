@@ -16,10 +16,11 @@ import (
 // DefaultRefresh.
 const DefaultRefresh = 128
 
-// SupplyRefresh is how many pods Policy observes at most before it reads
-// its source's supply again, to weigh what is left free of each GPU
-// model (alloc.Supply.Free). Between reads a Placer weighs the free
-// share it was built with.
+// SupplyRefresh is how many pods Policy observes before it reads its
+// source's supply again, to weigh what is left free of each GPU model
+// (alloc.Supply.Free), while its Placer weighs some demand bound to
+// models (alloc.Placer.Pressed); the read comes with the next Placer
+// call. Between reads a Placer weighs the free share it was built with.
 const SupplyRefresh = 64
 
 // Policy is a placement policy fed by a Learner: Placer returns a Placer
@@ -144,15 +145,17 @@ func (p *Policy) PlacerFor(node, gpu string) (*alloc.Placer, error) {
 // alloc.CompareSupply, with what is free of them, and a generation that
 // changes when the GPUs do (the scheduler's cache). Bookings need not
 // move the generation: the Policy reads the free share again every
-// SupplyRefresh pods.
+// SupplyRefresh pods while it weighs model-bound demand.
 type SupplySource interface {
 	Supply() ([]alloc.Supply, uint64)
 	SupplyGeneration() uint64
 }
 
 // Follow has the policy weigh the workload against src's supply: Placer
-// rebuilds its Placer when the generation moved and the supply changed.
-// Policies that weigh no workload ignore it. Call it before Placer.
+// reads it when the generation moved, and every SupplyRefresh pods
+// observed while the Placer is Pressed, and rebuilds the Placer when the
+// supply changed. Policies that weigh no workload ignore it. Call it
+// before Placer and Observe.
 func (p *Policy) Follow(src SupplySource) {
 	if p.weighs {
 		p.src = src

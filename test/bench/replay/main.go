@@ -819,15 +819,19 @@ func replay(ctx context.Context, o options, tools controlplane.Tools, w *sim.Wor
 // newPolicy is the policy the plugin and the simulator run: the trace's
 // workload (oracle) or one learned from the pods observed, with the
 // learner's defaults (the plugin's when GPUShareArgs has no workload),
-// weighed against the nodes' GPUs per kind (as the plugin's cache counts
-// them).
-func newPolicy(w *sim.Workload, nodes []*alloc.Node, policy string, seed uint64, oracle bool) (*workload.Policy, error) {
+// weighed against the nodes' GPUs per kind and what states leaves free
+// of them (as the plugin's cache counts them).
+func newPolicy(w *sim.Workload, nodes []*alloc.Node, states []*alloc.NodeState, policy string, seed uint64, oracle bool) (*workload.Policy, error) {
 	node, gpu, _ := strings.Cut(policy, "/")
 	cfg := alloc.Config{Node: node, GPU: gpu, Options: alloc.Options{Seed: seed, Supply: alloc.SupplyOf(nodes)}}
 	if oracle {
 		cfg.Workload = sim.Shapes(w.Pods, shapeCover)
 	}
-	return workload.NewPolicy(cfg, workload.Config{})
+	pl, err := workload.NewPolicy(cfg, workload.Config{})
+	if err == nil {
+		pl.Follow(sim.Left(states))
+	}
+	return pl, err
 }
 
 // newShadow builds the core the plugin runs: the node policy, the
@@ -837,15 +841,16 @@ func newShadow(w *sim.Workload, nodes []*alloc.Node, policy string, config []byt
 	if m := regexp.MustCompile(`(?m)^[ \t]*seed:[ \t]*([0-9]+)`).FindSubmatch(config); m != nil {
 		seed, _ = strconv.ParseUint(string(m[1]), 10, 64)
 	}
-	pl, err := newPolicy(w, nodes, policy, seed, oracle)
-	if err != nil {
-		return nil, err
-	}
-	s := &shadow{policy: pl, seed: seed, index: map[string]int{}}
+	s := &shadow{seed: seed, index: map[string]int{}}
 	for i, n := range nodes {
 		s.states = append(s.states, alloc.NewNodeState(n))
 		s.index[n.Name] = i
 	}
+	pl, err := newPolicy(w, nodes, s.states, policy, seed, oracle)
+	if err != nil {
+		return nil, err
+	}
+	s.policy = pl
 	return s, nil
 }
 
@@ -944,13 +949,13 @@ func (s *shadow) explain(name string, p *trace.Pod, chosen, core string) string 
 // NodeResourcesBalancedAllocation, ties at random), as in the real
 // cluster, where GPUShare leaves them to it.
 func localSim(w *sim.Workload, nodes []*alloc.Node, policy string, seed uint64, n int, oracle, kubeCPU, mostAllocated bool) (at100, end float64, err error) {
-	pl, err := newPolicy(w, nodes, policy, seed, oracle)
-	if err != nil {
-		return 0, 0, err
-	}
 	states := make([]*alloc.NodeState, len(nodes))
 	for i, nd := range nodes {
 		states[i] = alloc.NewNodeState(nd)
+	}
+	pl, err := newPolicy(w, nodes, states, policy, seed, oracle)
+	if err != nil {
+		return 0, 0, err
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	capacity := float64(w.Capacity())
