@@ -154,11 +154,10 @@ func pressures(mix []Shape, supply []Supply) []bound {
 		if g.admitted > 0 && g.admitted < total && all > 0 {
 			// A set with less than one GPU free is weighed as if it had
 			// one: the pressure stays finite, and far above the
-			// threshold.
+			// threshold. A pressure that rounds to 0 stays listed: it
+			// rises as its models' GPUs fill (Placer.Pressed).
 			p := min(1000*g.demand/all*float64(free)/float64(max(g.free, 1000)), maxPressure)
-			if p := int64(p); p > 0 {
-				out = append(out, bound{models: g.models, pressure: p})
-			}
+			out = append(out, bound{models: g.models, pressure: int64(p)})
 		}
 	}
 	return out

@@ -285,6 +285,12 @@ func TestPressed(t *testing.T) {
 		{"fgd-robust, no supply", Config{Node: "fgd-robust", Options: Options{Workload: workload}}, false},
 		{"fgd-robust, P100s alone", Config{Node: "fgd-robust", Options: Options{Workload: workload, Supply: mixed[1:]}}, false},
 		{"fgd-robust, no bound demand", Config{Node: "fgd-robust", Options: Options{Workload: workload[:2], Supply: mixed}}, false},
+		// A P100 demand so rare its pressure rounds to 0 still counts: it
+		// rises as the P100s fill.
+		{"fgd-robust, rare bound demand", Config{Node: "fgd-robust", Options: Options{Workload: []Shape{
+			{Count: 1, Demand: Demand{Exclusive: true}, Weight: 1_000_000},
+			{Count: 1, Demand: Demand{Compute: 10, Models: []string{"P100"}}, Weight: 1},
+		}, Supply: mixed}}, true},
 		{"binpack", Config{Node: "binpack", Options: Options{Supply: mixed}}, false},
 	} {
 		pl, err := NewPlacer(tc.cfg)
