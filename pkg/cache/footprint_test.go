@@ -137,3 +137,17 @@ func BenchmarkScrape(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSupply reads the cache's supply, with what is free of each
+// GPU kind, for the scheduler benchmark's cluster (40,000 GPUs): what a
+// policy that weighs model-bound demand does every
+// workload.SupplyRefresh pods, under the cache's read lock.
+func BenchmarkSupply(b *testing.B) {
+	nodes, pods := footprintCluster(b, 5000, 10000)
+	c := filled(cache.New(klog.Background(), cache.Options{}), nodes, pods)
+	for b.Loop() {
+		if s, _ := c.Supply(); len(s) == 0 || s[0].Free == 0 {
+			b.Fatalf("supply %+v: want free GPUs", s)
+		}
+	}
+}
