@@ -41,23 +41,38 @@ func SupplyOf(nodes []*Node) []Supply {
 // SupplyLeft is SupplyOf for the nodes' states: each kind's Free is what
 // their bookings leave.
 func SupplyLeft(states []*NodeState) []Supply {
-	var out []Supply
+	nodes := make([]*Node, len(states))
+	for i, s := range states {
+		nodes[i] = s.Node
+	}
+	out := SupplyOf(nodes)
+	for i := range out {
+		out[i].Free = 0
+	}
 	for _, s := range states {
-		k := -1 // the kind of the GPU before, most often this one's
-		for i := range s.Node.GPUs {
-			g := &s.Node.GPUs[i]
-			switch {
-			case !g.Healthy:
-			case k >= 0 && out[k].Model == g.Model && out[k].MemoryMiB == g.MemoryMiB:
-				out[k].GPUs++
-				out[k].Free += s.FreeShare(i)
-			default:
-				out = countSupply(out, g, s.FreeShare(i))
-				k, _ = slices.BinarySearchFunc(out, Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}, CompareSupply)
-			}
-		}
+		AddFree(out, s)
 	}
 	return out
+}
+
+// AddFree adds the free share of s's healthy GPUs to the kinds of supply
+// (sorted by CompareSupply) they are of; a kind supply lacks is skipped.
+func AddFree(supply []Supply, s *NodeState) {
+	k := -1 // the kind of the GPU before, most often this one's
+	for i := range s.Node.GPUs {
+		g := &s.Node.GPUs[i]
+		if !g.Healthy {
+			continue
+		}
+		if k < 0 || supply[k].Model != g.Model || supply[k].MemoryMiB != g.MemoryMiB {
+			var ok bool
+			if k, ok = slices.BinarySearchFunc(supply, Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}, CompareSupply); !ok {
+				k = -1
+				continue
+			}
+		}
+		supply[k].Free += s.FreeShare(i)
+	}
 }
 
 // countSupply adds GPU g, free share free, to supply, sorted by

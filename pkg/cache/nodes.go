@@ -179,22 +179,7 @@ func (c *Cache) Supply() ([]alloc.Supply, uint64) {
 	}
 	slices.SortFunc(out, alloc.CompareSupply)
 	for _, e := range c.nodes {
-		s := e.state
-		k := -1 // the kind of the GPU before, most often this one's
-		for i := range s.Node.GPUs {
-			g := &s.Node.GPUs[i]
-			if !g.Healthy {
-				continue
-			}
-			if k < 0 || out[k].Model != g.Model || out[k].MemoryMiB != g.MemoryMiB {
-				var ok bool
-				if k, ok = slices.BinarySearchFunc(out, alloc.Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}, alloc.CompareSupply); !ok {
-					k = -1
-					continue
-				}
-			}
-			out[k].Free += s.FreeShare(i)
-		}
+		alloc.AddFree(out, e.state)
 	}
 	return out, c.supplyGen.Load()
 }
