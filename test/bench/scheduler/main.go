@@ -16,6 +16,10 @@
 //   - extender-null: kube-scheduler with the same configuration and
 //     nullextender, which passes each pod on one of the nodes named and
 //     binds it: the floor under any extender's pods/s.
+//   - extender-floor: the same, nullextender also following the pods and
+//     nodes with informers and binding with an allocation record of
+//     gpushare's size: the floor under any extender that keeps its own
+//     record of the GPUs, as gpushare-extender does.
 //   - gpushare-watch: gpushare, with a gpushare-extender beside it that
 //     no scheduler calls: what the extender's watches alone cost.
 //   - dra, dra-stock: pods ask the same memory through ResourceClaims, with
@@ -117,7 +121,7 @@ type Result struct {
 }
 
 // knownModes are the schedulers --modes may name.
-var knownModes = []string{"gpushare", "stock", "stock-record", "extender", "extender-null", "gpushare-watch", "dra", "dra-stock"}
+var knownModes = []string{"gpushare", "stock", "stock-record", "extender", "extender-null", "extender-floor", "gpushare-watch", "dra", "dra-stock"}
 
 func main() {
 	var (
@@ -126,7 +130,7 @@ func main() {
 	)
 	flag.StringVar(&nodes, "nodes", "1000,5000", "node counts, comma-separated")
 	flag.IntVar(&o.pods, "pods", 10000, "pods per run")
-	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); extender-null (kube-scheduler with an extender that does nothing: the floor of any extender); gpushare-watch (gpushare beside an extender no scheduler calls); dra, dra-stock (GPU memory through ResourceClaims)")
+	flag.StringVar(&modes, "modes", "gpushare,stock,extender", "schedulers to run: gpushare, stock, extender; stock-record (stock with pods the size of gpushare's); extender-null (kube-scheduler with an extender that does nothing: the floor of any extender); extender-floor (extender-null following the cluster and writing a record: the floor of an extender that books GPUs); gpushare-watch (gpushare beside an extender no scheduler calls); dra, dra-stock (GPU memory through ResourceClaims)")
 	flag.IntVar(&o.qps, "qps", 5000, "client QPS and burst of every scheduler and of the extender")
 	flag.StringVar(&root, "root", ".", "repository root (for deploy/ and building the binaries)")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
@@ -509,9 +513,12 @@ func startScheduler(ctx context.Context, c *controlplane.Cluster, o options, mod
 		tlsFlags := []string{"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--client-ca-file=" + caFile}
 		var ext *controlplane.Process
 		var port int
-		if mode == "extender-null" {
+		switch mode {
+		case "extender-null":
 			ext, port, err = startNullExtender(ctx, c, o, tlsFlags)
-		} else {
+		case "extender-floor":
+			ext, port, err = startNullExtender(ctx, c, o, append(tlsFlags, "--follow", "--record"))
+		default:
 			ext, port, err = startExtender(ctx, c, o, append(append(tlsFlags,
 				"--profiling="+strconv.FormatBool(o.profile != "")), o.extenderFlags...)...)
 		}
@@ -546,12 +553,12 @@ func startExtender(ctx context.Context, c *controlplane.Cluster, o options, flag
 }
 
 // startNullExtender starts test/bench/scheduler/nullextender on loopback
-// with the bench's client rate limit and tlsFlags, and returns it once
+// with the bench's client rate limit and flags (TLS, --follow), and returns it once
 // healthy, with the port it serves the verbs on.
-func startNullExtender(ctx context.Context, c *controlplane.Cluster, o options, tlsFlags []string) (*controlplane.Process, int, error) {
+func startNullExtender(ctx context.Context, c *controlplane.Cluster, o options, flags []string) (*controlplane.Process, int, error) {
 	return startExtenderBinary(ctx, c, "null-extender", filepath.Join(o.bin, "nullextender"), func(kubeconfig string, port, health int) []string {
 		return append([]string{"--kubeconfig=" + kubeconfig, "--port=" + strconv.Itoa(port),
-			"--healthz-port=" + strconv.Itoa(health), "--kube-api-qps=" + strconv.Itoa(o.qps)}, tlsFlags...)
+			"--healthz-port=" + strconv.Itoa(health), "--kube-api-qps=" + strconv.Itoa(o.qps)}, flags...)
 	})
 }
 

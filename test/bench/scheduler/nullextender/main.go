@@ -9,6 +9,14 @@
 // beyond stock kube-scheduler is the extender protocol itself (a second
 // process, an HTTPS round trip per pod in kube-scheduler's scheduling
 // loop, the binding from a second client).
+//
+// With --follow and --record it also does what any extender that books
+// GPUs must do, and still computes nothing: it follows the cluster's pods
+// and nodes with informers, as gpushare-extender does, and its binding
+// carries an allocation record of the size gpushare-extender writes (the
+// node bound to, one GPU, the pod's memory). That is the floor under an
+// extender that keeps its own record of the GPUs; what gpushare-extender
+// costs beyond it is its filter's rating, its bookings and its checks.
 package main
 
 import (
@@ -30,12 +38,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/extender"
 )
 
@@ -50,6 +62,7 @@ func run() error {
 	var (
 		kubeconfig, cert, key, clientCA string
 		port, healthzPort, qps          int
+		follow, record                  bool
 	)
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the client that posts bindings")
 	flag.IntVar(&port, "port", 0, "port for the verbs, on 127.0.0.1")
@@ -58,9 +71,14 @@ func run() error {
 	flag.StringVar(&key, "tls-private-key-file", "", "serving key")
 	flag.StringVar(&clientCA, "client-ca-file", "", "CA of the client certificates accepted")
 	flag.IntVar(&qps, "kube-api-qps", 5000, "client QPS and burst")
+	flag.BoolVar(&follow, "follow", false, "follow the cluster's pods and nodes with informers, as gpushare-extender does; /healthz fails until they have synced")
+	flag.BoolVar(&record, "record", false, "bind with an allocation record of gpushare-extender's size (needs --follow, for the pod's request)")
 	flag.Parse()
 	if kubeconfig == "" || port == 0 || healthzPort == 0 {
 		return errors.New("--kubeconfig, --port and --healthz-port are required")
+	}
+	if record && !follow {
+		return errors.New("--record needs --follow: the record is made from the pod the informer holds")
 	}
 	tlsConfig, err := extender.Serving{Address: "127.0.0.1", CertFile: cert, KeyFile: key, ClientCAFile: clientCA}.TLSConfig()
 	if err != nil {
@@ -83,19 +101,39 @@ func run() error {
 		return err
 	}
 
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var pods corelisters.PodLister
+	synced := func() bool { return true }
+	if follow {
+		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
+		pods = factory.Core().V1().Pods().Lister()
+		podsSynced := factory.Core().V1().Pods().Informer().HasSynced
+		nodesSynced := factory.Core().V1().Nodes().Informer().HasSynced
+		synced = func() bool { return podsSynced() && nodesSynced() }
+		factory.Start(ctx.Done())
+	}
+	if !record {
+		pods = nil
+	}
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /gpushare-scheduler/filter", filter)
-	mux.HandleFunc("POST /gpushare-scheduler/bind", func(w http.ResponseWriter, r *http.Request) { bind(w, r, client) })
+	mux.HandleFunc("POST /gpushare-scheduler/bind", func(w http.ResponseWriter, r *http.Request) { bind(w, r, client, pods) })
 	// The benchmark's --cpu-profile asks for these.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	servers := []*http.Server{
 		{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Handler: mux, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second},
 		{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(healthzPort)), ReadHeaderTimeout: 10 * time.Second,
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })},
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if !synced() {
+					http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			})},
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	errc := make(chan error, len(servers))
 	for _, s := range servers {
 		go func() {
@@ -160,8 +198,9 @@ func filter(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(result)
 }
 
-// bind posts the binding kube-scheduler asks for.
-func bind(w http.ResponseWriter, r *http.Request, client kubernetes.Interface) {
+// bind posts the binding kube-scheduler asks for; with pods, carrying
+// the pod's allocation record.
+func bind(w http.ResponseWriter, r *http.Request, client kubernetes.Interface, pods corelisters.PodLister) {
 	var args struct {
 		PodName, PodNamespace, Node string
 		PodUID                      types.UID
@@ -169,17 +208,58 @@ func bind(w http.ResponseWriter, r *http.Request, client kubernetes.Interface) {
 	var result struct {
 		Error string `json:"Error,omitempty"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
-		result.Error = err.Error()
-	} else {
-		err := client.CoreV1().Pods(args.PodNamespace).Bind(r.Context(), &corev1.Binding{
+	err := json.NewDecoder(r.Body).Decode(&args)
+	if err == nil {
+		binding := &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: args.PodName, Namespace: args.PodNamespace, UID: args.PodUID},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			result.Error = err.Error()
 		}
+		if pods != nil {
+			binding.Annotations, err = recordOf(pods, args.PodNamespace, args.PodName, args.Node)
+		}
+		if err == nil {
+			err = client.CoreV1().Pods(args.PodNamespace).Bind(r.Context(), binding, metav1.CreateOptions{})
+		}
+	}
+	if err != nil {
+		result.Error = err.Error()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(result)
+}
+
+// gpuMemory is what the bench's pods ask in extender mode.
+const gpuMemory corev1.ResourceName = "gpushare.io/gpu-mem"
+
+// recordOf is the allocation annotation of a pod bound to node: its
+// memory on one GPU of node, as gpushare-extender records a fractional
+// pod, made from the pod the informer holds.
+func recordOf(pods corelisters.PodLister, namespace, name, node string) (map[string]string, error) {
+	pod, err := pods.Pods(namespace).Get(name)
+	if err != nil {
+		return nil, err
+	}
+	var mib int64
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[gpuMemory]; ok {
+			mib += q.Value()
+		}
+	}
+	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
+		Name: pod.Spec.Containers[0].Name, Kind: gpusharev1.ContainerApp,
+		GPUs: []gpusharev1.GPUShare{{Index: 7, UUID: "GPU-" + node + "-7", MemoryMiB: mib}},
+	}}, Asked: &gpusharev1.Asked{}})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{gpusharev1.AllocationAnnotation: value}, nil
+}
+
+// dropManagedFields removes a pod's or node's managedFields before the
+// informer stores it, as gpushare-extender's informers do.
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
