@@ -12,7 +12,8 @@
 //
 // With --follow and --record it also does what any extender that books
 // GPUs must do, and still computes nothing: it follows the cluster's pods
-// and nodes with informers, as gpushare-extender does, and its binding
+// and nodes with informers, as gpushare-extender does (which also
+// watches Leases and ResourceClaims, and books what it sees), and its binding
 // carries an allocation record of the size gpushare-extender writes (the
 // node bound to, one GPU, the pod's memory). That is the floor under an
 // extender that keeps its own record of the GPUs; what gpushare-extender
@@ -71,7 +72,7 @@ func run() error {
 	flag.StringVar(&key, "tls-private-key-file", "", "serving key")
 	flag.StringVar(&clientCA, "client-ca-file", "", "CA of the client certificates accepted")
 	flag.IntVar(&qps, "kube-api-qps", 5000, "client QPS and burst")
-	flag.BoolVar(&follow, "follow", false, "follow the cluster's pods and nodes with informers, as gpushare-extender does; /healthz fails until they have synced")
+	flag.BoolVar(&follow, "follow", false, "follow the cluster's pods and nodes with informers, as gpushare-extender's; /healthz fails until they have synced")
 	flag.BoolVar(&record, "record", false, "bind with an allocation record of gpushare-extender's size (needs --follow, for the pod's request)")
 	flag.Parse()
 	if kubeconfig == "" || port == 0 || healthzPort == 0 {
@@ -231,9 +232,13 @@ func bind(w http.ResponseWriter, r *http.Request, client kubernetes.Interface, p
 // gpuMemory is what the bench's pods ask in extender mode.
 const gpuMemory corev1.ResourceName = "gpushare.io/gpu-mem"
 
-// recordOf is the allocation annotation of a pod bound to node: its
-// memory on one GPU of node, as gpushare-extender records a fractional
-// pod, made from the pod the informer holds.
+// recordOf is the allocation annotation of a pod bound to node, made
+// from the pod the informer holds: its memory on GPU 7 of node, as
+// gpushare-extender records a fractional pod. The bench's pods have one
+// container; the memory of all is given to the first. A pod that asks no
+// GPU memory gets no record, as from gpushare-extender. It reads the
+// informer alone: the bench's pods exist before the extender starts, and
+// its /healthz waits for the informers to sync.
 func recordOf(pods corelisters.PodLister, namespace, name, node string) (map[string]string, error) {
 	pod, err := pods.Pods(namespace).Get(name)
 	if err != nil {
@@ -244,6 +249,9 @@ func recordOf(pods corelisters.PodLister, namespace, name, node string) (map[str
 		if q, ok := c.Resources.Limits[gpuMemory]; ok {
 			mib += q.Value()
 		}
+	}
+	if mib <= 0 {
+		return nil, nil
 	}
 	value, err := gpusharev1.Marshal(&gpusharev1.Allocation{Node: node, Containers: []gpusharev1.ContainerAllocation{{
 		Name: pod.Spec.Containers[0].Name, Kind: gpusharev1.ContainerApp,

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
+	"github.com/gpushare/gpushare/pkg/record"
 )
 
 // TestFilterSpreads checks that filter passes each call's pod on one node
@@ -53,37 +55,51 @@ func TestFilterSpreads(t *testing.T) {
 	}
 }
 
-// TestRecordOf checks the floor's record: a gpushare allocation record
-// that parses, names the node bound to and the pod's memory, as long as
-// the one gpushare-extender writes for such a pod; and an error, not a
-// record, for a pod the informer does not hold.
+// TestRecordOf checks the floor's record against the one gpushare writes
+// for the same placement (record.Record, with what AskedOf gives a pod
+// with no request annotations): the same text, so the same bytes for the
+// control plane to store and stream. A pod that asks no GPU memory gets
+// no record, and a pod the informer does not hold an error.
 func TestRecordOf(t *testing.T) {
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "pod-00001", Namespace: "default"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{gpuMemory: *k8sresource.NewQuantity(10240, k8sresource.DecimalSI)},
-		}}}},
+	pod := func(name string, limits corev1.ResourceList) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main",
+				Resources: corev1.ResourceRequirements{Limits: limits}}}},
+		}
 	}
-	if err := indexer.Add(pod); err != nil {
-		t.Fatal(err)
+	for _, p := range []*corev1.Pod{
+		pod("pod-00001", corev1.ResourceList{gpuMemory: *k8sresource.NewQuantity(10240, k8sresource.DecimalSI)}),
+		pod("pod-00002", nil),
+	} {
+		if err := indexer.Add(p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	pods := corelisters.NewPodLister(indexer)
 
-	annotations, err := recordOf(pods, "default", "pod-00001", "node-04999")
+	got, err := recordOf(pods, "default", "pod-00001", "node-04999")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := gpusharev1.ParseAllocation(annotations[gpusharev1.AllocationAnnotation])
+	a := record.Record(&alloc.Placement{Node: "node-04999", Containers: []alloc.ContainerPlacement{{
+		Name: "main", Kind: alloc.App,
+		GPUs: []alloc.Assignment{{GPU: 7, UUID: "GPU-node-04999-7", Usage: alloc.Usage{MemoryMiB: 10240}}},
+	}}})
+	a.Asked = gpusharev1.AskedOf(nil, nil)
+	want, err := gpusharev1.Marshal(a)
 	if err != nil {
-		t.Fatalf("the record does not parse: %v (%q)", err, annotations)
+		t.Fatal(err)
 	}
-	if a.Node != "node-04999" || len(a.Containers) != 1 || a.Containers[0].Name != "main" ||
-		len(a.Containers[0].GPUs) != 1 || a.Containers[0].GPUs[0].MemoryMiB != 10240 {
-		t.Errorf("record %+v, want node-04999's GPU with 10240 MiB for container main", a)
+	if got[gpusharev1.AllocationAnnotation] != want || len(got) != 1 {
+		t.Errorf("record %q, want gpushare's own for the same placement %q", got, want)
 	}
 
-	if _, err := recordOf(pods, "default", "pod-00002", "node-04999"); err == nil {
+	if got, err := recordOf(pods, "default", "pod-00002", "node-04999"); err != nil || got != nil {
+		t.Errorf("a pod that asks no GPU memory: record %q, error %v; want none and no error", got, err)
+	}
+	if _, err := recordOf(pods, "default", "pod-00003", "node-04999"); err == nil {
 		t.Error("a pod the informer does not hold got a record")
 	}
 }
