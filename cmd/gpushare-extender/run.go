@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -112,7 +111,7 @@ func run(ctx context.Context, o options) error {
 		logger.Info("A pod's GPU record books nothing, or books though it is not what the pod asks", "pod", klog.KObj(pod), "err", err)
 	}, Resources: resource.PodCPUMemory, RequestAnnotations: func(*corev1.Pod) []string { return model.RequestAnnotations() }})
 	policy.Follow(cache)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(gpucache.DropManagedFields))
 	cacheSynced, err := gpucache.Watch(cache, factory)
 	if err != nil {
 		return err
@@ -178,18 +177,6 @@ func run(ctx context.Context, o options) error {
 		"urlPrefix", o.prefix, "schedulers", schedulers, "nodePolicy", args.NodePolicy, "learnsWorkload", policy.Learns(),
 		"resources", model.Names())
 	return extender.Serve(ctx, servers)
-}
-
-// dropManagedFields removes an object's managedFields before its informer
-// stores it, as kube-scheduler does for its pods: nothing in the extender
-// reads them, and with them every pod the informer holds is larger by
-// an entry per writer. It passes anything without object metadata (a
-// deletion tombstone) as it is.
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // learnWorkload has policy learn the workload from the pods of the

@@ -12,11 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	toolscache "k8s.io/client-go/tools/cache"
 )
 
 // TestClientRefusesGzip checks that the extender's client asks
@@ -70,29 +67,5 @@ current-context: c
 	}
 	if !strings.HasPrefix(accepts[0], "application/vnd.kubernetes.protobuf,") {
 		t.Errorf("Accept %q, want protobuf first", accepts[0])
-	}
-}
-
-// TestDropManagedFields checks the transform of the extender's
-// informers: a pod loses its managedFields and keeps the rest, and a
-// deletion tombstone passes unchanged.
-func TestDropManagedFields(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
-		Annotations:   map[string]string{"gpushare.io/allocation": "{}"},
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-scheduler", Operation: metav1.ManagedFieldsOperationUpdate}}},
-		Spec: corev1.PodSpec{NodeName: "n1"}}
-	want := pod.DeepCopy()
-	want.ManagedFields = nil
-	got, err := dropManagedFields(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("transformed pod (-want +got):\n%s", diff)
-	}
-	tomb := toolscache.DeletedFinalStateUnknown{Key: "ns/p", Obj: want}
-	got, err = dropManagedFields(tomb)
-	if err != nil || !cmp.Equal(got, tomb) {
-		t.Errorf("tombstone: got %v, %v; want it unchanged", got, err)
 	}
 }

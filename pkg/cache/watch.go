@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
@@ -16,6 +17,18 @@ import (
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 )
+
+// DropManagedFields is an informer transform that removes an object's
+// managedFields before the informer stores it, as kube-scheduler does for
+// its pods: the cache never reads them, and with them every pod an
+// informer holds is larger by an entry per writer. It passes anything
+// without object metadata (a deletion tombstone) as it is.
+func DropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
 
 // Watch feeds c from an informer factory's node and pod informers. The
 // returned func reports whether c has taken in every node and pod of the

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/gpushare/gpushare/pkg/cache"
 )
@@ -49,5 +53,29 @@ func TestWatchSynced(t *testing.T) {
 		}
 		cancel()
 		f.Shutdown()
+	}
+}
+
+// TestDropManagedFields checks the informers' transform: a pod loses
+// its managedFields and keeps the rest, and a deletion tombstone passes
+// unchanged.
+func TestDropManagedFields(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
+		Annotations:   map[string]string{"gpushare.io/allocation": "{}"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-scheduler", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	want := pod.DeepCopy()
+	want.ManagedFields = nil
+	got, err := cache.DropManagedFields(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("transformed pod (-want +got):\n%s", diff)
+	}
+	tomb := toolscache.DeletedFinalStateUnknown{Key: "ns/p", Obj: want}
+	got, err = cache.DropManagedFields(tomb)
+	if err != nil || !cmp.Equal(got, tomb) {
+		t.Errorf("tombstone: got %v, %v; want it unchanged", got, err)
 	}
 }

@@ -39,7 +39,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,6 +48,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
+	gpucache "github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
 )
 
@@ -104,23 +104,23 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var pods corelisters.PodLister
+	// records is where bind reads the pod to record, with --record.
+	var records corelisters.PodLister
 	synced := func() bool { return true }
 	if follow {
-		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
-		pods = factory.Core().V1().Pods().Lister()
+		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(gpucache.DropManagedFields))
+		if record {
+			records = factory.Core().V1().Pods().Lister()
+		}
 		podsSynced := factory.Core().V1().Pods().Informer().HasSynced
 		nodesSynced := factory.Core().V1().Nodes().Informer().HasSynced
 		synced = func() bool { return podsSynced() && nodesSynced() }
 		factory.Start(ctx.Done())
 	}
-	if !record {
-		pods = nil
-	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /gpushare-scheduler/filter", filter)
-	mux.HandleFunc("POST /gpushare-scheduler/bind", func(w http.ResponseWriter, r *http.Request) { bind(w, r, client, pods) })
+	mux.HandleFunc("POST /gpushare-scheduler/bind", func(w http.ResponseWriter, r *http.Request) { bind(w, r, client, records) })
 	// The benchmark's --cpu-profile asks for these.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -261,13 +261,4 @@ func recordOf(pods corelisters.PodLister, namespace, name, node string) (map[str
 		return nil, err
 	}
 	return map[string]string{gpusharev1.AllocationAnnotation: value}, nil
-}
-
-// dropManagedFields removes a pod's or node's managedFields before the
-// informer stores it, as gpushare-extender's informers do.
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
