@@ -126,6 +126,11 @@ type nodeEntry struct {
 	// set once the entry is no longer there.
 	name string
 	gone bool
+	// short holds the name's bytes in the entry itself when they fit
+	// (shortLen 0 when they do not), so that ReadEach's check of the
+	// next entry reads no memory beyond the entry.
+	short    [46]byte
+	shortLen uint8
 	// after is the entry that followed this one in the latest ReadEach
 	// that read both: callers name nodes in an order of their own, the
 	// same from call to call.

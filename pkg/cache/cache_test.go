@@ -957,7 +957,10 @@ func TestReadEach(t *testing.T) {
 // TestReadEachOrders: ReadEach hands over what Read does for each name,
 // whether the names come in the order of earlier calls (which it follows
 // without the map) or not, after nodes change inventory, leave and come
-// back, and with calls running at once.
+// back, and with calls running at once. The names are short, long, or
+// exactly as long as an entry holds in itself, and share long prefixes,
+// so that skipping a node in the order puts a name beside an entry whose
+// name differs only at its end.
 func TestReadEachOrders(t *testing.T) {
 	c, _ := newCache(t)
 	const nodes = 40
@@ -970,8 +973,16 @@ func TestReadEachOrders(t *testing.T) {
 		}
 		c.SetNode(gpuNode(t, order[i], mib...))
 	}
+	long, edge := strings.Repeat("l", 60), strings.Repeat("e", 43) // edge+"-00": 46 bytes
 	for i := range order {
-		order[i] = fmt.Sprintf("node-%02d", i)
+		switch i % 3 {
+		case 0:
+			order[i] = fmt.Sprintf("node-%02d", i)
+		case 1:
+			order[i] = fmt.Sprintf("%s-%02d", long, i)
+		default:
+			order[i] = fmt.Sprintf("%s-%02d", edge, i)
+		}
 		gpus[i] = 1
 		set(i)
 	}
@@ -1012,7 +1023,7 @@ func TestReadEachOrders(t *testing.T) {
 			// Shuffled, with a name of no node among them.
 			names = slices.Clone(order[:10+rng.IntN(20)])
 			rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
-			names = append(names, "node-99")
+			names = append(names, "node-99", long+"-99", edge+"-99")
 		default:
 			// A window of the order, going round, less a node or two.
 			for k := range 12 {

@@ -48,6 +48,9 @@ func (c *Cache) SetNode(n *corev1.Node) {
 	// together. Filter looks up hundreds of nodes per pod by name, and
 	// reading each key's bytes from afar cost more than rating the node.
 	e.name = strings.Clone(n.Name)
+	if len(e.name) <= len(e.short) {
+		e.shortLen = uint8(copy(e.short[:], e.name))
+	}
 	c.nodes[e.name] = e
 	c.setObject(e, n)
 	c.countGPUs(node, 1)

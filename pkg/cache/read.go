@@ -45,6 +45,14 @@ func (c *Cache) readLocked(node string, e *nodeEntry, fn func(*alloc.NodeState))
 	return nil
 }
 
+// is reports whether the entry's node is named name.
+func (e *nodeEntry) is(name string) bool {
+	if e.shortLen > 0 {
+		return int(e.shortLen) == len(name) && string(e.short[:e.shortLen]) == name
+	}
+	return e.name == name
+}
+
 // ReadEach calls fn with the state of each named node, or why the node is
 // not in the cache, under one read lock: rating many nodes for one request
 // takes the lock once. fn must not keep the state or call the Cache.
@@ -70,7 +78,7 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 	for _, name := range names {
 		var e *nodeEntry
 		if prev != nil {
-			if next := prev.after.Load(); next != nil && !next.gone && next.name == name {
+			if next := prev.after.Load(); next != nil && !next.gone && next.is(name) {
 				e = next
 			}
 		}
