@@ -957,10 +957,11 @@ func TestReadEach(t *testing.T) {
 // TestReadEachOrders: ReadEach hands over what Read does for each name,
 // whether the names come in the order of earlier calls (which it follows
 // without the map) or not, after nodes change inventory, leave and come
-// back, and with calls running at once. The names are short, long, or
-// exactly as long as an entry holds in itself, and share long prefixes,
-// so that skipping a node in the order puts a name beside an entry whose
-// name differs only at its end.
+// back, and with calls running at once. The names come in runs of one
+// kind: short; longer than an entry holds in itself (46 bytes); or 45, 46
+// and 47 bytes sharing a 42-byte prefix. Skipping a node in the order
+// thus puts a name beside an entry whose name differs from it only at its
+// end, or only in length.
 func TestReadEachOrders(t *testing.T) {
 	c, _ := newCache(t)
 	const nodes = 40
@@ -973,18 +974,27 @@ func TestReadEachOrders(t *testing.T) {
 		}
 		c.SetNode(gpuNode(t, order[i], mib...))
 	}
-	long, edge := strings.Repeat("l", 60), strings.Repeat("e", 43) // edge+"-00": 46 bytes
+	long, edge := strings.Repeat("l", 60), strings.Repeat("e", 42)
 	for i := range order {
-		switch i % 3 {
+		switch i / 4 % 3 {
 		case 0:
 			order[i] = fmt.Sprintf("node-%02d", i)
 		case 1:
 			order[i] = fmt.Sprintf("%s-%02d", long, i)
 		default:
-			order[i] = fmt.Sprintf("%s-%02d", edge, i)
+			order[i] = fmt.Sprintf("%s%s-%02d", edge, strings.Repeat("x", i%3), i)
 		}
 		gpus[i] = 1
 		set(i)
+	}
+	for _, name := range order {
+		want := len(name)
+		if want > 46 {
+			want = 0
+		}
+		if got, ok := c.InlineName(name); !ok || got != want {
+			t.Fatalf("%s (%d bytes): the entry holds %d bytes of its name (found %v), want %d", name, len(name), got, ok, want)
+		}
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	// check reads names twice at once and compares each answer with Read's.
@@ -1023,7 +1033,7 @@ func TestReadEachOrders(t *testing.T) {
 			// Shuffled, with a name of no node among them.
 			names = slices.Clone(order[:10+rng.IntN(20)])
 			rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
-			names = append(names, "node-99", long+"-99", edge+"-99")
+			names = append(names, "node-99", long+"-99", edge+"-99", edge+"x-99", edge+"xx-99")
 		default:
 			// A window of the order, going round, less a node or two.
 			for k := range 12 {

@@ -11,3 +11,15 @@ func (c *Cache) Objects() int {
 	defer c.mu.RUnlock()
 	return len(c.objects)
 }
+
+// InlineName returns how many bytes of the named node's name its entry
+// holds in itself, and whether the cache has the node.
+func (c *Cache) InlineName(name string) (int, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e := c.nodes[name]
+	if e == nil {
+		return 0, false
+	}
+	return int(e.shortLen), true
+}
