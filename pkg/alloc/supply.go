@@ -29,11 +29,10 @@ func CompareSupply(a, b Supply) int {
 func SupplyOf(nodes []*Node) []Supply {
 	var out []Supply
 	for _, n := range nodes {
-		for i := range n.GPUs {
-			if n.GPUs[i].Healthy {
-				out = countSupply(out, &n.GPUs[i], 1000)
-			}
-		}
+		out = countGPUs(out, n)
+	}
+	for i := range out {
+		out[i].Free = 1000 * out[i].GPUs
 	}
 	return out
 }
@@ -41,13 +40,9 @@ func SupplyOf(nodes []*Node) []Supply {
 // SupplyLeft is SupplyOf for the nodes' states: each kind's Free is what
 // their bookings leave.
 func SupplyLeft(states []*NodeState) []Supply {
-	nodes := make([]*Node, len(states))
-	for i, s := range states {
-		nodes[i] = s.Node
-	}
-	out := SupplyOf(nodes)
-	for i := range out {
-		out[i].Free = 0
+	var out []Supply
+	for _, s := range states {
+		out = countGPUs(out, s.Node)
 	}
 	for _, s := range states {
 		AddFree(out, s)
@@ -75,16 +70,21 @@ func AddFree(supply []Supply, s *NodeState) {
 	}
 }
 
-// countSupply adds GPU g, free share free, to supply, sorted by
-// CompareSupply.
-func countSupply(supply []Supply, g *GPU, free int64) []Supply {
-	kind := Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
-	k, found := slices.BinarySearchFunc(supply, kind, CompareSupply)
-	if !found {
-		supply = slices.Insert(supply, k, kind)
+// countGPUs adds n's healthy GPUs to supply, sorted by CompareSupply,
+// with nothing free.
+func countGPUs(supply []Supply, n *Node) []Supply {
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if !g.Healthy {
+			continue
+		}
+		kind := Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
+		k, found := slices.BinarySearchFunc(supply, kind, CompareSupply)
+		if !found {
+			supply = slices.Insert(supply, k, kind)
+		}
+		supply[k].GPUs++
 	}
-	supply[k].GPUs++
-	supply[k].Free += free
 	return supply
 }
 

@@ -25,8 +25,8 @@ import (
 // the extender's own choices.
 func BenchmarkFilter(b *testing.B) {
 	b.Run("warm", func(b *testing.B) { benchmarkFilter(b, false) })
-	// cold evicts the CPU's caches before each call, as the other
-	// processes of a busy control-plane machine do between two filter
+	// cold evicts the CPU's caches before each call, a model of the
+	// other processes of a busy control-plane machine between two filter
 	// calls: what the call costs in memory reads of the cache's nodes.
 	b.Run("cold", func(b *testing.B) { benchmarkFilter(b, true) })
 }

@@ -553,8 +553,9 @@ func startExtender(ctx context.Context, c *controlplane.Cluster, o options, flag
 }
 
 // startNullExtender starts test/bench/scheduler/nullextender on loopback
-// with the bench's client rate limit and flags (TLS, --follow, --record), and returns it once
-// healthy, with the port it serves the verbs on.
+// with the bench's client rate limit and flags (TLS, --follow,
+// --record), and returns it once healthy, with the port it serves the
+// verbs on.
 func startNullExtender(ctx context.Context, c *controlplane.Cluster, o options, flags []string) (*controlplane.Process, int, error) {
 	return startExtenderBinary(ctx, c, "null-extender", filepath.Join(o.bin, "nullextender"), func(kubeconfig string, port, health int) []string {
 		return append([]string{"--kubeconfig=" + kubeconfig, "--port=" + strconv.Itoa(port),
