@@ -1,6 +1,9 @@
 package alloc
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestFGDFillCountsStrandedGPUs: fgd-fill counts the free share that a
 // stream of the workload's pods could not use because the node's CPU runs
@@ -167,6 +170,68 @@ func TestFGDRobustTieBreakLeavesCPUOut(t *testing.T) {
 		x := makeNode(names[0]).gpus(2, "G", 16000).cpu(1000).state()
 		y := makeNode(names[1]).gpus(2, "G", 16000).cpu(12_000).state(Usage{Compute: 25})
 		checkPick(t, pl, pod, x, y, "x with idle GPUs and the pod's CPU, y a quarter used with 12 CPUs")
+	}
+}
+
+// TestFGDRobustKeepsCPUForGPUs: the mix asks 7 CPUs per GPU. Node x has
+// 20 CPUs for its two idle GPUs, CPU to spare; node y 6, enough to feed
+// 0.86 GPU of its two. A pod of half a GPU and 1 CPU grows their
+// fragmentation alike (rounded), and they tie on the later tie-breaks
+// but the name: the CPU tie-break sends it to y, where it uses GPU share
+// that y's CPU could not feed, and leaves x's CPU for the CPU-heavy pods.
+func TestFGDRobustKeepsCPUForGPUs(t *testing.T) {
+	shapes := []Shape{
+		{CPUMilli: 6000, Count: 1, Demand: Demand{Compute: 50}, Weight: 1},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 50}, Weight: 1},
+	}
+	pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Seed: 1, Workload: shapes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := makePod("light").cpu(1000).shared("main", 0, 50).obj()
+	for _, names := range tiePairs {
+		x := makeNode(names[0]).gpus(2, "G", 16000).cpu(20_000).state()
+		y := makeNode(names[1]).gpus(2, "G", 16000).cpu(6000).state()
+		checkPick(t, pl, pod, x, y, "x with CPU to spare, y short of CPU")
+	}
+}
+
+// TestCPUBalance: the tie-break weighs the CPU the GPU pods ask per GPU,
+// unless the whole mix, pods without GPUs included, asks more CPU per GPU
+// than the cluster has.
+func TestCPUBalance(t *testing.T) {
+	gpuPods := []Shape{
+		{CPUMilli: 6000, Count: 1, Demand: Demand{Compute: 50}, Weight: 1},     // 12 CPUs per GPU
+		{CPUMilli: 8000, Count: 2, Demand: Demand{Exclusive: true}, Weight: 1}, // 4 per GPU
+	}
+	// (6 + 8) CPUs for 2.5 GPUs.
+	const asked = 5600
+	supply := []Supply{{Model: "G", GPUs: 10, CPUMilli: 80_000}} // 8 CPUs per GPU
+	cases := []struct {
+		what  string
+		mix   []Shape
+		shelf []Supply
+		want  int64
+	}{
+		{"no supply", nil, nil, asked},
+		{"CPU to spare", nil, supply, asked},
+		{"pods without GPUs, CPU still to spare", append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 3}), supply, asked},
+		{"pods without GPUs take it past the supply", append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 5}), supply, 0},
+		{"a supply without CPU counted", append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 5}), []Supply{{Model: "G", GPUs: 10}}, asked},
+		{"no CPU asked", []Shape{{Count: 1, Demand: Demand{Compute: 50}, Weight: 1}}, supply, 0},
+	}
+	for _, c := range cases {
+		workload := gpuPods
+		if c.what == "no CPU asked" {
+			workload = c.mix
+		}
+		mix := c.mix
+		if mix == nil {
+			mix = workload
+		}
+		if got := cpuBalance(workload, mix, c.shelf); got != c.want {
+			t.Errorf("%s: %d milli-CPU per GPU, want %d", c.what, got, c.want)
+		}
 	}
 }
 

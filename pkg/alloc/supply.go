@@ -17,6 +17,10 @@ type Supply struct {
 	// per-mille of a GPU: 1000 per idle GPU. A supply whose kinds all
 	// have none free is weighed by GPUs alone.
 	Free int64
+	// CPUMilli is the CPU of the nodes these GPUs are on, each node's
+	// shared among its healthy GPUs: fgd-robust compares the CPU the
+	// pods ask per GPU with what the cluster has. 0 when not counted.
+	CPUMilli int64
 }
 
 // CompareSupply orders supplies by model, then memory.
@@ -31,8 +35,8 @@ func SupplyOf(nodes []*Node) []Supply {
 	for _, n := range nodes {
 		out = countGPUs(out, n)
 	}
-	for i := range out {
-		out[i].Free = 1000 * out[i].GPUs
+	for _, n := range nodes {
+		addNode(out, n, nil)
 	}
 	return out
 }
@@ -50,12 +54,26 @@ func SupplyLeft(states []*NodeState) []Supply {
 	return out
 }
 
-// AddFree adds the free share of s's healthy GPUs to the kinds of supply
-// (sorted by CompareSupply) they are of; a kind supply lacks is skipped.
-func AddFree(supply []Supply, s *NodeState) {
+// AddFree adds what s's node brings to the kinds of supply (sorted by
+// CompareSupply) its healthy GPUs are of: their free share, and the
+// node's CPU shared among them. A kind supply lacks is skipped.
+func AddFree(supply []Supply, s *NodeState) { addNode(supply, s.Node, s) }
+
+// addNode adds n's healthy GPUs' share of its CPU to supply's kinds, and
+// their free share in s, or all of it when s is nil.
+func addNode(supply []Supply, n *Node, s *NodeState) {
+	var healthy int64
+	for i := range n.GPUs {
+		if n.GPUs[i].Healthy {
+			healthy++
+		}
+	}
+	if healthy == 0 {
+		return
+	}
 	k := -1 // the kind of the GPU before, most often this one's
-	for i := range s.Node.GPUs {
-		g := &s.Node.GPUs[i]
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
 		if !g.Healthy {
 			continue
 		}
@@ -66,7 +84,12 @@ func AddFree(supply []Supply, s *NodeState) {
 				continue
 			}
 		}
-		supply[k].Free += s.FreeShare(i)
+		free := int64(1000)
+		if s != nil {
+			free = s.FreeShare(i)
+		}
+		supply[k].Free += free
+		supply[k].CPUMilli += n.CPUMilli / healthy
 	}
 }
 

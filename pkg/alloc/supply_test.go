@@ -27,13 +27,15 @@ func TestScoreCompareExtremes(t *testing.T) {
 	}
 }
 
-// TestSupplyOf: healthy GPUs counted per model and memory, sorted.
+// TestSupplyOf: healthy GPUs counted per model and memory, sorted, with
+// each node's CPU shared among its healthy GPUs.
 func TestSupplyOf(t *testing.T) {
-	a := makeNode("a").gpus(2, "T4", 15360).unhealthy(1).n
-	b := makeNode("b").gpus(4, "A10", 23028).gpus(1, "T4", 15360).n
-	c := makeNode("c").gpus(1, "T4", 16384).n
+	a := makeNode("a").gpus(2, "T4", 15360).unhealthy(1).cpu(8000).n
+	b := makeNode("b").gpus(4, "A10", 23028).gpus(1, "T4", 15360).cpu(50_000).n
+	c := makeNode("c").gpus(1, "T4", 16384).cpu(4000).n
 	got := SupplyOf([]*Node{&a, &b, &c})
-	want := []Supply{{Model: "A10", MemoryMiB: 23028, GPUs: 4, Free: 4000}, {Model: "T4", MemoryMiB: 15360, GPUs: 2, Free: 2000}, {Model: "T4", MemoryMiB: 16384, GPUs: 1, Free: 1000}}
+	want := []Supply{{Model: "A10", MemoryMiB: 23028, GPUs: 4, Free: 4000, CPUMilli: 40_000},
+		{Model: "T4", MemoryMiB: 15360, GPUs: 2, Free: 2000, CPUMilli: 8000 + 10_000}, {Model: "T4", MemoryMiB: 16384, GPUs: 1, Free: 1000, CPUMilli: 4000}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("SupplyOf (-want +got):\n%s", diff)
 	}
@@ -41,9 +43,9 @@ func TestSupplyOf(t *testing.T) {
 	// SupplyLeft: the same GPUs, with what the bookings leave free (a
 	// GPU's free share is the lower of its memory's and its compute's).
 	states := []*NodeState{
-		makeNode("a").gpus(2, "T4", 15360).unhealthy(1).state(Usage{Compute: 30}, Usage{}),
-		makeNode("b").gpus(4, "A10", 23028).gpus(1, "T4", 15360).state(Usage{Compute: 100}, Usage{MemoryMiB: 23028 / 2, Compute: 10}),
-		makeNode("c").gpus(1, "T4", 16384).state(),
+		makeNode("a").gpus(2, "T4", 15360).unhealthy(1).cpu(8000).state(Usage{Compute: 30}, Usage{}),
+		makeNode("b").gpus(4, "A10", 23028).gpus(1, "T4", 15360).cpu(50_000).state(Usage{Compute: 100}, Usage{MemoryMiB: 23028 / 2, Compute: 10}),
+		makeNode("c").gpus(1, "T4", 16384).cpu(4000).state(),
 	}
 	want[0].Free, want[1].Free = 2500, 1700
 	if diff := cmp.Diff(want, SupplyLeft(states)); diff != "" {

@@ -1068,7 +1068,11 @@ func TestSupply(t *testing.T) {
 	}
 	c.SetNode(gpuNode(t, "n1", 40960, 40960, 20480))
 	c.SetNode(gpuNode(t, "n2", 40960))
-	want := []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1, Free: 1000}, {Model: testModel, MemoryMiB: 40960, GPUs: 3, Free: 3000}}
+	// The nodes report no allocatable CPU: record.Unlimited each, shared
+	// among its healthy GPUs.
+	third := int64(record.Unlimited / 3)
+	want := []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1, Free: 1000, CPUMilli: third},
+		{Model: testModel, MemoryMiB: 40960, GPUs: 3, Free: 3000, CPUMilli: 2*third + record.Unlimited}}
 	s, gen := c.Supply()
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("supply (-want +got):\n%s", diff)
@@ -1081,7 +1085,8 @@ func TestSupply(t *testing.T) {
 	inv.GPUs[0].Healthy = false
 	c.SetNode(inventoryNode(t, "n1", inv))
 	c.RemoveNode("n2")
-	want = []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1, Free: 1000}, {Model: testModel, MemoryMiB: 40960, GPUs: 1, Free: 1000}}
+	want = []alloc.Supply{{Model: testModel, MemoryMiB: 20480, GPUs: 1, Free: 1000, CPUMilli: record.Unlimited / 2},
+		{Model: testModel, MemoryMiB: 40960, GPUs: 1, Free: 1000, CPUMilli: record.Unlimited / 2}}
 	s, next := c.Supply()
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("after a GPU fails and n2 goes (-want +got):\n%s", diff)

@@ -67,11 +67,12 @@ func shapeOf(model *resource.Model, ws v1alpha1.WorkloadShape) (alloc.Shape, err
 	return q, nil
 }
 
-// Learn has policy observe the GPU pods of pods that are bound and have
-// not ended, oldest first (by creation, then UID): how a restarted
-// scheduler learns again the workload it had learned. Pending pods do not
-// count, as they do not when the scheduler runs: a pod counts once it is
-// placed. It returns how many counted.
+// Learn has policy observe the pods that are bound and have not ended,
+// oldest first (by creation, then UID): how a restarted scheduler learns
+// again the workload it had learned. Pending pods do not count, as they do
+// not when the scheduler runs: a pod counts once it is placed. Pods
+// without GPUs count by their CPU (workload.Learner.ObserveCPU). It
+// returns how many GPU pods counted.
 func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod) int {
 	if !policy.Learns() {
 		return 0
@@ -85,8 +86,12 @@ func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod) i
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if req, err := Request(model, pod); err == nil && req != nil {
-			policy.Observe(string(pod.UID), req)
+		req, err := model.PodRequest(pod)
+		if err != nil {
+			continue
+		}
+		policy.Observe(string(pod.UID), req)
+		if req.GPUs() {
 			n++
 		}
 	}

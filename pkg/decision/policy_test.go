@@ -62,8 +62,8 @@ workload:
 }
 
 // TestLearn: a restarted scheduler learns the bound pods that have not
-// ended, GPU pods only: a pending pod (one that may never run) does not
-// count.
+// ended: a pending pod (one that may never run) does not count, and a pod
+// without GPUs counts by its CPU alone.
 func TestLearn(t *testing.T) {
 	args, model := loadArgs(t, "")
 	p, err := decision.Policy(args, model)
@@ -75,7 +75,8 @@ func TestLearn(t *testing.T) {
 		if phase == corev1.PodPending {
 			node = ""
 		}
-		c := corev1.Container{Name: "main"}
+		c := corev1.Container{Name: "main", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("3")}}}
 		if gpu {
 			c.Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": k8sresource.MustParse("30")}
 		}
@@ -86,5 +87,9 @@ func TestLearn(t *testing.T) {
 		pod("c", true, corev1.PodSucceeded), pod("d", true, corev1.PodPending)}
 	if n := decision.Learn(p, model, pods); n != 1 || p.Learner().Observed() != 1 {
 		t.Errorf("learned %d pods (observed %d), want 1: the running GPU pod", n, p.Learner().Observed())
+	}
+	mix := p.Learner().Mix()
+	if last := mix[len(mix)-1]; last.Count != 0 || last.CPUMilli != 3000 {
+		t.Errorf("mix %+v: want it to end with the running pod without GPUs, 3 CPUs", mix)
 	}
 }

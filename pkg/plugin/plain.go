@@ -22,6 +22,9 @@ const plainKey fwk.StateKey = Name + "/plain"
 // judges CPU and memory.
 type plainCycle struct {
 	rater *alloc.Rater
+	// req is the pod's request: its CPU counts in the learned workload
+	// once it is bound (PostBind).
+	req *alloc.PodRequest
 
 	mu sync.Mutex
 	// ratings of the gpushare nodes the pod fits; outside holds the
@@ -69,7 +72,7 @@ func (pl *GPUShare) preFilterPlain(state fwk.CycleState, pod *corev1.Pod) (*fwk.
 		// accepted the pod, so err is not expected).
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(plainKey, &plainCycle{rater: pl.policy.Placer().NewRater(req, pl.seed),
+	state.Write(plainKey, &plainCycle{rater: pl.policy.Placer().NewRater(req, pl.seed), req: req,
 		ratings: map[string]alloc.Rating{}, outside: map[string]bool{}})
 	return nil, nil
 }

@@ -555,14 +555,19 @@ func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.
 	return nil
 }
 
-// PostBind implements fwk.PostBindPlugin: the bound GPU pod counts in
-// the learned workload (a pod that is never bound never counts, so pods
-// that cannot run do not steer placement); when another bind plugin bound
-// it, it records the allocation after the fact and says that the profile
-// is misconfigured.
+// PostBind implements fwk.PostBindPlugin: the bound pod counts in the
+// learned workload, a pod without GPUs by its CPU (a pod that is never
+// bound never counts, so pods that cannot run do not steer placement);
+// when another bind plugin bound a GPU pod, it records the allocation
+// after the fact and says that the profile is misconfigured.
 func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	c, err := readCycle(state)
 	if err != nil {
+		if d, err := state.Read(plainKey); err == nil {
+			if plain, ok := d.(*plainCycle); ok {
+				pl.policy.Observe(string(pod.UID), plain.req)
+			}
+		}
 		return
 	}
 	pl.policy.Observe(string(pod.UID), c.req)

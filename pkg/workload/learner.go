@@ -66,9 +66,14 @@ type Learner struct {
 	scale float64
 	// observed counts the pods observed (not the prior).
 	observed int64
-	seen     map[string]struct{}
-	ring     []string
-	next     int
+	// cpuOnly is the weight of the pods without GPUs observed, and
+	// cpuOnlyCPU their CPU (milli) times their weight. They weigh as the
+	// next GPU pod will, and do not age the mix: the GPU shapes' window is
+	// counted in GPU pods.
+	cpuOnly, cpuOnlyCPU float64
+	seen                map[string]struct{}
+	ring                []string
+	next                int
 }
 
 type tracked struct {
@@ -151,8 +156,28 @@ func (l *Learner) Observe(key string, q alloc.Shape) bool {
 		for _, t := range l.shapes {
 			t.weight /= l.scale
 		}
+		l.cpuOnly /= l.scale
+		l.cpuOnlyCPU /= l.scale
 		l.scale = 1
 	}
+	return true
+}
+
+// ObserveCPU counts a pod without GPUs that asks cpuMilli of CPU, seen
+// under key, unless that key was observed recently. It reports whether
+// the pod counted. Such pods are no shape of Shapes: Mix lists them as one
+// shape of no GPUs, of their mean CPU.
+func (l *Learner) ObserveCPU(key string, cpuMilli int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if key != "" {
+		if _, dup := l.seen[key]; dup {
+			return false
+		}
+		l.remember(key)
+	}
+	l.cpuOnly += l.scale
+	l.cpuOnlyCPU += l.scale * float64(max(cpuMilli, 0))
 	return true
 }
 
@@ -205,8 +230,23 @@ func (l *Learner) Observed() int64 {
 func (l *Learner) Shapes() []alloc.Shape { return l.shapesCovering(l.cfg.Coverage) }
 
 // Mix returns every shape tracked, weighed as Shapes weighs them: the
-// whole workload, of which Shapes is the heaviest part (alloc.Options.Mix).
-func (l *Learner) Mix() []alloc.Shape { return l.shapesCovering(1) }
+// whole workload, of which Shapes is the heaviest part (alloc.Options.Mix),
+// and last, if any were observed, the pods without GPUs as one shape of
+// their mean CPU (ObserveCPU).
+func (l *Learner) Mix() []alloc.Shape {
+	out := l.shapesCovering(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cpuOnly > 0 && len(out) > 0 {
+		var heaviest float64
+		for _, t := range l.shapes {
+			heaviest = max(heaviest, t.weight)
+		}
+		out = append(out, alloc.Shape{CPUMilli: int64(math.Round(l.cpuOnlyCPU / l.cpuOnly)),
+			Weight: max(1, int64(math.Round(1e6*l.cpuOnly/heaviest)))})
+	}
+	return out
+}
 
 func (l *Learner) shapesCovering(coverage float64) []alloc.Shape {
 	l.mu.Lock()

@@ -66,6 +66,48 @@ func TestLearnerMix(t *testing.T) {
 	}
 }
 
+// TestLearnerCountsPodsWithoutGPUs: pods without GPUs are no shape of
+// Shapes; Mix lists them last, as one shape of no GPUs, of their mean CPU,
+// weighed as the GPU shapes are; a key seen before does not count again,
+// and they do not count as observed pods (the GPU mix's window).
+func TestLearnerCountsPodsWithoutGPUs(t *testing.T) {
+	l := NewLearner(Config{Prior: []alloc.Shape{shared(1000, 50)}, Warmup: 1})
+	gpu := shared(1000, 50)
+	for i := range 100 {
+		l.Observe("gpu-"+strconv.Itoa(i), gpu)
+	}
+	for i := range 50 {
+		if !l.ObserveCPU("cpu-"+strconv.Itoa(i), int64(2000+4000*(i%2))) {
+			t.Fatalf("pod cpu-%d did not count", i)
+		}
+	}
+	if l.ObserveCPU("cpu-0", 2000) || l.ObserveCPU("gpu-0", 2000) {
+		t.Error("a key seen before counted again")
+	}
+	if l.Observed() != 100 {
+		t.Errorf("Observed = %d, want the 100 GPU pods", l.Observed())
+	}
+	for _, q := range l.Shapes() {
+		if q.Count == 0 {
+			t.Errorf("Shapes has %+v: want GPU shapes alone", q)
+		}
+	}
+	mix := l.Mix()
+	last := mix[len(mix)-1]
+	// 50 pods without GPUs against 101 of the GPU shape (the prior's one
+	// included), weighed as the latest GPU pod: a little over half the
+	// GPU shape's weight, whose older pods have decayed.
+	if last.Count != 0 || last.CPUMilli != 4000 || last.Weight < 495_000 || last.Weight > 515_000 {
+		t.Errorf("Mix ends with %+v, want no GPUs, 4000 milli-CPU and about half of %d", last, mix[0].Weight)
+	}
+	if len(mix) != 2 || mix[0].Weight != 1_000_000 {
+		t.Errorf("Mix %+v: want the GPU shape at 1e6, then the pods without GPUs", mix)
+	}
+	if m := NewLearner(Config{}).Mix(); len(m) != 1 || m[0].Count == 0 {
+		t.Errorf("before any pod without GPUs: Mix %+v, want the prior alone", m)
+	}
+}
+
 // TestLearnerCountsEachPodOnce: a key seen before does not count again.
 func TestLearnerCountsEachPodOnce(t *testing.T) {
 	l := NewLearner(Config{})
@@ -275,5 +317,22 @@ func TestPlacerFor(t *testing.T) {
 	}
 	if _, err := p.PlacerFor("", "topology-aware"); err == nil || !strings.Contains(err.Error(), `GPU policy "topology-aware" cannot be asked by a pod`) {
 		t.Errorf("topology-aware: %v", err)
+	}
+}
+
+// TestPolicyObservesPodsWithoutGPUs: a pod without GPUs reaches the
+// learner's mix by its CPU, not as a GPU shape.
+func TestPolicyObservesPodsWithoutGPUs(t *testing.T) {
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Observe("uid-1", &alloc.PodRequest{Key: "default/cpu", CPUMilli: 3000})
+	mix := p.Learner().Mix()
+	if last := mix[len(mix)-1]; last.Count != 0 || last.CPUMilli != 3000 {
+		t.Errorf("Mix %+v: want it to end with the pod's 3000 milli-CPU and no GPUs", mix)
+	}
+	if p.Learner().Observed() != 0 {
+		t.Errorf("Observed = %d, want 0 GPU pods", p.Learner().Observed())
 	}
 }

@@ -81,7 +81,7 @@ func (p *Policy) Learns() bool { return p.learner != nil }
 func (p *Policy) Learner() *Learner { return p.learner }
 
 // Observe counts the pod in the learned mix, once per key (the pod's
-// UID); pods without GPUs are not counted.
+// UID); a pod without GPUs counts for its CPU alone (Learner.ObserveCPU).
 func (p *Policy) Observe(key string, req *alloc.PodRequest) {
 	if p.src != nil {
 		p.observed.Add(1)
@@ -91,6 +91,8 @@ func (p *Policy) Observe(key string, req *alloc.PodRequest) {
 	}
 	if q, ok := ShapeOf(req); ok {
 		p.learner.Observe(key, q)
+	} else {
+		p.learner.ObserveCPU(key, req.CPUMilli)
 	}
 }
 
