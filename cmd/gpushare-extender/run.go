@@ -196,7 +196,7 @@ func learnWorkload(logger klog.Logger, policy *workload.Policy, model *resource.
 			mine = append(mine, p)
 		}
 	}
-	logger.V(1).Info("Learned the workload from the cluster's pods", "pods", decision.Learn(policy, model, mine))
+	logger.V(1).Info("Learned the workload from the cluster's pods", "pods", decision.Learn(policy, model, mine, nil))
 	return nil
 }
 

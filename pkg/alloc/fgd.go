@@ -50,8 +50,10 @@ const (
 	//     CPU of one pod. Counting each shape alone drew CPU-heavy pods to
 	//     CPU-rich nodes (T4: 52 CPUs per GPU, G2: 12), whatever their
 	//     model, and cost multi-GPU workloads 0.2-0.3 points against fgd.
-	//   - Ties break first by the share the pod takes times the weight of
-	//     the shapes that no GPU of the node admits (FGD's model signal:
+	//   - Ties of the rounded growth break by the supply cost and the
+	//     CPU deficit (below), then by the share the pod takes times the
+	//     weight of the shapes that no GPU of the node admits (FGD's
+	//     model signal:
 	//     those shapes' fragmentation falls by the pod's share), then by
 	//     fewer GPUs, then by the growth of the GPUs' fragmentation with
 	//     the node's CPU left out (per-mille per pod, not rounded), then
@@ -71,6 +73,10 @@ const (
 	//     unallocated against 5.03%). The pressures weigh the whole mix
 	//     (Options.Mix): pods bound to a scarce model are often too rare
 	//     to be among the heaviest shapes.
+	//   - After the supply cost, ties break by the growth of the node's
+	//     CPU deficit: the free GPU share its free CPU could not feed at
+	//     the CPU per GPU the workload's GPU pods ask (cpuBalance; off
+	//     when the whole mix asks more CPU per GPU than the cluster has).
 	fgdRobust
 )
 
@@ -182,6 +188,10 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 // elsewhere (openb cpu250: 5.49% unallocated without the tie-break, 5.66%
 // with it).
 func cpuBalance(workload, mix []Shape, supply []Supply) int64 {
+	var largest int64
+	for i := range supply {
+		largest = max(largest, supply[i].MemoryMiB)
+	}
 	perGPU := func(shapes []Shape, cpuOnly bool) float64 {
 		var cpu, share float64
 		for q := range shapes {
@@ -190,7 +200,7 @@ func cpuBalance(workload, mix []Shape, supply []Supply) int64 {
 				continue
 			}
 			cpu += float64(sh.Weight) * float64(max(sh.CPUMilli, 0))
-			share += float64(sh.Weight) * float64(max(sh.Count, 0)) * float64(shareOfDemand(&sh.Demand))
+			share += float64(sh.Weight) * float64(max(sh.Count, 0)) * float64(demandShare(&sh.Demand, largest))
 		}
 		if share <= 0 {
 			return 0
@@ -209,20 +219,28 @@ func cpuBalance(workload, mix []Shape, supply []Supply) int64 {
 	return int64(math.Round(asked))
 }
 
-// shareOfDemand is one GPU's share of d in per-mille: all of it for an
-// exclusive demand or one that names no compute.
-func shareOfDemand(d *Demand) int64 {
-	if d.Exclusive || d.Compute <= 0 {
-		return 1000
+// demandShare is one GPU's share of d in per-mille, on a GPU of largest
+// MiB when d asks memory alone: all of it for an exclusive demand, or
+// when neither says.
+func demandShare(d *Demand, largest int64) int64 {
+	switch {
+	case d.Exclusive:
+	case d.Compute > 0:
+		return min(d.Compute*1000/FullCompute, 1000)
+	case d.MemoryPercent > 0:
+		return min(d.MemoryPercent*10, 1000)
+	case d.MemoryMiB > 0 && largest > 0:
+		return min(d.MemoryMiB*1000/largest, 1000)
 	}
-	return min(d.Compute*1000/FullCompute, 1000)
+	return 1000
 }
 
 // cpuDeficit is the free GPU share, in millionths of a GPU, that a node's
 // free CPU (milli) could not feed if the pods to come asked CPU per GPU as
 // f's workload does: 0 on a node with CPU to spare.
 func (f *fgd) cpuDeficit(cpu, share int64) int64 {
-	return max(share*1000-cpu*1_000_000/f.cpuPerGPU, 0)
+	fed := float64(max(cpu, 0)) * 1e6 / float64(f.cpuPerGPU)
+	return int64(max(float64(share)*1000-fed, 0))
 }
 
 // inherit makes f share prev's memoised node data when both derive the
@@ -592,6 +610,9 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// without GPUs do not weigh it: the fragmentation already counts
 		// the CPU they take, and steering them to nodes with CPU to spare
 		// took the CPU that whole-GPU pods need (openb cpu250).
+		// rounded counts tenths of a GPU: clamped at 200,000 GPUs either
+		// way, the key below cannot overflow.
+		rounded = min(max(rounded, 1-1<<21), 1<<21-1)
 		var deficit int64
 		if f.cpuPerGPU > 0 && taken > 0 {
 			// Rounded to per-mille, half away from zero: placements

@@ -207,29 +207,29 @@ func TestCPUBalance(t *testing.T) {
 	// (6 + 8) CPUs for 2.5 GPUs.
 	const asked = 5600
 	supply := []Supply{{Model: "G", GPUs: 10, CPUMilli: 80_000}} // 8 CPUs per GPU
+	noCPU := []Shape{{Count: 1, Demand: Demand{Compute: 50}, Weight: 1}}
+	// A pod of 8 GiB of a 32 GiB GPU, 3 CPUs: 12 per GPU.
+	memory := []Shape{{CPUMilli: 3000, Count: 1, Demand: Demand{MemoryMiB: 8192}, Weight: 1}}
 	cases := []struct {
-		what  string
-		mix   []Shape
-		shelf []Supply
-		want  int64
+		what          string
+		workload, mix []Shape
+		shelf         []Supply
+		want          int64
 	}{
-		{"no supply", nil, nil, asked},
-		{"CPU to spare", nil, supply, asked},
-		{"pods without GPUs, CPU still to spare", append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 3}), supply, asked},
-		{"pods without GPUs take it past the supply", append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 5}), supply, 0},
-		{"a supply without CPU counted", append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 5}), []Supply{{Model: "G", GPUs: 10}}, asked},
-		{"no CPU asked", []Shape{{Count: 1, Demand: Demand{Compute: 50}, Weight: 1}}, supply, 0},
+		{"no supply", gpuPods, nil, nil, asked},
+		{"CPU to spare", gpuPods, nil, supply, asked},
+		{"pods without GPUs, CPU still to spare", gpuPods, append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 3}), supply, asked},
+		{"pods without GPUs take it past the supply", gpuPods, append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 5}), supply, 0},
+		{"a supply without CPU counted", gpuPods, append(slices.Clone(gpuPods), Shape{CPUMilli: 2000, Weight: 5}), []Supply{{Model: "G", GPUs: 10}}, asked},
+		{"no CPU asked", noCPU, nil, supply, 0},
+		{"GPU memory asked, on the supply's largest GPU", memory, nil, []Supply{{Model: "G", MemoryMiB: 32768, GPUs: 10, CPUMilli: 200_000}}, 12_000},
 	}
 	for _, c := range cases {
-		workload := gpuPods
-		if c.what == "no CPU asked" {
-			workload = c.mix
-		}
 		mix := c.mix
 		if mix == nil {
-			mix = workload
+			mix = c.workload
 		}
-		if got := cpuBalance(workload, mix, c.shelf); got != c.want {
+		if got := cpuBalance(c.workload, mix, c.shelf); got != c.want {
 			t.Errorf("%s: %d milli-CPU per GPU, want %d", c.what, got, c.want)
 		}
 	}

@@ -19,7 +19,9 @@ type Supply struct {
 	Free int64
 	// CPUMilli is the CPU of the nodes these GPUs are on, each node's
 	// shared among its healthy GPUs: fgd-robust compares the CPU the
-	// pods ask per GPU with what the cluster has. 0 when not counted.
+	// pods ask per GPU with what the cluster has. A node that reports no
+	// CPU counts as the adapter's stand-in for unlimited (1<<40 milli),
+	// so the cluster is never short of CPU then. 0 when not counted.
 	CPUMilli int64
 }
 
@@ -173,16 +175,7 @@ func pressures(mix []Shape, supply []Supply) []bound {
 			groups = append(groups, g)
 			k = len(groups) - 1
 		}
-		share := float64(1000)
-		switch {
-		case d.Exclusive:
-		case d.Compute > 0:
-			share = float64(min(d.Compute*1000/FullCompute, 1000))
-		case d.MemoryPercent > 0:
-			share = float64(d.MemoryPercent * 10)
-		case d.MemoryMiB > 0 && groups[k].largest > 0:
-			share = float64(min(d.MemoryMiB*1000/groups[k].largest, 1000))
-		}
+		share := float64(demandShare(d, groups[k].largest))
 		v := float64(mix[q].Weight) * float64(mix[q].Count) * max(share, 1)
 		groups[k].demand += v
 		all += v

@@ -70,10 +70,12 @@ func shapeOf(model *resource.Model, ws v1alpha1.WorkloadShape) (alloc.Shape, err
 // Learn has policy observe the pods that are bound and have not ended,
 // oldest first (by creation, then UID): how a restarted scheduler learns
 // again the workload it had learned. Pending pods do not count, as they do
-// not when the scheduler runs: a pod counts once it is placed. Pods
-// without GPUs count by their CPU (workload.Learner.ObserveCPU). It
+// not when the scheduler runs: a pod counts once it is placed. A pod
+// without GPUs counts by its CPU (workload.Learner.ObserveCPU) when
+// gpuNode says its node has gpushare GPUs, as the plugin counts it at
+// PostBind; with gpuNode nil none does (the extender never sees them). It
 // returns how many GPU pods counted.
-func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod) int {
+func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod, gpuNode func(name string) bool) int {
 	if !policy.Learns() {
 		return 0
 	}
@@ -87,12 +89,13 @@ func Learn(policy *workload.Policy, model *resource.Model, pods []*corev1.Pod) i
 			continue
 		}
 		req, err := model.PodRequest(pod)
-		if err != nil {
-			continue
-		}
-		policy.Observe(string(pod.UID), req)
-		if req.GPUs() {
+		switch {
+		case err != nil:
+		case req.GPUs():
+			policy.Observe(string(pod.UID), req)
 			n++
+		case gpuNode != nil && gpuNode(pod.Spec.NodeName):
+			policy.Observe(string(pod.UID), req)
 		}
 	}
 	return n

@@ -62,34 +62,47 @@ workload:
 }
 
 // TestLearn: a restarted scheduler learns the bound pods that have not
-// ended: a pending pod (one that may never run) does not count, and a pod
-// without GPUs counts by its CPU alone.
+// ended: a pending or finished pod does not count, and a pod without GPUs
+// counts by its CPU alone, when its node has gpushare GPUs and gpuNode is
+// given (the plugin's restart; the extender's gives none).
 func TestLearn(t *testing.T) {
 	args, model := loadArgs(t, "")
-	p, err := decision.Policy(args, model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := func(uid string, gpu bool, phase corev1.PodPhase) *corev1.Pod {
-		node := "n1"
+	pod := func(uid, node string, gpu bool, cpu string, phase corev1.PodPhase) *corev1.Pod {
 		if phase == corev1.PodPending {
 			node = ""
 		}
 		c := corev1.Container{Name: "main", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse("3")}}}
+			Requests: corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse(cpu)}}}
 		if gpu {
 			c.Resources.Limits = corev1.ResourceList{"gpushare.io/gpu-core": k8sresource.MustParse("30")}
 		}
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID("uid-" + uid)},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{c}}, Status: corev1.PodStatus{Phase: phase}}
 	}
-	pods := []*corev1.Pod{pod("a", true, corev1.PodRunning), pod("b", false, corev1.PodRunning),
-		pod("c", true, corev1.PodSucceeded), pod("d", true, corev1.PodPending)}
-	if n := decision.Learn(p, model, pods); n != 1 || p.Learner().Observed() != 1 {
-		t.Errorf("learned %d pods (observed %d), want 1: the running GPU pod", n, p.Learner().Observed())
-	}
-	mix := p.Learner().Mix()
-	if last := mix[len(mix)-1]; last.Count != 0 || last.CPUMilli != 3000 {
-		t.Errorf("mix %+v: want it to end with the running pod without GPUs, 3 CPUs", mix)
+	pods := []*corev1.Pod{pod("a", "n1", true, "3", corev1.PodRunning), pod("b", "n1", false, "3", corev1.PodRunning),
+		pod("c", "n1", true, "3", corev1.PodSucceeded), pod("d", "n1", true, "3", corev1.PodPending),
+		pod("e", "n1", false, "7", corev1.PodSucceeded), pod("f", "n1", false, "7", corev1.PodPending),
+		pod("g", "cpu-only", false, "7", corev1.PodRunning)}
+	gpuNode := func(name string) bool { return name == "n1" }
+	for _, c := range []struct {
+		what    string
+		gpuNode func(string) bool
+		withCPU bool
+	}{{"the plugin's restart", gpuNode, true}, {"the extender's restart", nil, false}} {
+		p, err := decision.Policy(args, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := decision.Learn(p, model, pods, c.gpuNode); n != 1 || p.Learner().Observed() != 1 {
+			t.Errorf("%s: learned %d pods (observed %d), want 1: the running GPU pod", c.what, n, p.Learner().Observed())
+		}
+		mix := p.Learner().Mix()
+		last := mix[len(mix)-1]
+		switch {
+		case c.withCPU && (last.Count != 0 || last.CPUMilli != 3000):
+			t.Errorf("%s: mix %+v, want it to end with the running pod without GPUs on n1, 3 CPUs", c.what, mix)
+		case !c.withCPU && last.Count == 0:
+			t.Errorf("%s: mix %+v, want no pods without GPUs", c.what, mix)
+		}
 	}
 }

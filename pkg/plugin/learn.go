@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/decision"
 )
 
@@ -29,6 +30,8 @@ func (pl *GPUShare) learnCluster(ctx context.Context) {
 			mine = append(mine, p)
 		}
 	}
-	n := decision.Learn(pl.policy, pl.model, mine)
+	n := decision.Learn(pl.policy, pl.model, mine, func(node string) bool {
+		return pl.cache.Read(node, func(*alloc.NodeState) {}) == nil
+	})
 	klog.FromContext(ctx).V(1).Info("Learned the workload from the cluster's pods", "profile", pl.handle.ProfileName(), "pods", n)
 }

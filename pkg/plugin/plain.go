@@ -37,7 +37,7 @@ type plainCycle struct {
 func (c *plainCycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := &plainCycle{rater: c.rater, ratings: make(map[string]alloc.Rating, len(c.ratings)), outside: make(map[string]bool, len(c.outside))}
+	out := &plainCycle{rater: c.rater, req: c.req, ratings: make(map[string]alloc.Rating, len(c.ratings)), outside: make(map[string]bool, len(c.outside))}
 	for k, v := range c.ratings {
 		out.ratings[k] = v
 	}
@@ -45,6 +45,14 @@ func (c *plainCycle) Clone() fwk.StateData {
 		out.outside[k] = v
 	}
 	return out
+}
+
+// onGPUNode reports whether the pod was not found on a node without
+// gpushare GPUs when it was filtered.
+func (c *plainCycle) onGPUNode(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.outside[node]
 }
 
 // rating returns the node's rank key: nodes outside gpushare first, then

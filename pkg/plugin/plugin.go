@@ -563,8 +563,10 @@ func (pl *GPUShare) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.
 func (pl *GPUShare) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	c, err := readCycle(state)
 	if err != nil {
+		// A pod without GPUs counts by its CPU when bound to a node
+		// with gpushare GPUs, the CPU the tie-break weighs.
 		if d, err := state.Read(plainKey); err == nil {
-			if plain, ok := d.(*plainCycle); ok {
+			if plain, ok := d.(*plainCycle); ok && plain.req != nil && plain.onGPUNode(nodeName) {
 				pl.policy.Observe(string(pod.UID), plain.req)
 			}
 		}

@@ -91,6 +91,8 @@ type cluster struct {
 	mu         sync.Mutex
 	bound      map[string]*corev1.Binding
 	registered int
+	// plugins holds the plugin of each profile built.
+	plugins map[string]*plugin.GPUShare
 }
 
 // newCluster returns a cluster holding n1 (one 16 GiB GPU), n2 (8 GiB)
@@ -136,9 +138,21 @@ func newClusterOf(t testing.TB, nodes []*corev1.Node, pods ...*corev1.Pod) *clus
 // extension point it implements.
 func (c *cluster) profile(name string, opts ...frameworkruntime.Option) framework.Framework {
 	c.t.Helper()
+	factory := func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		p, err := plugin.New(c.shared)(ctx, obj, h)
+		if pl, ok := p.(*plugin.GPUShare); ok {
+			c.mu.Lock()
+			if c.plugins == nil {
+				c.plugins = map[string]*plugin.GPUShare{}
+			}
+			c.plugins[name] = pl
+			c.mu.Unlock()
+		}
+		return p, err
+	}
 	fw, err := tf.NewFramework(c.ctx, []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterPluginAsExtensions(plugin.Name, plugin.New(c.shared),
+		tf.RegisterPluginAsExtensions(plugin.Name, factory,
 			"PreFilter", "Filter", "PostFilter", "PreScore", "Score", "Reserve", "Bind", "PostBind"),
 	}, name,
 		append([]frameworkruntime.Option{
@@ -359,6 +373,47 @@ func TestPluginRanksPodsWithoutGPUs(t *testing.T) {
 	}
 	if s := fw.RunBindPlugins(c.ctx, state, pod, "n2"); !s.IsSkip() {
 		t.Errorf("Bind: %v, want Skip (DefaultBinder binds pods without GPUs)", s)
+	}
+}
+
+// TestPluginLearnsPodsWithoutGPUs: a pod without GPUs bound to a node
+// with gpushare GPUs counts in the learned mix by its CPU (the CPU
+// tie-break's switch weighs it); one bound to a node without them does
+// not, nor does it count as a GPU pod.
+func TestPluginLearnsPodsWithoutGPUs(t *testing.T) {
+	withCPU := func(n *corev1.Node, cores string) *corev1.Node {
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse(cores)}
+		return n
+	}
+	plainNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only", Labels: map[string]string{corev1.LabelHostname: "cpu-only"}}}
+	c := newClusterOf(t, []*corev1.Node{withCPU(gpuNode(t, "n1", 16384), "64"), withCPU(plainNode, "64")})
+	fw := c.profile("default-scheduler")
+	c.start()
+	bind := func(name, cores, node string) {
+		p := gpuPod(name, "default-scheduler", 0)
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: k8sresource.MustParse(cores)}
+		state, _ := c.filter(fw, p)
+		fw.RunPostBindPlugins(c.ctx, state, p, node)
+	}
+	pl := c.plugins["default-scheduler"]
+	withoutGPUs := func() (cpu, weight int64) {
+		mix := pl.LearnedMix()
+		if last := mix[len(mix)-1]; last.Count == 0 {
+			return last.CPUMilli, last.Weight
+		}
+		return 0, 0
+	}
+	bind("on-gpus", "12", "n1")
+	cpu, weight := withoutGPUs()
+	if cpu != 12_000 || weight == 0 {
+		t.Fatalf("after a pod of 12 CPUs bound to n1: pods without GPUs %d milli-CPU, weight %d; want 12000 and some weight", cpu, weight)
+	}
+	bind("elsewhere", "2", "cpu-only")
+	if c2, w2 := withoutGPUs(); c2 != cpu || w2 != weight {
+		t.Errorf("after a pod bound to a node without gpushare GPUs: %d milli-CPU, weight %d; want it not counted (%d, %d)", c2, w2, cpu, weight)
+	}
+	if n := pl.LearnedGPUPods(); n != 0 {
+		t.Errorf("%d GPU pods learned, want 0", n)
 	}
 }
 

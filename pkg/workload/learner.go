@@ -142,11 +142,8 @@ func ShapeOf(req *alloc.PodRequest) (alloc.Shape, bool) {
 func (l *Learner) Observe(key string, q alloc.Shape) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if key != "" {
-		if _, dup := l.seen[key]; dup {
-			return false
-		}
-		l.remember(key)
+	if !l.first(key) {
+		return false
 	}
 	l.add(q, l.scale)
 	l.observed++
@@ -170,14 +167,24 @@ func (l *Learner) Observe(key string, q alloc.Shape) bool {
 func (l *Learner) ObserveCPU(key string, cpuMilli int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if key != "" {
-		if _, dup := l.seen[key]; dup {
-			return false
-		}
-		l.remember(key)
+	if !l.first(key) {
+		return false
 	}
 	l.cpuOnly += l.scale
 	l.cpuOnlyCPU += l.scale * float64(max(cpuMilli, 0))
+	return true
+}
+
+// first reports whether key was not observed recently, and remembers
+// it; an empty key is always first. Call with mu held.
+func (l *Learner) first(key string) bool {
+	if key == "" {
+		return true
+	}
+	if _, dup := l.seen[key]; dup {
+		return false
+	}
+	l.remember(key)
 	return true
 }
 
@@ -227,28 +234,29 @@ func (l *Learner) Observed() int64 {
 // Shapes returns the learned workload: the heaviest shapes, heaviest
 // first, until they make up the configured coverage of the weight; each
 // weight is in millionths of the heaviest (at least 1).
-func (l *Learner) Shapes() []alloc.Shape { return l.shapesCovering(l.cfg.Coverage) }
+func (l *Learner) Shapes() []alloc.Shape {
+	out, _, _, _ := l.shapesCovering(l.cfg.Coverage)
+	return out
+}
 
 // Mix returns every shape tracked, weighed as Shapes weighs them: the
 // whole workload, of which Shapes is the heaviest part (alloc.Options.Mix),
 // and last, if any were observed, the pods without GPUs as one shape of
 // their mean CPU (ObserveCPU).
 func (l *Learner) Mix() []alloc.Shape {
-	out := l.shapesCovering(1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cpuOnly > 0 && len(out) > 0 {
-		var heaviest float64
-		for _, t := range l.shapes {
-			heaviest = max(heaviest, t.weight)
-		}
-		out = append(out, alloc.Shape{CPUMilli: int64(math.Round(l.cpuOnlyCPU / l.cpuOnly)),
-			Weight: max(1, int64(math.Round(1e6*l.cpuOnly/heaviest)))})
+	out, heaviest, cpuOnly, cpuOnlyCPU := l.shapesCovering(1)
+	if cpuOnly > 0 && heaviest > 0 {
+		out = append(out, alloc.Shape{CPUMilli: int64(math.Round(cpuOnlyCPU / cpuOnly)),
+			Weight: max(1, int64(math.Round(1e6*cpuOnly/heaviest)))})
 	}
 	return out
 }
 
-func (l *Learner) shapesCovering(coverage float64) []alloc.Shape {
+// shapesCovering returns the heaviest shapes that make up coverage of the
+// weight, weighed in millionths of the heaviest, and read in the same
+// lock: the heaviest's weight, and the pods without GPUs' (cpuOnly,
+// cpuOnlyCPU).
+func (l *Learner) shapesCovering(coverage float64) (out []alloc.Shape, heaviest, cpuOnly, cpuOnlyCPU float64) {
 	l.mu.Lock()
 	type entry struct {
 		key string
@@ -260,22 +268,26 @@ func (l *Learner) shapesCovering(coverage float64) []alloc.Shape {
 		all = append(all, entry{k, *t})
 		total += t.weight
 	}
+	cpuOnly, cpuOnlyCPU = l.cpuOnly, l.cpuOnlyCPU
 	l.mu.Unlock()
 	slices.SortFunc(all, func(a, b entry) int {
 		return cmp.Or(cmp.Compare(b.t.weight, a.t.weight), strings.Compare(a.key, b.key))
 	})
-	var out []alloc.Shape
+	if len(all) == 0 {
+		return nil, 0, cpuOnly, cpuOnlyCPU
+	}
+	heaviest = all[0].t.weight
 	var covered float64
 	for _, e := range all {
 		if covered >= coverage*total {
 			break
 		}
 		q := e.t.shape
-		q.Weight = max(1, int64(math.Round(1e6*e.t.weight/all[0].t.weight)))
+		q.Weight = max(1, int64(math.Round(1e6*e.t.weight/heaviest)))
 		out = append(out, q)
 		covered += e.t.weight
 	}
-	return out
+	return out, heaviest, cpuOnly, cpuOnlyCPU
 }
 
 // shapeKey identifies a shape without its weight.

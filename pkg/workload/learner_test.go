@@ -106,6 +106,25 @@ func TestLearnerCountsPodsWithoutGPUs(t *testing.T) {
 	if m := NewLearner(Config{}).Mix(); len(m) != 1 || m[0].Count == 0 {
 		t.Errorf("before any pod without GPUs: Mix %+v, want the prior alone", m)
 	}
+
+	// Pods without GPUs do not age the GPU mix: with a half-life of 100
+	// pods, 100 pods of B after 100 of A weigh twice A however many pods
+	// without GPUs came between them.
+	a, b := shared(1000, 25), shared(1000, 75, "T4")
+	aged := NewLearner(Config{HalfLife: 100, Prior: []alloc.Shape{a}, Warmup: 1})
+	for range 100 {
+		aged.Observe("", a)
+	}
+	for range 500 {
+		aged.ObserveCPU("", 2000)
+	}
+	for range 100 {
+		aged.Observe("", b)
+	}
+	w := weights(aged.Shapes())
+	if ratio := float64(w[shapeKey(&b)]) / float64(w[shapeKey(&a)]); ratio < 1.9 || ratio > 2.1 {
+		t.Errorf("B/A weight %.2f, want about 2 (weights %v)", ratio, w)
+	}
 }
 
 // TestLearnerCountsEachPodOnce: a key seen before does not count again.
@@ -326,6 +345,10 @@ func TestPolicyObservesPodsWithoutGPUs(t *testing.T) {
 	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	p.Observe("uid-0", &alloc.PodRequest{Key: "default/nothing"})
+	if mix := p.Learner().Mix(); mix[len(mix)-1].Count == 0 {
+		t.Errorf("Mix %+v after a pod that asks nothing: want no pods without GPUs", mix)
 	}
 	p.Observe("uid-1", &alloc.PodRequest{Key: "default/cpu", CPUMilli: 3000})
 	mix := p.Learner().Mix()

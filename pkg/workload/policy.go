@@ -81,7 +81,9 @@ func (p *Policy) Learns() bool { return p.learner != nil }
 func (p *Policy) Learner() *Learner { return p.learner }
 
 // Observe counts the pod in the learned mix, once per key (the pod's
-// UID); a pod without GPUs counts for its CPU alone (Learner.ObserveCPU).
+// UID); a pod without GPUs counts for its CPU alone (Learner.ObserveCPU),
+// unless it asks neither CPU nor memory (nothing to strand GPUs with: the
+// plugin does not rate it).
 func (p *Policy) Observe(key string, req *alloc.PodRequest) {
 	if p.src != nil {
 		p.observed.Add(1)
@@ -91,7 +93,7 @@ func (p *Policy) Observe(key string, req *alloc.PodRequest) {
 	}
 	if q, ok := ShapeOf(req); ok {
 		p.learner.Observe(key, q)
-	} else {
+	} else if req.CPUMilli > 0 || req.MemoryMiB > 0 {
 		p.learner.ObserveCPU(key, req.CPUMilli)
 	}
 }

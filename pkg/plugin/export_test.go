@@ -1,0 +1,9 @@
+package plugin
+
+import "github.com/gpushare/gpushare/pkg/alloc"
+
+// LearnedMix is the mix the plugin's policy has learned.
+func (pl *GPUShare) LearnedMix() []alloc.Shape { return pl.policy.Learner().Mix() }
+
+// LearnedGPUPods is how many GPU pods the plugin's policy has learned.
+func (pl *GPUShare) LearnedGPUPods() int64 { return pl.policy.Learner().Observed() }
