@@ -43,7 +43,7 @@ build: ## Build every binary into bin/.
 
 .PHONY: images
 images: ## Build the gpushare-scheduler, gpushare-extender and gpushare-node images into bin/images/ (docs/images.md).
-	$(GO) -C hack/image run . --out $(BIN)/images --version=$(VERSION)
+	$(SHARED_BUILD) $(GO) -C hack/image run . --out $(BIN)/images --version=$(VERSION)
 
 .PHONY: release
 release: $(HELM) ## Release VERSION=vX.Y.Z: images tagged VERSION, into bin/release/ the chart (appVersion VERSION) and the kubectl plugin's archives, sha256 files and krew manifest.
@@ -52,7 +52,17 @@ release: $(HELM) ## Release VERSION=vX.Y.Z: images tagged VERSION, into bin/rele
 
 .PHONY: image-test
 image-test: ## Build the images twice (same digests?) and run each one's --version inside it (needs root or user namespaces).
-	$(GO) -C hack/image test -count=1 -timeout 20m ./...
+	$(SHARED_BUILD) $(GO) -C hack/image test -count=1 -timeout 20m ./...
+
+# The shared build: static (no cgo) and -trimpath, as the images' static
+# commands are built (hack/image). make demo-build, the control plane
+# (hack/cluster-tools.sh, the same flags), the integration tests and the
+# images then compile each package they have in common once: a cold make
+# test builds the images from what the control plane and the tests
+# compiled. The unit tests (-race needs cgo), the GPU check and make build
+# (the node daemon's NVML) keep cgo; the demo's node daemons simulate
+# their GPUs and need no NVML.
+SHARED_BUILD = CGO_ENABLED=0 GOFLAGS="-trimpath $${GOFLAGS:-}"
 
 # What the demo runs, built in one go build: not the simulator or the
 # extender, which it never starts.
@@ -60,12 +70,12 @@ DEMO_CMDS := gpushare-demo gpushare-scheduler gpushare-node gpushare-dra gpushar
 
 .PHONY: demo-build
 demo-build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(DEMO_CMDS:%=./cmd/%)
+	$(SHARED_BUILD) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(DEMO_CMDS:%=./cmd/%)
 
 .PHONY: demo
 demo: demo-build cluster-tools ## Start the local GPU cluster, schedule the seed examples, print where they landed.
 	@# The real node's workload; without it the demo says why it has no real node.
-	-$(GO) -C hack/image run . --out $(BIN)/images --images=gpushare-probe --version=demo
+	-$(SHARED_BUILD) $(GO) -C hack/image run . --out $(BIN)/images --images=gpushare-probe --version=demo
 	$(BIN)/gpushare-demo up
 
 .PHONY: demo-down
@@ -107,7 +117,7 @@ gpu-check: ## The node daemon's GPU code on this machine's GPU, no Kubernetes: N
 .PHONY: gpu-check-build
 gpu-check-build: ## Build the GPU check into bin/gpucheck.test, for a GPU machine without Go (GPU_CHECK_BINARY=bin/gpucheck.test hack/gpu-check.sh there).
 	@mkdir -p bin
-	CGO_ENABLED=1 CGO_CFLAGS="$${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" $(GO) test -c -tags gpucheck -o bin/gpucheck.test ./test/gpucheck
+	CGO_ENABLED=1 CGO_CFLAGS="$${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" $(GO) test -c -trimpath -tags gpucheck -o bin/gpucheck.test ./test/gpucheck
 
 .PHONY: gpu-check-fake
 gpu-check-fake: ## make gpu-check against the NVML fake and stand-ins (part of make test).
@@ -155,7 +165,7 @@ kueue: $(KUEUE) ## Build the pinned Kueue, its CRDs and webhooks into the tools 
 # reads the rule.
 .PHONY: integration
 integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) $(KUEUE) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: rules
 rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit tests.
@@ -164,11 +174,11 @@ rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit
 
 .PHONY: chart-test
 chart-test: cluster-tools $(HELM) ## The Helm chart: lint, render every toggle, install on a real control plane and run what it deploys.
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: node-test
 node-test: cluster-tools $(HELM) ## The real node (root): kubelet, containerd and runc start the seed examples from gpushare's chart and images (docs/real-node.md).
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 20m -v -run '^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 20m -v -run '^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: manifests
 manifests: $(HELM) ## Render deploy/'s RBAC and policies from the chart (chart-test fails when they drift).
@@ -189,7 +199,7 @@ compat: cluster-tools ## The extender's seed test on older control planes (COMPA
 	@for v in $(COMPAT_VERSIONS); do \
 		dir=$$(hack/compat-tools.sh $$v); \
 		echo "compat $$v: $$dir"; \
-		GPUSHARE_CLUSTER_TOOLS=$$dir GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 15m \
+		$(SHARED_BUILD) GPUSHARE_CLUSTER_TOOLS=$$dir GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 15m \
 			-run 'TestSeedsExtender/nodeCacheCapable=true' ./test/integration/; \
 	done
 
@@ -234,30 +244,30 @@ CHURN_SEEDS = $(if $(filter environment command line,$(origin SEEDS)),$(SEEDS),4
 
 .PHONY: bench-scheduler
 bench-scheduler: cluster-tools ## Scheduling throughput and memory: gpushare-scheduler, stock kube-scheduler and the extender (NODES, PODS).
-	$(GO) run ./test/bench/scheduler --nodes $(or $(NODES),1000,5000) --pods $(or $(PODS),10000)
+	$(SHARED_BUILD) $(GO) run ./test/bench/scheduler --nodes $(or $(NODES),1000,5000) --pods $(or $(PODS),10000)
 
 .PHONY: bench-replay
 bench-replay: cluster-tools ## The openb default trace through gpushare-scheduler on 1213 kwok nodes vs gpushare-sim, per seed (SEEDS, default 42-44; OPENB; REPLAY_FLAGS, e.g. --until 100).
-	$(GO) run ./test/bench/replay --openb $(OPENB) --seeds $(REPLAY_SEEDS) $(REPLAY_FLAGS)
+	$(SHARED_BUILD) $(GO) run ./test/bench/replay --openb $(OPENB) --seeds $(REPLAY_SEEDS) $(REPLAY_FLAGS)
 
 # bench-replay's seeds: SEEDS when given, else 42-44 (a replay takes minutes).
 REPLAY_SEEDS = $(if $(filter environment command line,$(origin SEEDS)),$(SEEDS),42-44)
 
 .PHONY: bench-deviceplugin
 bench-deviceplugin: cluster-tools ## Device plugin latency with 100 pods starting at once: gpushare-node as its own process (ROUNDS).
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench DevicePluginStart100 -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench DevicePluginStart100 -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
 
 .PHONY: bench-inspect
 bench-inspect: cluster-tools ## kubectl inspect gpushare on 5000 nodes x 8 GPUs and 40000 pods against a real apiserver (ROUNDS).
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkInspect$$' -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkInspect$$' -benchtime $(or $(ROUNDS),5)x -timeout 30m ./test/integration
 
 .PHONY: bench-usage
 bench-usage: cluster-tools ## Live GPU use from 5000 nodes' publishers, on the Node (before) and on the Lease (after): apiserver CPU and watch events.
-	GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkUsagePublishing5000$$' -benchtime 1x -timeout 30m ./test/integration
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkUsagePublishing5000$$' -benchtime 1x -timeout 30m ./test/integration
 
 .PHONY: soak
 soak: cluster-tools ## Churn soak, 30 minutes on 50 nodes: scheduler, node daemons and kube-apiserver killed under load (the short version is in integration).
-	GPUSHARE_SOAK=$(or $(SOAK),30m) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -run '^TestSoak$$' -timeout 45m -v ./test/integration 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	$(SHARED_BUILD) GPUSHARE_SOAK=$(or $(SOAK),30m) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -run '^TestSoak$$' -timeout 45m -v ./test/integration 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: clean
 clean: ## Remove build outputs.

@@ -20,10 +20,11 @@ mkdir -p "$dir/bin" "$dir/stages"
 # Absolute: the builds run in hack/tools.
 dir=$(cd "$dir" && pwd)
 
-# The Makefile's cgo flags, also when this script is run by hand: the
-# standard library's cgo packages (net, os/user) are then the ones
-# gpushare's commands compiled, and so is everything above them.
-export CGO_CFLAGS=${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}
+# The shared build (the Makefile's SHARED_BUILD): static and -trimpath, as
+# the images' static commands are built. The Kubernetes commands, etcd and
+# kwok then share their compiled packages with make demo-build, the
+# integration tests and the images (hack/image).
+shared_build() { CGO_ENABLED=0 GOFLAGS="-trimpath ${GOFLAGS:-}" "$@"; }
 
 ldflags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
@@ -42,11 +43,11 @@ echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl 
 # which compat clusters may still link to: go build would write through it
 # where it copies its output instead of renaming it.
 if [[ -L "$dir/bin/kwok" ]]; then rm -f "$dir/bin/kwok"; fi
-go build -ldflags "$ldflags -s -w" -o "$dir/bin/" \
+shared_build go build -ldflags "$ldflags -s -w" -o "$dir/bin/" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet sigs.k8s.io/kwok/cmd/kwok
 echo "building etcd" >&2
-go build -ldflags "-s -w" -o "$dir/bin/etcd" go.etcd.io/etcd/server/v3
+shared_build go build -ldflags "-s -w" -o "$dir/bin/etcd" go.etcd.io/etcd/server/v3
 
 # The real node's runtime, each from its own module. runc needs
 # cgo (its nsenter) and, for the seccomp profiles containerd asks for

@@ -7,9 +7,8 @@
 # kube-scheduler and the other commands. One module at another version
 # (a go.yaml.in/yaml/v3 patch release was one) recompiles every package
 # above it: minutes of a cold build. Sharing also needs the same build
-# flags: no -race or -trimpath on one side only, and the same CGO_CFLAGS
-# (the standard library's net and os/user are cgo packages), which
-# hack/cluster-tools.sh takes from the Makefile's default.
+# flags: no -race on one side only, and CGO_ENABLED=0 and -trimpath on
+# both (the Makefile's SHARED_BUILD, which hack/cluster-tools.sh repeats).
 # Usage: hack/shared-versions.sh   (exit 1 and the modules that differ)
 set -euo pipefail
 # join needs sort's order, byte by byte.
