@@ -36,4 +36,13 @@ if [[ -n $differ ]]; then
 	echo "align them: go get MODULE@VERSION in one module, then go mod tidy" >&2
 	exit 1
 fi
-echo "shared modules: $(join <(echo "$main") <(echo "$tools") | wc -l), all at one version"
+# The flags: the Makefile's SHARED_BUILD and hack/cluster-tools.sh's
+# shared_build set the same environment.
+make_flags=$(sed -n 's/^SHARED_BUILD = //p' "$root/Makefile" | sed 's/\$\$/$/g')
+script_flags=$(sed -n 's/^shared_build() { \(.*\) "\$@"; }$/\1/p' "$root/hack/cluster-tools.sh")
+if [[ -z $make_flags || $make_flags != "$script_flags" ]]; then
+	echo "the Makefile's SHARED_BUILD ($make_flags) and hack/cluster-tools.sh's shared_build ($script_flags) differ:" \
+		"gpushare's commands and the control plane would compile their common packages twice" >&2
+	exit 1
+fi
+echo "shared modules: $(join <(echo "$main") <(echo "$tools") | wc -l), all at one version; shared build flags: $make_flags"
