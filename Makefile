@@ -204,8 +204,8 @@ compat: cluster-tools ## The extender's seed test on older control planes (COMPA
 	done
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for FUZZTIME (default 10s), from the seed corpus.
-	GO=$(GO) FUZZTIME=$(FUZZTIME) hack/fuzz.sh ./apis/config/v1alpha1 ./apis/gpushare/v1alpha1 ./pkg/alloc ./pkg/cache ./pkg/deviceplugin ./pkg/extender
+fuzz: ## Run each fuzz target of every package for FUZZTIME (default 10s), from the seed corpus.
+	GO=$(GO) FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version), and check that the control plane's build shares gpushare's module versions.

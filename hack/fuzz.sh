@@ -9,10 +9,36 @@
 # testdata/fuzz is run once more for as many inputs as the failed run
 # tried (-fuzztime Nx), which sets no deadline to race; any other
 # failure, or a second one, fails.
-# Usage: FUZZTIME=10s [FUZZMINIMIZETIME=100x] hack/fuzz.sh PACKAGE...
+# Usage: FUZZTIME=10s [FUZZMINIMIZETIME=100x] hack/fuzz.sh [PACKAGE...]
+# Without packages: every package of the module with a fuzz target.
 set -euo pipefail
 go=${GO:-go}
 fuzztime=${FUZZTIME:-10s}
+
+# The test files of the packages given, as lines of PACKAGE FILE...: the
+# files their build constraints take.
+testfiles() {
+	"$go" list -f '{{$d := .Dir}}{{.ImportPath}}{{range .TestGoFiles}} {{$d}}/{{.}}{{end}}{{range .XTestGoFiles}} {{$d}}/{{.}}{{end}}' "$@"
+}
+# The fuzz targets in the files given, read from them rather than listed
+# by go test -list, which compiles the test binary once more to list them.
+targets() {
+	sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$@" | sort -u
+}
+if [[ $# == 0 ]]; then
+	# As directories (./pkg/alloc): the corpus is read under them.
+	mod=$("$go" list -m)
+	pkgs=()
+	while read -r pkg files; do
+		# shellcheck disable=SC2086 # one word per file
+		if [[ -n $files && -n $(targets $files) ]]; then pkgs+=("./${pkg#"$mod"/}"); fi
+	done < <(testfiles ./...)
+	if [[ ${#pkgs[@]} == 0 ]]; then
+		echo "fuzz: no package has a fuzz target" >&2
+		exit 1
+	fi
+	set -- "${pkgs[@]}"
+fi
 # Each input that finds new coverage is first minimised, for up to 60 s
 # by default, and the target is not fuzzed meanwhile: FuzzRecords, whose
 # inputs are three JSON records, ran 5 inputs in 10 s that way, against
@@ -22,7 +48,14 @@ minimize=${FUZZMINIMIZETIME:-100x}
 # grows with every run: past FUZZTIME, go test fails.
 "$go" clean -fuzzcache
 for pkg in "$@"; do
-	for target in $("$go" test -list '^Fuzz' "$pkg" | grep '^Fuzz'); do
+	read -r _ files < <(testfiles "$pkg")
+	# shellcheck disable=SC2086 # one word per file
+	found=$(if [[ -n $files ]]; then targets $files; fi)
+	if [[ -z $found ]]; then
+		echo "fuzz: $pkg has no fuzz target" >&2
+		exit 1
+	fi
+	for target in $found; do
 		budget=$fuzztime
 		for try in 1 2; do
 			echo "fuzz $pkg $target ($budget)"
