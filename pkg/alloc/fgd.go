@@ -113,7 +113,14 @@ type fgd struct {
 	// For fgdRobust, per demand: the weight of its shapes (denied when no
 	// GPU admits it), Σ weight x CPU and Σ weight x GPU count.
 	groupW, groupCPU, groupGPUs []int64
-	mode                        fgdMode
+	// terms are the GPU shapes as fragFill reads them, packed and
+	// grouped by demand: demand k's are terms[termsAt[k]:termsAt[k+1]],
+	// of weight termsW[k] in all. freeW weighs the shapes without GPUs.
+	terms   []fragTerm
+	termsAt []int
+	termsW  []int64
+	freeW   int64
+	mode    fgdMode
 	// bound is, for fgdRobust, the pressure of the demand bound to each
 	// set of models on the GPUs that admit it (see pressures); nil
 	// without a supply. byModel is the sum of those that admit a GPU
@@ -133,6 +140,12 @@ type fgd struct {
 	// fragmentation sums weigh (fragLast): a re-supplied policy keeps its
 	// predecessor's, since the supply does not enter them.
 	weighs *weighing
+}
+
+// fragTerm is what fragFill reads of a GPU shape: its weight, GPU count,
+// CPU and memory. fragFill walks them for every placement it rates.
+type fragTerm struct {
+	weight, count, cpu, mem int64
 }
 
 // weighing is the identity of an fgd's shapes and weights.
@@ -288,6 +301,23 @@ func newFGDShapes(shapes []Shape) *fgd {
 			f.group[q] = slices.IndexFunc(f.demands, func(e Demand) bool { return sameDemand(e, shapes[q].Demand) })
 		}
 	}
+	f.termsAt = make([]int, len(f.demands)+1)
+	f.termsW = make([]int64, len(f.demands))
+	for k := range f.demands {
+		f.termsAt[k] = len(f.terms)
+		for q := range shapes {
+			if sh := &shapes[q]; f.group[q] == k {
+				f.terms = append(f.terms, fragTerm{weight: sh.Weight, count: int64(sh.Count), cpu: sh.CPUMilli, mem: sh.MemoryMiB})
+				f.termsW[k] += sh.Weight
+			}
+		}
+	}
+	f.termsAt[len(f.demands)] = len(f.terms)
+	for q := range shapes {
+		if f.group[q] < 0 {
+			f.freeW += shapes[q].Weight
+		}
+	}
 	f.groupW = make([]int64, len(f.demands))
 	f.groupCPU = make([]int64, len(f.demands))
 	f.groupGPUs = make([]int64, len(f.demands))
@@ -314,6 +344,10 @@ type fragBase struct {
 	used  []int64
 	// For fgdRobust, per demand: whether no GPU of the node admits it.
 	denied []bool
+	// For fgdFill and fgdRobust, per GPU and demand (index GPU x
+	// demands + demand): whether the GPU admits the demand at all. A
+	// base's, read by move; copyFrom leaves it.
+	admit []bool
 	// last holds the fragmentation of a memoised fragBase as a policy
 	// last weighed it: the node's state it describes is rated for pod
 	// after pod, and most decisions leave it as it was.
@@ -334,20 +368,19 @@ func (f *fgd) fragOf(b *fragBase, cpu, mem int64) (frag, gpuFrag int64) {
 	if l := b.last.Load(); l != nil && l.weighs == f.weighs && l.cpu == cpu && l.mem == mem {
 		return l.frag, l.gpuFrag
 	}
-	frag = f.frag(b, cpu, mem)
 	if f.mode == fgdRobust {
-		gpuFrag = f.fragFill(b, 0, mem, false)
+		frag, gpuFrag = f.fragFill(b, cpu, mem, true)
+	} else {
+		frag = f.frag(b, cpu, mem)
 	}
 	b.last.Store(&fragLast{weighs: f.weighs, cpu: cpu, mem: mem, frag: frag, gpuFrag: gpuFrag})
 	return frag, gpuFrag
 }
 
 // unitsOn returns how many of demand d fit GPU g at usage u side by side,
-// and the share of g they take together.
+// and the share of g they take together, for a GPU that admits d
+// (admits).
 func unitsOn(g *GPU, u Usage, d *Demand) (n, share int64) {
-	if !admits(g, d) {
-		return 0, 0
-	}
 	if d.Exclusive {
 		if u == (Usage{}) {
 			return 1, 1000
@@ -399,8 +432,12 @@ func (f *fgd) fill(b *fragBase, s *NodeState) {
 	b.share = s.freeShares(b.share)
 	b.total = 0
 	b.denied = b.denied[:0]
+	b.admit = b.admit[:0]
 	for _, v := range b.share {
 		b.total += v
+	}
+	if f.fills() {
+		b.admit = slices.Grow(b.admit, len(s.GPUs)*m)[:len(s.GPUs)*m]
 	}
 	for k := range f.demands {
 		d := &f.demands[k]
@@ -409,9 +446,14 @@ func (f *fgd) fill(b *fragBase, s *NodeState) {
 		}
 		for i := range s.GPUs {
 			if f.fills() {
-				n, sh := unitsOn(&s.Node.GPUs[i], s.GPUs[i], d)
-				b.units[k] += n
-				b.used[k] += sh
+				g := &s.Node.GPUs[i]
+				a := admits(g, d)
+				b.admit[i*m+k] = a
+				if a {
+					n, sh := unitsOn(g, s.GPUs[i], d)
+					b.units[k] += n
+					b.used[k] += sh
+				}
 			} else if fits(s, i, d) {
 				b.fit[k]++
 			} else {
@@ -430,6 +472,9 @@ func (f *fgd) move(dst, b *fragBase, gpu *GPU, g int, old, u Usage) {
 	for e := range f.demands {
 		d := &f.demands[e]
 		if f.fills() {
+			if !b.admit[g*len(f.demands)+e] {
+				continue // no unit of d on it, before or after
+			}
 			n0, s0 := unitsOn(gpu, old, d)
 			n1, s1 := unitsOn(gpu, u, d)
 			dst.units[e] += n1 - n0
@@ -462,7 +507,8 @@ func (b *fragBase) copyFrom(src *fragBase) {
 // frag sums the weighted fragmentation given the node's free CPU and memory.
 func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 	if f.fills() {
-		return f.fragFill(b, cpu, mem, true)
+		frag, _ := f.fragFill(b, cpu, mem, false)
+		return frag
 	}
 	var sum int64
 	for q := range f.shapes {
@@ -484,10 +530,12 @@ func (f *fgd) frag(b *fragBase, cpu, mem int64) int64 {
 // share the node's CPU feeds at the mix's CPU per share (over the demands
 // that fit the node), and a shape needs the CPU of one pod.
 //
-// withCPU false leaves the node's CPU out (fgdRobust's last tie-break).
-func (f *fgd) fragFill(b *fragBase, cpu, mem int64, withCPU bool) int64 {
+// With gpuOnly, fgdRobust's fragFill also returns gpuFrag, the same sum
+// with the node's CPU left out (its last tie-break), from the same pass.
+func (f *fgd) fragFill(b *fragBase, cpu, mem int64, gpuOnly bool) (frag, gpuFrag int64) {
+	robust := f.mode == fgdRobust
 	room := int64(-1) // the share the node's CPU feeds; -1: no cap
-	if f.mode == fgdRobust && withCPU {
+	if robust {
 		var perCPU, share int64 // Σ weight x CPU, Σ weight x share per pod
 		for k := range f.demands {
 			if b.units[k] > 0 {
@@ -499,34 +547,55 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64, withCPU bool) int64 {
 			room = cpu * share / perCPU
 		}
 	}
-	var sum int64
-	for q := range f.shapes {
-		sh := &f.shapes[q]
-		k := f.group[q]
-		if k < 0 || b.units[k] == 0 {
-			sum += sh.Weight * b.total
+	// A shape no GPU of the node fits (or without GPUs) can use none of
+	// the free share.
+	frag = f.freeW * b.total
+	gpuFrag = frag
+	for k := range f.demands {
+		units := b.units[k]
+		if units == 0 {
+			frag += f.termsW[k] * b.total
+			gpuFrag += f.termsW[k] * b.total
 			continue
 		}
-		n := b.units[k] / int64(sh.Count)
-		switch {
-		case sh.CPUMilli > 0 && f.mode == fgdRobust && withCPU && cpu < sh.CPUMilli:
-			n = 0
-		case sh.CPUMilli > 0 && f.mode == fgdFill && withCPU:
-			n = min(n, cpu/sh.CPUMilli)
+		used := b.used[k]
+		// usable is the share n pods of the demand's shape take.
+		usable := func(n, count int64) int64 {
+			if c := n * count; c < units {
+				return used * c / units
+			}
+			return used
 		}
-		if sh.MemoryMiB > 0 {
-			n = min(n, mem/sh.MemoryMiB)
+		for _, t := range f.terms[f.termsAt[k]:f.termsAt[k+1]] {
+			n := units
+			if t.count != 1 {
+				n = units / t.count
+			}
+			// n x mem > the node's memory when, and only when, n > its
+			// memory / mem (n >= 0): the product saves a division.
+			if t.mem > 0 && n*t.mem > mem {
+				n = mem / t.mem
+			}
+			if gpuOnly {
+				gpuFrag += t.weight * (b.total - usable(n, t.count))
+			}
+			switch {
+			case t.cpu > 0 && robust && cpu < t.cpu:
+				n = 0
+				if t.mem > 0 && mem < 0 {
+					n = mem / t.mem
+				}
+			case t.cpu > 0 && !robust && cpu/t.cpu < n:
+				n = cpu / t.cpu
+			}
+			u := usable(n, t.count)
+			if room >= 0 {
+				u = min(u, room)
+			}
+			frag += t.weight * (b.total - u)
 		}
-		usable := b.used[k]
-		if c := n * int64(sh.Count); c < b.units[k] {
-			usable = usable * c / b.units[k]
-		}
-		if room >= 0 {
-			usable = min(usable, room)
-		}
-		sum += sh.Weight * (b.total - usable)
 	}
-	return sum
+	return frag, gpuFrag
 }
 
 func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
@@ -550,7 +619,13 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		f.fill(b1, after)
 	}
 	frag0, gpuFrag0 := f.fragOf(b0, before.FreeCPU(), before.FreeMemory())
-	growth := f.frag(b1, after.FreeCPU(), after.FreeMemory()) - frag0
+	var frag1, gpuFrag1 int64
+	if f.mode == fgdRobust {
+		frag1, gpuFrag1 = f.fragFill(b1, after.FreeCPU(), after.FreeMemory(), true)
+	} else {
+		frag1 = f.frag(b1, after.FreeCPU(), after.FreeMemory())
+	}
+	growth := frag1 - frag0
 	if f.mode == fgdPlain {
 		return Score{Primary: -growth}
 	}
@@ -577,7 +652,7 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// the node's CPU accounts for (with it counted, beyond the growth
 		// without it): a pod that takes little GPU but much CPU of a node
 		// with scarce GPUs leaves them without the CPU their pods need.
-		gpuGrowth := f.fragFill(b1, 0, after.FreeMemory(), false) - gpuFrag0
+		gpuGrowth := gpuFrag1 - gpuFrag0
 		spent := taken + max(growth-gpuGrowth, 0)/f.weight
 		var denied int64 // the weight of the shapes no GPU admits
 		for k, no := range b0.denied {

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -263,5 +264,160 @@ func TestFGDRobustKeepsFragmentationWithTheCPU(t *testing.T) {
 	}
 	if after := rate("after 10 CPUs booked"); after == before {
 		t.Errorf("10 of 16 CPUs booked: score %+v unchanged (the premise of the test)", after)
+	}
+}
+
+// fragFillReference is fgd-fill's and fgd-robust's fragmentation as the
+// policy defines it, shape by shape, without the packed terms, the
+// admission kept per GPU, or the two sums in one pass: what fragFill
+// must equal.
+func fragFillReference(f *fgd, s *NodeState, cpu, mem int64, withCPU bool) int64 {
+	units := make([]int64, len(f.demands))
+	used := make([]int64, len(f.demands))
+	var total int64
+	for _, v := range s.freeShares(nil) {
+		total += v
+	}
+	for k := range f.demands {
+		for i := range s.GPUs {
+			if g := &s.Node.GPUs[i]; admits(g, &f.demands[k]) {
+				n, sh := unitsOn(g, s.GPUs[i], &f.demands[k])
+				units[k] += n
+				used[k] += sh
+			}
+		}
+	}
+	room := int64(-1)
+	if f.mode == fgdRobust && withCPU {
+		var perCPU, share int64
+		for k := range f.demands {
+			if units[k] > 0 {
+				perCPU += f.groupCPU[k]
+				share += f.groupGPUs[k] * used[k] / units[k]
+			}
+		}
+		if perCPU > 0 {
+			room = cpu * share / perCPU
+		}
+	}
+	var sum int64
+	for q, sh := range f.shapes {
+		k := f.group[q]
+		if k < 0 || units[k] == 0 {
+			sum += sh.Weight * total
+			continue
+		}
+		n := units[k] / int64(sh.Count)
+		switch {
+		case sh.CPUMilli > 0 && f.mode == fgdRobust && withCPU && cpu < sh.CPUMilli:
+			n = 0
+		case sh.CPUMilli > 0 && f.mode == fgdFill && withCPU:
+			n = min(n, cpu/sh.CPUMilli)
+		}
+		if sh.MemoryMiB > 0 {
+			n = min(n, mem/sh.MemoryMiB)
+		}
+		usable := used[k]
+		if c := n * int64(sh.Count); c < units[k] {
+			usable = usable * c / units[k]
+		}
+		if room >= 0 {
+			usable = min(usable, room)
+		}
+		sum += sh.Weight * (total - usable)
+	}
+	return sum
+}
+
+// TestFragFillMatchesReference: on random nodes, bookings and workloads
+// (shapes bound to models, of several GPUs, CPU and memory heavy), the
+// fragmentation fgd-fill and fgd-robust rate is the reference's, from a
+// node's own counts and from counts moved GPU by GPU from an earlier
+// state; with the node's free CPU or memory negative too (bookings past
+// what it has, as an adopted pod may leave).
+func TestFragFillMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(54, 1))
+	models := []string{"A100", "T4", "L4"}
+	for round := range 300 {
+		var shapes []Shape
+		for range 1 + r.IntN(12) {
+			sh := Shape{CPUMilli: int64(r.IntN(4)) * 4000, MemoryMiB: int64(r.IntN(3)) * 32768, Weight: int64(1 + r.IntN(50))}
+			if r.IntN(6) > 0 {
+				sh.Count = 1 + r.IntN(3)
+				switch r.IntN(3) {
+				case 0:
+					sh.Demand.Exclusive = true
+				case 1:
+					sh.Demand.MemoryMiB = int64(1+r.IntN(8)) * 4096
+				default:
+					sh.Demand.Compute = int64(1 + r.IntN(100))
+				}
+				for _, m := range models {
+					if r.IntN(4) == 0 {
+						sh.Demand.Models = append(sh.Demand.Models, m)
+					}
+				}
+			}
+			shapes = append(shapes, sh)
+		}
+		states := randomCluster(r)
+		for _, mode := range []fgdMode{fgdFill, fgdRobust} {
+			f := newFGDShapes(shapes)
+			f.mode = mode
+			for _, s := range states {
+				before := s.Clone()
+				after := s.Clone()
+				for i := range after.GPUs {
+					g := &after.Node.GPUs[i]
+					if r.IntN(2) == 0 {
+						after.GPUs[i] = Usage{int64(r.IntN(int(g.MemoryMiB + 1))), int64(r.IntN(int(g.ComputeCapacity() + 1)))}
+					}
+				}
+				cpu := int64(r.IntN(80_000)) - 8000
+				mem := int64(r.IntN(400_000)) - 150_000
+				var b0, moved fragBase
+				f.fill(&b0, before)
+				moved.copyFrom(&b0)
+				for g := range after.GPUs {
+					if after.GPUs[g] != before.GPUs[g] {
+						f.move(&moved, &b0, &after.Node.GPUs[g], g, before.GPUs[g], after.GPUs[g])
+					}
+				}
+				var filled fragBase
+				f.fill(&filled, after)
+				for name, b := range map[string]*fragBase{"filled": &filled, "moved": &moved} {
+					frag, gpuFrag := f.fragFill(b, cpu, mem, true)
+					alone, _ := f.fragFill(b, cpu, mem, false)
+					want := fragFillReference(f, after, cpu, mem, true)
+					if frag != want || alone != want {
+						t.Fatalf("round %d, mode %d, node %s, %s: frag %d (alone %d), want %d", round, mode, s.Node.Name, name, frag, alone, want)
+					}
+					if want := fragFillReference(f, after, cpu, mem, false); gpuFrag != want {
+						t.Fatalf("round %d, mode %d, node %s, %s: frag without CPU %d, want %d", round, mode, s.Node.Name, name, gpuFrag, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestModelsKey: lists of the same models, in any order and with
+// repeats, share a key; other lists do not, even where a naive join of
+// the names would collide.
+func TestModelsKey(t *testing.T) {
+	same := [][]string{{"P100", "G2"}, {"G2", "P100"}, {"P100", "G2", "P100"}}
+	for _, m := range same[1:] {
+		if modelsKey(m) != modelsKey(same[0]) {
+			t.Errorf("modelsKey(%q) = %q, want %q as for %q", m, modelsKey(m), modelsKey(same[0]), same[0])
+		}
+	}
+	distinct := [][]string{nil, {""}, {"G2"}, {"G2", "P100"}, {"G2P100"}, {"G2\x00P100"}, {"1:G2"}, {"G2", "1:P100"}, {"3:G21", "P100"}}
+	seen := map[string][]string{}
+	for _, m := range distinct {
+		k := modelsKey(m)
+		if prev, ok := seen[k]; ok {
+			t.Errorf("modelsKey(%q) = modelsKey(%q) = %q", m, prev, k)
+		}
+		seen[k] = m
 	}
 }

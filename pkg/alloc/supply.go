@@ -3,6 +3,8 @@ package alloc
 import (
 	"cmp"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Supply is how many healthy GPUs of one kind (model and memory) a
@@ -156,14 +158,16 @@ func pressures(mix []Shape, supply []Supply) []bound {
 		demand   float64
 	}
 	var groups []group
+	index := make(map[string]int) // a set of models' key: its group
 	var all float64
 	for q := range mix {
 		d := &mix[q].Demand
 		if mix[q].Count <= 0 || mix[q].Weight <= 0 {
 			continue
 		}
-		k := slices.IndexFunc(groups, func(g group) bool { return sameModels(g.models, d.Models) })
-		if k < 0 {
+		key := modelsKey(d.Models)
+		k, ok := index[key]
+		if !ok {
 			g := group{models: d.Models}
 			for i := range supply {
 				if s := &supply[i]; allows(d.Models, s.Model) {
@@ -174,6 +178,7 @@ func pressures(mix []Shape, supply []Supply) []bound {
 			}
 			groups = append(groups, g)
 			k = len(groups) - 1
+			index[key] = k
 		}
 		share := float64(demandShare(d, groups[k].largest))
 		v := float64(mix[q].Weight) * float64(mix[q].Count) * max(share, 1)
@@ -194,9 +199,17 @@ func pressures(mix []Shape, supply []Supply) []bound {
 	return out
 }
 
-// sameModels reports whether a and b name the same models.
-func sameModels(a, b []string) bool {
-	return slices.Equal(slices.Compact(slices.Sorted(slices.Values(a))), slices.Compact(slices.Sorted(slices.Values(b))))
+// modelsKey names a set of models, whatever their order and repeats:
+// two lists name the same models when their keys are equal. Each name is
+// prefixed by its length, so no name's bytes can pass for a separator.
+func modelsKey(models []string) string {
+	var b strings.Builder
+	for _, m := range slices.Compact(slices.Sorted(slices.Values(models))) {
+		b.WriteString(strconv.Itoa(len(m)))
+		b.WriteByte(':')
+		b.WriteString(m)
+	}
+	return b.String()
 }
 
 // modelPressures returns the pressure on a GPU of each model of supply:
