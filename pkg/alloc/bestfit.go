@@ -35,6 +35,8 @@ func bestFitScore(freeCPU, share int64) Score {
 	return Score{Primary: -left * 1_000_000_000 / (2 * bestFitMaxCPU * bestFitMaxShare)}
 }
 
+func (bestFit) bounds(*PodRequest) bool { return true }
+
 // bound: the free share falls by at most maxGrowth (and not below 0);
 // CPU is exact.
 func (bestFit) bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score {

@@ -19,6 +19,8 @@ func (binpack) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 	return Score{Primary: usedSharePPMAfter(before, after), Secondary: ppm(after.CPUMilli, after.Node.CPUMilli)}
 }
 
+func (binpack) bounds(*PodRequest) bool { return true }
+
 // bound: used grows by at most maxGrowth; CPU is exact.
 func (binpack) bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score {
 	return Score{Primary: usedPPM(e.used+e.maxGrowth(ds), e.healthyN), Secondary: ppm(s.CPUMilli+pod.CPUMilli, s.Node.CPUMilli)}
@@ -41,6 +43,8 @@ func (spread) ScoreNode(before, after *NodeState, pod *PodRequest) Score {
 	b := binpack{}.ScoreNode(before, after, pod)
 	return Score{Primary: -b.Primary, Secondary: -b.Secondary}
 }
+
+func (spread) bounds(*PodRequest) bool { return true }
 
 // bound: used grows by at least minGrowth; CPU is exact.
 func (spread) bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score {

@@ -121,11 +121,11 @@ type fgd struct {
 	termsW  []int64
 	freeW   int64
 	mode    fgdMode
-	// bound is, for fgdRobust, the pressure of the demand bound to each
+	// pressed is, for fgdRobust, the pressure of the demand bound to each
 	// set of models on the GPUs that admit it (see pressures); nil
 	// without a supply. byModel is the sum of those that admit a GPU
 	// of each model of the supply.
-	bound   []bound
+	pressed []bound
 	byModel map[string]int64
 	// cpuPerGPU is the CPU (milli) the workload's GPU pods ask per GPU,
 	// for fgdRobust's CPU tie-break; 0 without it (cpuBalance).
@@ -180,16 +180,33 @@ func newFGD(o Options, mode fgdMode) (*fgd, error) {
 	}
 	f := newFGDShapes(o.Workload)
 	f.mode = mode
-	if mode == fgdRobust {
-		mix := o.Mix
-		if len(mix) == 0 {
-			mix = o.Workload
-		}
-		f.bound = pressures(mix, o.Supply)
-		f.byModel = modelPressures(f.bound, o.Supply)
-		f.cpuPerGPU = cpuBalance(o.Workload, mix, o.Supply)
-	}
+	f.weighSupply(o)
 	return f, nil
+}
+
+// weighSupply has fgdRobust weigh o's supply against o's mix: the
+// pressures and the CPU per GPU. Other modes weigh no supply.
+func (f *fgd) weighSupply(o Options) {
+	if f.mode != fgdRobust {
+		return
+	}
+	mix := o.Mix
+	if len(mix) == 0 {
+		mix = o.Workload
+	}
+	f.pressed = pressures(mix, o.Supply)
+	f.byModel = modelPressures(f.pressed, o.Supply)
+	f.cpuPerGPU = cpuBalance(o.Workload, mix, o.Supply)
+}
+
+// resupplied returns f weighing o's supply (o's workload and mix are
+// f's): it shares f's shapes, what f derived from them, and the nodes'
+// data f memoised, fragmentation sums included, which the supply does
+// not enter.
+func (f *fgd) resupplied(o Options) *fgd {
+	n := *f
+	n.weighSupply(o)
+	return &n
 }
 
 // cpuBalance returns the CPU the GPU pods of workload ask per GPU, in
@@ -704,6 +721,34 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 			Secondary: model<<41 | (robustMaxGPUs-min(gpus, robustMaxGPUs))<<35 | (1<<14-fine)<<nameBits | nameBitsOf(e)}
 	}
 	return Score{Primary: -rounded, Secondary: (fgdMaxGPUs-gpus)<<40 | nameBitsOf(e)}
+}
+
+// bounds: fgd bounds the scores of a pod without GPUs (bound).
+func (f *fgd) bounds(pod *PodRequest) bool {
+	return !pod.GPUs() && pod.CPUMilli >= 0 && pod.MemoryMiB >= 0
+}
+
+// bound is, for a pod without GPUs, a node's score at no growth. Such a
+// pod takes only CPU and memory, and with less of either no shape fits
+// more pods on the node's free GPU share, so the fragmentation cannot
+// fall: the growth, fgd-robust's supply cost and its fine tie-break
+// (the growth with the node's CPU left out) are at least 0, and the
+// model signal and the CPU deficit, which count GPU share taken, are 0.
+// What is left is exact: the node's GPU count and name bits. Empty
+// nodes of many GPUs, which such pods would leave for GPU pods, are then
+// ruled out without being rated once a node of fewer GPUs scores 0.
+func (f *fgd) bound(s *NodeState, e *memoEntry, pod *PodRequest, _ []demand) Score {
+	if !f.bounds(pod) {
+		return Score{Primary: math.MaxInt64, Secondary: math.MaxInt64}
+	}
+	gpus := int64(min(len(s.Node.GPUs), fgdMaxGPUs-1))
+	switch f.mode {
+	case fgdPlain:
+		return Score{}
+	case fgdRobust:
+		return Score{Secondary: (robustMaxGPUs-min(gpus, robustMaxGPUs))<<35 | 1<<14<<nameBits | nameBitsOf(e)}
+	}
+	return Score{Secondary: (fgdMaxGPUs-gpus)<<40 | nameBitsOf(e)}
 }
 
 func (f *fgd) ScoreGPUs(s *NodeState, pod *PodRequest, d Demand, candidates []int, scores []int64) {

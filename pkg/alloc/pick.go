@@ -53,7 +53,7 @@ const (
 // sequential scan (chunks merge in order, ties keep the earlier node).
 func (pl *Placer) Pick(states []*NodeState, pod *PodRequest, seed uint64) Decision {
 	chunk := pickChunk
-	if pl.bounder != nil {
+	if pl.bounds(pod) {
 		chunk = pickChunkBounded
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(states)/chunk)
@@ -119,6 +119,7 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 		seen = pooled
 	}
 	lookups, misses := 0, 0
+	bounded := pl.bounds(pod)
 	for i, s := range states {
 		var this pick
 		if s.memo == nil || s.Live != nil {
@@ -149,7 +150,7 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 				}
 			}
 			if !hit {
-				if pl.bounder != nil && best.index >= 0 {
+				if bounded && best.index >= 0 {
 					// Skip a node that cannot beat best: its score is at
 					// most the bound, and on a tie its key must win.
 					c := pl.bounder.bound(s, e, pod, sc.demands).Compare(best.score)
@@ -174,6 +175,11 @@ func (pl *Placer) pickRange(states []*NodeState, offset int, pod *PodRequest, se
 		}
 	}
 	return best
+}
+
+// bounds reports whether pl's node policy bounds pod's scores.
+func (pl *Placer) bounds(pod *PodRequest) bool {
+	return pl.bounder != nil && pl.bounder.bounds(pod)
 }
 
 // rate is evaluateFit as a shapeRating.
@@ -240,8 +246,11 @@ type shapeRater interface{ ratesShape() bool }
 
 // bounder is implemented by node policies that can bound a node's score
 // from its memo entry e, before placing pod (whose demands are ds) on it:
-// bound is at least the score of any placement of pod on s.
+// bound is at least the score of any placement of pod on s. bounds
+// reports whether the policy bounds pod's scores at all: Pick rates the
+// nodes for a pod it does not bound as for a policy without bounds.
 type bounder interface {
+	bounds(pod *PodRequest) bool
 	bound(s *NodeState, e *memoEntry, pod *PodRequest, ds []demand) Score
 }
 

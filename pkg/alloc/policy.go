@@ -165,23 +165,27 @@ func (pl *Placer) Reweigh(workload, mix []Shape) (*Placer, error) {
 // Resupply returns a Placer of pl's policies and workload for a cluster
 // whose GPUs per kind are supply: nodes joined, left or lost GPUs. Like
 // Reweigh, it keeps what pl derived from the nodes.
+//
+// Only fgd-robust weighs the supply: next shares pl's other policies,
+// and its fgd-robust shares the old one's shapes, what it derived from
+// them and the nodes' memos, fragmentation sums included. Rebuilding
+// them took most of a refresh, which the scheduler makes every
+// workload.SupplyRefresh pods while some demand is bound to models.
 func (pl *Placer) Resupply(supply []Supply) (*Placer, error) {
-	c := pl.cfg
-	c.Supply = supply
-	next, err := pl.successor(c)
-	if err != nil {
-		return nil, err
-	}
-	// The same shapes and weights: the nodes' fragmentation sums kept
-	// with their memos hold for next too.
-	for _, p := range [][2]any{{next.node, pl.node}, {next.gpu, pl.gpu}} {
-		if n, ok := p[0].(*fgd); ok {
-			if o, ok := p[1].(*fgd); ok && n.mode == o.mode {
-				n.weighs = o.weighs
-			}
+	next := *pl
+	next.cfg.Supply = supply
+	f, node := pl.node.(*fgd)
+	if node {
+		n := f.resupplied(next.cfg.Options)
+		next.node, next.bounder = n, n
+		if g, ok := pl.gpu.(*fgd); ok && g == f {
+			next.gpu = n // one policy at both levels is one value
 		}
 	}
-	return next, nil
+	if g, ok := pl.gpu.(*fgd); ok && (!node || g != f) {
+		next.gpu = g.resupplied(next.cfg.Options)
+	}
+	return &next, nil
 }
 
 // Supply returns the supply pl weighs.
@@ -192,7 +196,7 @@ func (pl *Placer) Supply() []Supply { return pl.cfg.Supply }
 // change its decisions.
 func (pl *Placer) Pressed() bool {
 	for _, p := range []any{pl.node, pl.gpu} {
-		if f, ok := p.(*fgd); ok && len(f.bound) > 0 {
+		if f, ok := p.(*fgd); ok && len(f.pressed) > 0 {
 			return true
 		}
 	}

@@ -438,12 +438,19 @@ func TestShapeCoversNode(t *testing.T) {
 }
 
 // TestBoundsHold checks that a policy's bound is at least the score of
-// every placement, on random clusters filled by random pods.
+// every placement, on random clusters filled by random pods, a third of
+// them without GPUs (fgd bounds only those). The workload binds some
+// demand to a scarce model, so fgd-robust weighs a supply.
 func TestBoundsHold(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 17))
+	supply := SupplyOf([]*Node{
+		&makeNode("a").gpus(8, "A100", 40_000).n, &makeNode("t").gpus(2, "T4", 16_000).n,
+	})
 	for _, policy := range NodePolicies() {
-		pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 5, Workload: []Shape{
+		pl, err := NewPlacer(Config{Node: policy, Options: Options{Seed: 5, Supply: supply, Workload: []Shape{
 			{CPUMilli: 1000, Count: 1, Demand: Demand{MemoryMiB: 4096, Compute: 20}, Weight: 5},
+			{CPUMilli: 8000, MemoryMiB: 65_536, Count: 1, Demand: Demand{Compute: 50, Models: []string{"T4"}}, Weight: 3},
+			{CPUMilli: 4000, MemoryMiB: 8192, Weight: 2},
 		}}})
 		if err != nil {
 			t.Fatal(err)
@@ -451,11 +458,18 @@ func TestBoundsHold(t *testing.T) {
 		if pl.bounder == nil {
 			continue
 		}
-		checked := 0
+		checked, cpuOnly := 0, 0
 		for range 60 {
 			states := randomCluster(r)
 			for k := range 40 {
 				pod := randomPod(r, k)
+				if r.IntN(3) == 0 {
+					pod = makePod(fmt.Sprintf("ns/cpu%d", k)).cpu(int64(r.IntN(16_000))).obj()
+					pod.MemoryMiB = int64(r.IntN(64 << 10))
+				}
+				if pl.bounds(pod) {
+					cpuOnly++
+				}
 				for _, s := range states {
 					p, _ := pl.Place(s, pod)
 					if p == nil {
@@ -473,8 +487,8 @@ func TestBoundsHold(t *testing.T) {
 				}
 			}
 		}
-		if checked < 500 {
-			t.Fatalf("%s: only %d placements checked", policy, checked)
+		if checked < 500 || cpuOnly < 500 {
+			t.Fatalf("%s: only %d placements checked, of %d pods bounded", policy, checked, cpuOnly)
 		}
 	}
 }

@@ -100,15 +100,18 @@ func addNode(supply []Supply, n *Node, s *NodeState) {
 // countGPUs adds n's healthy GPUs to supply, sorted by CompareSupply,
 // with nothing free.
 func countGPUs(supply []Supply, n *Node) []Supply {
+	k := -1 // the kind of the GPU before, most often this one's
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		if !g.Healthy {
 			continue
 		}
-		kind := Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
-		k, found := slices.BinarySearchFunc(supply, kind, CompareSupply)
-		if !found {
-			supply = slices.Insert(supply, k, kind)
+		if k < 0 || supply[k].Model != g.Model || supply[k].MemoryMiB != g.MemoryMiB {
+			kind := Supply{Model: g.Model, MemoryMiB: g.MemoryMiB}
+			var found bool
+			if k, found = slices.BinarySearchFunc(supply, kind, CompareSupply); !found {
+				supply = slices.Insert(supply, k, kind)
+			}
 		}
 		supply[k].GPUs++
 	}
@@ -203,6 +206,12 @@ func pressures(mix []Shape, supply []Supply) []bound {
 // two lists name the same models when their keys are equal. Each name is
 // prefixed by its length, so no name's bytes can pass for a separator.
 func modelsKey(models []string) string {
+	switch len(models) {
+	case 0:
+		return ""
+	case 1:
+		return strconv.Itoa(len(models[0])) + ":" + models[0]
+	}
 	var b strings.Builder
 	for _, m := range slices.Compact(slices.Sorted(slices.Values(models))) {
 		b.WriteString(strconv.Itoa(len(m)))
@@ -234,7 +243,7 @@ func modelPressures(bounds []bound, supply []Supply) map[string]int64 {
 // pressureOn is the pressure on node n's GPUs: the sum of the bound
 // demands' that one of its healthy GPUs admits.
 func (f *fgd) pressureOn(n *Node) int64 {
-	if len(f.bound) == 0 {
+	if len(f.pressed) == 0 {
 		return 0
 	}
 	// Most nodes have GPUs of one model: one lookup.
@@ -255,8 +264,8 @@ func (f *fgd) pressureOn(n *Node) int64 {
 		return p
 	}
 	var p int64
-	for i := range f.bound {
-		b := &f.bound[i]
+	for i := range f.pressed {
+		b := &f.pressed[i]
 		if slices.ContainsFunc(n.GPUs, func(g GPU) bool { return g.Healthy && allows(b.models, g.Model) }) {
 			p += b.pressure
 		}

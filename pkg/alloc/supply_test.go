@@ -239,6 +239,49 @@ func TestResupply(t *testing.T) {
 	if got.Placement == nil || want.Placement == nil || got.Placement.Node != want.Placement.Node || got.Placement.Score != want.Placement.Score {
 		t.Errorf("re-supplied Placer: %+v, fresh one: %+v", got.Placement, want.Placement)
 	}
+
+	// fgd-robust at one level, or at both as one value, beside another
+	// policy: the re-supplied Placer rates every node and GPU as a fresh
+	// one, and the old Placer still rates as before.
+	pods := []*PodRequest{pod, makePod("p100").cpu(2000).container(App, ContainerRequest{Name: "main", Count: 1, Compute: 40, Models: []string{"P100"}}).obj(),
+		makePod("two").cpu(500).container(App, ContainerRequest{Name: "main", Count: 2, Compute: 30}).obj(), makePod("cpu").cpu(3000).obj()}
+	for _, levels := range [][2]string{{"fgd-robust", ""}, {"fgd-robust", "fgd-robust"}, {"fgd-robust", "binpack"}, {"binpack", "fgd-robust"}, {"fgd-pack", "fgd-robust"}} {
+		c := Config{Node: levels[0], GPU: levels[1], Options: Options{Workload: workload}}
+		old, err := NewPlacer(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := old.Resupply(supply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, ok := old.node.(*fgd); ok && old.gpu == GPUScorer(f) && next.gpu != next.node.(GPUScorer) {
+			t.Errorf("%v: one policy at both levels became two values", levels)
+		}
+		c.Supply = supply
+		fresh, err := NewPlacer(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unsupplied, err := NewPlacer(Config{Node: levels[0], GPU: levels[1], Options: Options{Workload: workload}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pod := range pods {
+			for _, s := range states {
+				for _, tc := range []struct {
+					name      string
+					got, want *Placer
+				}{{"re-supplied", next, fresh}, {"old", old, unsupplied}} {
+					got, _ := tc.got.Place(s, pod)
+					want, _ := tc.want.Place(s.Clone(), pod)
+					if (got == nil) != (want == nil) || got != nil && (got.Score != want.Score || !equalAssignments(got.Booked, want.Booked)) {
+						t.Errorf("%v, pod %s on %s: %s Placer %+v, want %+v", levels, pod.Key, s.Node.Name, tc.name, got, want)
+					}
+				}
+			}
+		}
+	}
 }
 
 // clones copies states without their memoised data.
@@ -254,8 +297,8 @@ func clones(states []*NodeState) []*NodeState {
 // healthy GPUs admits, whether its GPUs are of one model, of several, or
 // of a model the supply has not counted yet.
 func TestPressureOn(t *testing.T) {
-	f := &fgd{bound: []bound{{models: []string{"P100"}, pressure: 500}, {models: []string{"P100", "V100"}, pressure: 200}, {models: []string{"T4"}, pressure: 70}}}
-	f.byModel = modelPressures(f.bound, []Supply{{Model: "P100", GPUs: 2}, {Model: "G2", GPUs: 16}})
+	f := &fgd{pressed: []bound{{models: []string{"P100"}, pressure: 500}, {models: []string{"P100", "V100"}, pressure: 200}, {models: []string{"T4"}, pressure: 70}}}
+	f.byModel = modelPressures(f.pressed, []Supply{{Model: "P100", GPUs: 2}, {Model: "G2", GPUs: 16}})
 	for _, tc := range []struct {
 		node Node
 		want int64
