@@ -584,24 +584,26 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64, gpuOnly bool) (frag, gpuFrag
 			return used
 		}
 		for _, t := range f.terms[f.termsAt[k]:f.termsAt[k+1]] {
+			// memCap caps n pods of the shape by the node's memory. n x
+			// mem > memory when, and only when, n > memory / mem (n >=
+			// 0): the product saves a division.
+			memCap := func(n int64) int64 {
+				if t.mem > 0 && n*t.mem > mem {
+					return mem / t.mem
+				}
+				return n
+			}
 			n := units
 			if t.count != 1 {
 				n = units / t.count
 			}
-			// n x mem > the node's memory when, and only when, n > its
-			// memory / mem (n >= 0): the product saves a division.
-			if t.mem > 0 && n*t.mem > mem {
-				n = mem / t.mem
-			}
+			n = memCap(n)
 			if gpuOnly {
 				gpuFrag += t.weight * (b.total - usable(n, t.count))
 			}
 			switch {
 			case t.cpu > 0 && robust && cpu < t.cpu:
-				n = 0
-				if t.mem > 0 && mem < 0 {
-					n = mem / t.mem
-				}
+				n = memCap(0)
 			case t.cpu > 0 && !robust && cpu/t.cpu < n:
 				n = cpu / t.cpu
 			}

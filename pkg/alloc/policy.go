@@ -174,16 +174,18 @@ func (pl *Placer) Reweigh(workload, mix []Shape) (*Placer, error) {
 func (pl *Placer) Resupply(supply []Supply) (*Placer, error) {
 	next := *pl
 	next.cfg.Supply = supply
-	f, node := pl.node.(*fgd)
-	if node {
-		n := f.resupplied(next.cfg.Options)
+	f, _ := pl.node.(*fgd)
+	var n *fgd
+	if f != nil {
+		n = f.resupplied(next.cfg.Options)
 		next.node, next.bounder = n, n
-		if g, ok := pl.gpu.(*fgd); ok && g == f {
-			next.gpu = n // one policy at both levels is one value
-		}
 	}
-	if g, ok := pl.gpu.(*fgd); ok && (!node || g != f) {
-		next.gpu = g.resupplied(next.cfg.Options)
+	if g, ok := pl.gpu.(*fgd); ok {
+		if g == f {
+			next.gpu = n // one policy at both levels is one value
+		} else {
+			next.gpu = g.resupplied(next.cfg.Options)
+		}
 	}
 	return &next, nil
 }
