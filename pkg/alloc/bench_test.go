@@ -81,3 +81,99 @@ func benchPick(b *testing.B, states []*NodeState, policies ...string) {
 		})
 	}
 }
+
+// robustCluster is n nodes of the openb trace's three commonest kinds,
+// about half booked: 8 G2 GPUs and 96 CPUs, 2 T4s and 104 CPUs, 2 P100s
+// and 16 CPUs.
+func robustCluster(n int) []*NodeState {
+	r := rand.New(rand.NewPCG(3, 4))
+	kinds := []struct {
+		model string
+		gpus  int
+		cpu   int64
+	}{{"G2", 8, 96_000}, {"G2", 8, 96_000}, {"T4", 2, 104_000}, {"P100", 2, 16_000}}
+	states := make([]*NodeState, n)
+	for i := range states {
+		k := kinds[r.IntN(len(kinds))]
+		node := &Node{Name: fmt.Sprintf("node-%05d", i), CPUMilli: k.cpu, MemoryMiB: 512 << 10}
+		for g := range k.gpus {
+			node.GPUs = append(node.GPUs, GPU{Index: g, UUID: fmt.Sprintf("GPU-%d-%d", i, g), Model: k.model, MemoryMiB: 16384, Healthy: true, NUMANode: -1})
+		}
+		s := NewNodeState(node)
+		for g := range k.gpus {
+			switch r.IntN(3) {
+			case 0:
+				s.GPUs[g] = Usage{MemoryMiB: 16384, Compute: 100}
+			case 1:
+				s.GPUs[g] = Usage{Compute: int64(10 * (1 + r.IntN(9)))}
+			}
+		}
+		s.CPUMilli = int64(r.IntN(int(k.cpu / 2)))
+		states[i] = s
+	}
+	return states
+}
+
+// robustWorkload is a learned mix as fgd-robust weighs it online on the
+// openb gpuspec workloads: about a hundred shapes of GPU shares, whole
+// and multi-GPU pods and pods without GPUs, a quarter bound to models.
+func robustWorkload() []Shape {
+	r := rand.New(rand.NewPCG(5, 6))
+	models := [][]string{nil, nil, nil, {"T4"}, {"P100"}, {"G2", "P100"}}
+	var shapes []Shape
+	for range 100 {
+		sh := Shape{CPUMilli: int64(1+r.IntN(16)) * 1000, MemoryMiB: int64(r.IntN(64)) << 10, Weight: int64(1 + r.IntN(100))}
+		switch r.IntN(10) {
+		case 0:
+		case 1:
+			sh.Count, sh.Demand = 1<<r.IntN(4), Demand{Exclusive: true}
+		case 2, 3:
+			sh.Count, sh.Demand = 1, Demand{Exclusive: true}
+		default:
+			sh.Count, sh.Demand = 1, Demand{Compute: []int64{23, 32, 47, 47, 65, 81}[r.IntN(6)]}
+		}
+		if sh.Count > 0 {
+			sh.Demand.Models = models[r.IntN(len(models))]
+		}
+		shapes = append(shapes, sh)
+	}
+	return shapes
+}
+
+// BenchmarkPickRobust measures the default policy's decisions at the
+// openb cluster's size (1213 nodes) with a learned mix that binds demand
+// to models: a GPU share, a share bound to a model, a pod without GPUs,
+// and a decision that first refreshes the supply (Resupply), as the
+// scheduler does every workload.SupplyRefresh pods.
+func BenchmarkPickRobust(b *testing.B) {
+	states := robustCluster(1213)
+	share := &PodRequest{Key: "default/share", CPUMilli: 4000, MemoryMiB: 8192,
+		Containers: []PodContainer{{ContainerRequest: ContainerRequest{Name: "main", Compute: 47}}}}
+	bound := &PodRequest{Key: "default/bound", CPUMilli: 8000, MemoryMiB: 8192,
+		Containers: []PodContainer{{ContainerRequest: ContainerRequest{Name: "main", Compute: 32, Models: []string{"T4"}}}}}
+	cpu := &PodRequest{Key: "default/cpu", CPUMilli: 12_000, MemoryMiB: 57344}
+	pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Seed: 42, Workload: robustWorkload(), Supply: SupplyLeft(states)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		pod     *PodRequest
+		refresh bool
+	}{{"share", share, false}, {"bound", bound, false}, {"cpu", cpu, false}, {"refresh", share, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				pl := pl
+				if tc.refresh {
+					if pl, err = pl.Resupply(SupplyLeft(states)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if d := pl.Pick(states, tc.pod, 42); d.Index < 0 {
+					b.Fatal("no node fits")
+				}
+			}
+		})
+	}
+}
