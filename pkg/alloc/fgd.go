@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -561,7 +562,7 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64, gpuOnly bool) (frag, gpuFrag
 			}
 		}
 		if perCPU > 0 {
-			room = cpu * share / perCPU
+			room = mulDiv(cpu, share, perCPU)
 		}
 	}
 	// A shape no GPU of the node fits (or without GPUs) can use none of
@@ -584,11 +585,14 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64, gpuOnly bool) (frag, gpuFrag
 			return used
 		}
 		for _, t := range f.terms[f.termsAt[k]:f.termsAt[k+1]] {
-			// memCap caps n pods of the shape by the node's memory. n x
-			// mem > memory when, and only when, n > memory / mem (n >=
-			// 0): the product saves a division.
+			// memCap caps n >= 0 pods of the shape by the node's memory:
+			// n x mem > memory when, and only when, n > memory / mem, and
+			// the full product saves a division.
 			memCap := func(n int64) int64 {
-				if t.mem > 0 && n*t.mem > mem {
+				if t.mem <= 0 {
+					return n
+				}
+				if hi, lo := bits.Mul64(uint64(n), uint64(t.mem)); mem < 0 || hi != 0 || lo > uint64(mem) {
 					return mem / t.mem
 				}
 				return n
@@ -615,6 +619,28 @@ func (f *fgd) fragFill(b *fragBase, cpu, mem int64, gpuOnly bool) (frag, gpuFrag
 		}
 	}
 	return frag, gpuFrag
+}
+
+// mulDiv returns a x b / c, truncated toward zero as Go's division is,
+// for b >= 0 and c > 0, with the product in 128 bits: a quotient past
+// int64 saturates. A node whose allocatable CPU is unknown counts
+// record.Unlimited (2^40 milli-CPU), and times the learned weights (up
+// to 10^6 per shape) the product passes int64.
+func mulDiv(a, b, c int64) int64 {
+	m := uint64(a)
+	if a < 0 {
+		m = -m
+	}
+	hi, lo := bits.Mul64(m, uint64(b))
+	q := uint64(math.MaxInt64)
+	if hi < uint64(c) {
+		q, _ = bits.Div64(hi, lo, uint64(c))
+		q = min(q, math.MaxInt64)
+	}
+	if a < 0 {
+		return -int64(q)
+	}
+	return int64(q)
 }
 
 func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {

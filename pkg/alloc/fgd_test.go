@@ -1,6 +1,8 @@
 package alloc
 
 import (
+	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -297,7 +299,17 @@ func fragFillReference(f *fgd, s *NodeState, cpu, mem int64, withCPU bool) int64
 			}
 		}
 		if perCPU > 0 {
-			room = cpu * share / perCPU
+			// The share the CPU feeds, exact (big.Int's Quo truncates
+			// toward zero), saturating as int64.
+			r := new(big.Int).Quo(new(big.Int).Mul(big.NewInt(cpu), big.NewInt(share)), big.NewInt(perCPU))
+			switch {
+			case r.IsInt64():
+				room = r.Int64()
+			case r.Sign() > 0:
+				room = math.MaxInt64
+			default:
+				room = -math.MaxInt64
+			}
 		}
 	}
 	var sum int64
@@ -334,14 +346,20 @@ func fragFillReference(f *fgd, s *NodeState, cpu, mem int64, withCPU bool) int64
 // fragmentation fgd-fill and fgd-robust rate is the reference's, from a
 // node's own counts and from counts moved GPU by GPU from an earlier
 // state; with the node's free CPU or memory negative too (bookings past
-// what it has, as an adopted pod may leave).
+// what it has, as an adopted pod may leave), and in a third of the
+// rounds a node of unknown CPU (record.Unlimited) under weights at the
+// learner's scale, whose CPU times the weights passes int64.
 func TestFragFillMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(54, 1))
 	models := []string{"A100", "T4", "L4"}
 	for round := range 300 {
+		huge := round%3 == 0
 		var shapes []Shape
 		for range 1 + r.IntN(12) {
 			sh := Shape{CPUMilli: int64(r.IntN(4)) * 4000, MemoryMiB: int64(r.IntN(3)) * 32768, Weight: int64(1 + r.IntN(50))}
+			if huge {
+				sh.Weight = int64(1 + r.IntN(1e6))
+			}
 			if r.IntN(6) > 0 {
 				sh.Count = 1 + r.IntN(3)
 				switch r.IntN(3) {
@@ -374,6 +392,9 @@ func TestFragFillMatchesReference(t *testing.T) {
 					}
 				}
 				cpu := int64(r.IntN(80_000)) - 8000
+				if huge {
+					cpu = 1<<40 - int64(r.IntN(1<<20))
+				}
 				mem := int64(r.IntN(400_000)) - 150_000
 				var b0, moved fragBase
 				f.fill(&b0, before)
@@ -419,5 +440,29 @@ func TestModelsKey(t *testing.T) {
 			t.Errorf("modelsKey(%q) = modelsKey(%q) = %q", m, prev, k)
 		}
 		seen[k] = m
+	}
+}
+
+// TestMulDiv: a x b / c as exact integers, truncated toward zero and
+// saturating, for the operands fgd-robust's CPU room takes.
+func TestMulDiv(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	cases := [][3]int64{{0, 5, 3}, {7, 0, 3}, {-7, 5, 3}, {math.MaxInt64, math.MaxInt64, 1}, {math.MinInt64, math.MaxInt64, 1},
+		{math.MinInt64, 1, 1}, {1 << 40, 1 << 40, 1 << 20}, {-(1 << 40), 1 << 40, 3}, {math.MaxInt64, 2, math.MaxInt64}}
+	for range 1000 {
+		cases = append(cases, [3]int64{int64(r.Uint64()), r.Int64N(math.MaxInt64), 1 + r.Int64N(math.MaxInt64)},
+			[3]int64{r.Int64N(1<<41) - 1<<40, r.Int64N(1 << 40), 1 + r.Int64N(1<<30)})
+	}
+	for _, c := range cases {
+		want := new(big.Int).Quo(new(big.Int).Mul(big.NewInt(c[0]), big.NewInt(c[1])), big.NewInt(c[2]))
+		switch {
+		case want.Cmp(big.NewInt(math.MaxInt64)) > 0:
+			want.SetInt64(math.MaxInt64)
+		case want.Cmp(big.NewInt(-math.MaxInt64)) < 0:
+			want.SetInt64(-math.MaxInt64)
+		}
+		if got := mulDiv(c[0], c[1], c[2]); got != want.Int64() {
+			t.Errorf("mulDiv(%d, %d, %d) = %d, want %d", c[0], c[1], c[2], got, want.Int64())
+		}
 	}
 }

@@ -467,15 +467,15 @@ func TestBoundsHold(t *testing.T) {
 					pod = makePod(fmt.Sprintf("ns/cpu%d", k)).cpu(int64(r.IntN(16_000))).obj()
 					pod.MemoryMiB = int64(r.IntN(64 << 10))
 				}
-				if pl.bounds(pod) {
-					cpuOnly++
-				}
 				for _, s := range states {
 					p, _ := pl.Place(s, pod)
 					if p == nil {
 						continue
 					}
 					checked++
+					if pl.bounds(pod) {
+						cpuOnly++
+					}
 					if b := pl.bounder.bound(s, s.summary(), pod, demandsOf(pod, nil)); b.Compare(p.Score) < 0 {
 						t.Fatalf("%s: pod %s on %s: bound %v below the placement's score %v", policy, pod.Key, s.Node.Name, b, p.Score)
 					}
@@ -488,7 +488,28 @@ func TestBoundsHold(t *testing.T) {
 			}
 		}
 		if checked < 500 || cpuOnly < 500 {
-			t.Fatalf("%s: only %d placements checked, of %d pods bounded", policy, checked, cpuOnly)
+			t.Fatalf("%s: only %d placements checked, %d of them of pods bounded", policy, checked, cpuOnly)
 		}
+	}
+
+	// A node of unknown CPU counts record.Unlimited (2^40 milli-CPU); times
+	// a learned weight, the CPU's GPU room passes int64. Wrapped, it once
+	// capped the node's usable share below what a pod without GPUs left,
+	// and fgd-robust's score rose past the bound.
+	pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Workload: []Shape{
+		{CPUMilli: 4000, Count: 1, Demand: Demand{Compute: 50}, Weight: 771752},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := makeNode("unknown-cpu").cpu(1<<40).gpus(1, "A100", 16384).state()
+	s.CPUMilli = 91180 - 5000
+	pod := makePod("ns/cpu").cpu(10_000).obj()
+	p, _ := pl.Place(s, pod)
+	if p == nil {
+		t.Fatal("a pod without GPUs does not fit a node of unknown CPU")
+	}
+	if b := pl.bounder.bound(s, s.summary(), pod, nil); b.Compare(p.Score) < 0 {
+		t.Errorf("node of unknown CPU: bound %v below the placement's score %v", b, p.Score)
 	}
 }
