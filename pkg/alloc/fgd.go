@@ -386,13 +386,19 @@ func (f *fgd) fragOf(b *fragBase, cpu, mem int64) (frag, gpuFrag int64) {
 	if l := b.last.Load(); l != nil && l.weighs == f.weighs && l.cpu == cpu && l.mem == mem {
 		return l.frag, l.gpuFrag
 	}
-	if f.mode == fgdRobust {
-		frag, gpuFrag = f.fragFill(b, cpu, mem, true)
-	} else {
-		frag = f.frag(b, cpu, mem)
-	}
+	frag, gpuFrag = f.fragPair(b, cpu, mem)
 	b.last.Store(&fragLast{weighs: f.weighs, cpu: cpu, mem: mem, frag: frag, gpuFrag: gpuFrag})
 	return frag, gpuFrag
+}
+
+// fragPair returns b's fragmentation and, for fgdRobust, the one with
+// the node's CPU left out (0 otherwise), given the node's free CPU and
+// memory.
+func (f *fgd) fragPair(b *fragBase, cpu, mem int64) (frag, gpuFrag int64) {
+	if f.mode == fgdRobust {
+		return f.fragFill(b, cpu, mem, true)
+	}
+	return f.frag(b, cpu, mem), 0
 }
 
 // unitsOn returns how many of demand d fit GPU g at usage u side by side,
@@ -664,12 +670,7 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		f.fill(b1, after)
 	}
 	frag0, gpuFrag0 := f.fragOf(b0, before.FreeCPU(), before.FreeMemory())
-	var frag1, gpuFrag1 int64
-	if f.mode == fgdRobust {
-		frag1, gpuFrag1 = f.fragFill(b1, after.FreeCPU(), after.FreeMemory(), true)
-	} else {
-		frag1 = f.frag(b1, after.FreeCPU(), after.FreeMemory())
-	}
+	frag1, gpuFrag1 := f.fragPair(b1, after.FreeCPU(), after.FreeMemory())
 	growth := frag1 - frag0
 	if f.mode == fgdPlain {
 		return Score{Primary: -growth}
