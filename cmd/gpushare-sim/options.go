@@ -40,6 +40,7 @@ type options struct {
 	source      string
 	halfLife    int64
 	defrag      bool
+	spare       bool
 	claims      bool
 	movable     float64
 	maxMoves    int
@@ -72,6 +73,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.churn, "churn", false, "replay with churn: the pods arrive in the trace's creation order, pass after pass, and leave after their trace lifetimes; report the GPUs allocated over time and the pods that waited or were turned away (docs/benchmarks.md, \"Churn\")")
 	fs.Float64Var(&o.load, "load", 1, "with --churn: the offered GPU load, in fractions of the cluster's GPUs")
 	fs.IntVar(&o.passes, "passes", 12, "with --churn: passes over the trace's pods; the first 4 warm the cluster up and are not measured")
+	fs.BoolVar(&o.spare, "spare", false, "with --workload online: keep idle GPUs spare for pods that ask whole GPUs while the learned mix expects more whole-GPU demand than the idle GPUs can take; a pod asking part of a GPU then waits, or is turned away, rather than break one (docs/benchmarks.md, \"Spare idle GPUs\")")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -94,6 +96,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.source != sim.Oracle && o.source != sim.Online {
 		return nil, fmt.Errorf("--workload %q: want %s or %s", o.source, sim.Oracle, sim.Online)
+	}
+	if o.spare && o.source != sim.Online {
+		return nil, fmt.Errorf("--spare weighs the mix it learns: it needs --workload %s", sim.Online)
 	}
 	if o.halfLife <= 0 {
 		return nil, errors.New("--half-life must be positive")
@@ -214,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: o.maxTargets}}
 		}
 		r, err := sim.Run(ctx, w, p, o.seeds, sim.Options{Parallel: o.parallel, Workload: o.source, Defrag: defrag, Claims: o.claims,
-			Learn: workload.Config{HalfLife: o.halfLife}, Progress: func(done, total int) {
+			Learn: workload.Config{HalfLife: o.halfLife, Spare: o.spare}, Progress: func(done, total int) {
 				fmt.Fprintf(stderr, "\r%-10s seed %d/%d  %s", p, done, total, time.Since(start).Round(time.Second))
 			}})
 		fmt.Fprintln(stderr)
@@ -268,7 +273,7 @@ func runChurn(ctx context.Context, o *options, w *sim.Workload, stdout, stderr i
 			defrag = &sim.Defrag{Movable: o.movable, Budget: alloc.DefragBudget{MaxMoves: o.maxMoves, MaxTargets: o.maxTargets}}
 		}
 		r, err := sim.Churn(ctx, w, p, o.seeds, sim.ChurnOptions{Load: o.load, Passes: o.passes, Workload: o.source, Defrag: defrag,
-			Parallel: o.parallel, Learn: workload.Config{HalfLife: o.halfLife}})
+			Parallel: o.parallel, Learn: workload.Config{HalfLife: o.halfLife, Spare: o.spare}})
 		fmt.Fprintf(stderr, "%-10s churn %s\n", p, time.Since(start).Round(time.Second))
 		if err != nil {
 			return fmt.Errorf("policy %s: %w", p, err)

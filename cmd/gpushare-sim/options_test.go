@@ -63,7 +63,7 @@ func TestRunJSON(t *testing.T) {
 func TestRunBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--policy", "nope"}, {"--nodes", "x.csv"}, {"--seeds", "z"}, {"extra"},
 		{"--defrag", "--movable", "1.5"}, {"--defrag", "--max-moves", "0"}, {"--max-targets", "-1"}, {"--claims", "--defrag"},
-		{"--churn"}, {"--churn", "--claims"}, {"--churn", "--load", "0"}, {"--churn", "--passes", "4"}} {
+		{"--churn"}, {"--churn", "--claims"}, {"--churn", "--load", "0"}, {"--churn", "--passes", "4"}, {"--spare"}} {
 		var out, errs bytes.Buffer
 		if err := run(context.Background(), append([]string{"--synthetic-nodes", "5"}, args...), &out, &errs); err == nil {
 			t.Errorf("%s: want an error", strings.Join(args, " "))

@@ -22,6 +22,7 @@ const (
 	ReasonGPUMemory    Reason = "InsufficientGPUMemory"
 	ReasonGPUCompute   Reason = "InsufficientGPUCompute"
 	ReasonGPUNotIdle   Reason = "GPUNotIdle"
+	ReasonGPUSpare     Reason = "GPUKeptSpare"
 	ReasonNodeRejected Reason = "NodeRejected"
 )
 
@@ -105,6 +106,8 @@ func (r Insufficiency) String() string {
 		return fmt.Sprintf("%sneeds %d MiB on each GPU, largest allowed GPU has %d MiB", who, r.Requested, r.Capacity)
 	case ReasonGPUNotIdle:
 		return fmt.Sprintf("%sneeds %d whole idle GPU(s), %d idle", who, r.Needed, r.Usable)
+	case ReasonGPUSpare:
+		return fmt.Sprintf("%sneeds %d GPU(s) with room for its share, %d usable: the node's idle GPUs are kept spare for pods that ask whole GPUs, which the cluster is short of", who, r.Needed, r.Usable)
 	case ReasonGPUCount:
 		return fmt.Sprintf("%sneeds %d GPU(s), node has %d", who, r.Needed, r.Usable)
 	case ReasonWholeCard:
@@ -219,7 +222,7 @@ func containerUnfit(s *NodeState, name string, need, usable int, d *Demand, reje
 	for _, r := range rejects {
 		seen[r.Reason] = true
 	}
-	for _, reason := range []Reason{ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonNotMPS, ReasonModel, ReasonExcluded, ReasonUnhealthy} {
+	for _, reason := range []Reason{ReasonGPUSpare, ReasonGPUMemory, ReasonGPUCompute, ReasonGPUNotIdle, ReasonGPUTooSmall, ReasonNotMPS, ReasonModel, ReasonExcluded, ReasonUnhealthy} {
 		if seen[reason] {
 			in.Reason = reason
 			break

@@ -261,15 +261,16 @@ func nodeUnfit(s *NodeState, pod *PodRequest) *Unfit {
 func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, c *PodContainer, i int) bool {
 	d := c.PerGPU()
 	need := c.GPUCount()
+	spare := pl.spares(work, pod, &d)
 	sc.candidates = sc.candidates[:0]
 	for g := range work.GPUs {
-		if fits(work, g, &d) {
+		if fits(work, g, &d) && !(spare && work.Idle(g)) {
 			sc.candidates = append(sc.candidates, g)
 		}
 	}
 	if len(sc.candidates) < need {
 		if !sc.quiet {
-			sc.unfit = gpuUnfit(work, c, need, len(sc.candidates), &d)
+			sc.unfit = gpuUnfit(work, c, need, len(sc.candidates), &d, spare)
 		}
 		return false
 	}
@@ -282,12 +283,22 @@ func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, 
 	return true
 }
 
-// gpuUnfit explains why too few GPUs of work fit a container.
-func gpuUnfit(work *NodeState, c *PodContainer, need, usable int, d *Demand) *Unfit {
+// spares reports whether pl keeps work's idle GPUs spare from demand d
+// of pod: d asks part of a GPU, and breaking an idle GPU would leave the
+// node feeding fewer whole-GPU pods.
+func (pl *Placer) spares(work *NodeState, pod *PodRequest, d *Demand) bool {
+	return pl.cfg.Spare != nil && !d.Exclusive && pl.cfg.Spare.takes(work, pod.CPUMilli)
+}
+
+// gpuUnfit explains why too few GPUs of work fit a container; spare says
+// its idle GPUs were kept spare for whole-GPU pods.
+func gpuUnfit(work *NodeState, c *PodContainer, need, usable int, d *Demand, spare bool) *Unfit {
 	rejects := make([]GPUReject, 0, len(work.GPUs))
 	for g := range work.GPUs {
 		if r, ok := checkGPU(work, g, d); !ok {
 			rejects = append(rejects, r)
+		} else if spare && work.Idle(g) {
+			rejects = append(rejects, GPUReject{GPU: g, Reason: ReasonGPUSpare})
 		}
 	}
 	in := containerUnfit(work, c.Name, need, usable, d, rejects)

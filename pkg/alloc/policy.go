@@ -53,6 +53,11 @@ type Options struct {
 	// them (SupplyOf, SupplyLeft), for fgd-robust: it weighs model-bound
 	// demand against the free share of the GPUs that admit it.
 	Supply []Supply
+	// Spare, when set, keeps idle GPUs spare for whole-GPU pods: a
+	// container asking part of a GPU does not break an idle GPU whose
+	// node would then feed fewer of them. Nil places such containers
+	// wherever they fit.
+	Spare *Spare
 }
 
 // Config names the policies of a Placer.
@@ -189,6 +194,18 @@ func (pl *Placer) Resupply(supply []Supply) (*Placer, error) {
 	}
 	return &next, nil
 }
+
+// Sparing returns a Placer of pl's policies that keeps idle GPUs spare
+// as s says, or none when s is nil. It keeps what pl derived from the
+// nodes.
+func (pl *Placer) Sparing(s *Spare) *Placer {
+	next := *pl
+	next.cfg.Spare = s
+	return &next
+}
+
+// Spare returns what pl keeps idle GPUs spare by, nil if it keeps none.
+func (pl *Placer) Spare() *Spare { return pl.cfg.Spare }
 
 // Supply returns the supply pl weighs.
 func (pl *Placer) Supply() []Supply { return pl.cfg.Supply }

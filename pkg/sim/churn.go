@@ -233,7 +233,8 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
 	}
-	policy.Follow(Left(states))
+	var queued int64 // milli-GPU of the pods in queue
+	policy.Follow(Room{Left: states, Waiting: &queued})
 	var mv *mover
 	if o.Defrag != nil {
 		mv = newMover(o.Defrag, seed)
@@ -283,6 +284,7 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 		kept := queue[:0]
 		for _, q := range queue {
 			if now >= q.deadline {
+				queued -= q.milli
 				if q.measured && q.milli > 0 {
 					run.away++
 					run.awayMilli += q.milli
@@ -290,6 +292,7 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 				continue
 			}
 			if p, _ := policy.Placer().Place(states[node], &q.req); p != nil {
+				queued -= q.milli
 				if err := start(q.key, &q.req, alloc.Decision{Index: node, Placement: p}, q.milli, q.lifetime, q.since, q.measured); err != nil {
 					return err
 				}
@@ -345,6 +348,7 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 			if measured && milli > 0 {
 				run.waited++
 			}
+			queued += milli
 			queue = append(queue, &waiting{key: key, req: req, milli: milli, since: t, deadline: t + life, lifetime: life, measured: measured})
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/trace"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // churnWorkload is one node of gpus GPUs and pods of whole GPUs, each
@@ -77,5 +78,13 @@ func TestChurnWithDefragRuns(t *testing.T) {
 		if r.Allocated <= 0 || r.Allocated > 100 || len(r.AllocatedPerSeed) != 2 {
 			t.Errorf("defrag %v: allocated %.2f%% per seed %v: want within (0, 100] for each of 2 seeds", d != nil, r.Allocated, r.AllocatedPerSeed)
 		}
+	}
+	// Keeping idle GPUs spare weighs the queue as the demand waiting.
+	r, err := Churn(context.Background(), w, "fgd-robust", []uint64{1, 2}, ChurnOptions{Load: 1.1, Workload: Online, Learn: workload.Config{Spare: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Allocated <= 0 || r.Allocated > 100 {
+		t.Errorf("spare: allocated %.2f%%: want within (0, 100]", r.Allocated)
 	}
 }

@@ -233,7 +233,8 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 	for i, n := range nodes {
 		states[i] = alloc.NewNodeState(n)
 	}
-	policy.Follow(Left(states))
+	var waiting int64 // milli-GPU turned away
+	policy.Follow(Room{Left: states, Waiting: &waiting})
 	var mover *mover
 	if defrag != nil {
 		mover = newMover(defrag, seed)
@@ -280,6 +281,9 @@ func replay(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *workl
 			if mover != nil {
 				mover.placed(strconv.Itoa(k), req, d)
 			}
+		}
+		if d.Placement == nil {
+			waiting += p.RequestedMilli()
 		}
 		arrived += p.RequestedMilli()
 		run.pods++
@@ -396,3 +400,21 @@ func (l Left) Supply() ([]alloc.Supply, uint64) { return alloc.SupplyLeft(l), 1 
 
 // SupplyGeneration is 1: the nodes never change.
 func (l Left) SupplyGeneration() uint64 { return 1 }
+
+// Room is Left with the GPU demand waiting, for a policy that keeps idle
+// GPUs spare for whole-GPU pods (workload.Config.Spare): a replay's pods turned
+// away, or churn's pods in the queue.
+type Room struct {
+	Left
+	// Waiting is the GPU demand waiting, in thousandths of a GPU.
+	Waiting *int64
+}
+
+// Room is alloc.Spare.Add over the states, and the demand waiting in GPUs.
+func (r Room) Room(h *alloc.Spare) (alloc.Room, float64) {
+	var out alloc.Room
+	for _, s := range r.Left {
+		h.Add(&out, s)
+	}
+	return out, float64(*r.Waiting) / 1000
+}

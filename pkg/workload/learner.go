@@ -42,6 +42,10 @@ type Config struct {
 	Prior []alloc.Shape
 	// Coverage is the share of weight Shapes keeps, most frequent first.
 	Coverage float64
+	// Spare has the policy keep idle GPUs spare for whole-GPU pods
+	// (alloc.Spare) as the learned mix asks, when the source it follows
+	// tells the room the nodes leave (RoomSource).
+	Spare bool
 }
 
 // WholeGPU returns the built-in prior: a pod of one whole GPU.

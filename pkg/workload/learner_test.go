@@ -359,3 +359,99 @@ func TestPolicyObservesPodsWithoutGPUs(t *testing.T) {
 		t.Errorf("Observed = %d, want 0 GPU pods", p.Learner().Observed())
 	}
 }
+
+// roomSource is a supplySource that tells a room, as a test sets it.
+type roomSource struct {
+	supplySource
+	room    alloc.Room
+	waiting float64
+	rooms   int
+	spare   alloc.Spare // the last Spare asked about
+}
+
+func (s *roomSource) Room(sp *alloc.Spare) (alloc.Room, float64) {
+	s.rooms++
+	s.spare = *sp
+	return s.room, s.waiting
+}
+
+// TestPolicyKeepsSpare: a policy with Config.Spare reads the room every
+// SupplyRefresh pods, and its Placer keeps idle GPUs spare exactly while
+// the room is short for the whole-GPU demand it learned; without
+// Config.Spare, or with a source that tells no room, it keeps none.
+func TestPolicyKeepsSpare(t *testing.T) {
+	whole := &alloc.PodRequest{CPUMilli: 8000, Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Exclusive: true}}}}
+	share := &alloc.PodRequest{CPUMilli: 2000, Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Compute: 50}}}}
+	observe := func(p *Policy, from int) {
+		for i := range 2 * SupplyRefresh {
+			req := share
+			if i%2 == 0 {
+				req = whole
+			}
+			p.Observe(strconv.Itoa(from+i), req)
+		}
+	}
+	supply := []alloc.Supply{{Model: "A100", MemoryMiB: 40960, GPUs: 16, Free: 4000}}
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{Spare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &roomSource{supplySource: supplySource{supply: supply, gen: 1}, room: alloc.Room{Idle: 10, Free: 12}}
+	p.Follow(src)
+	src.room = alloc.Room{Idle: 2, Free: 12}
+	for i := range DefaultWarmup - 1 {
+		p.Observe(strconv.Itoa(-1-i), whole)
+		if pl := p.Placer(); pl.Spare() != nil {
+			t.Fatalf("after %d pods, fewer than the prior weighs: keeps idle GPUs spare on the prior's guess, %+v", i+1, pl.Spare())
+		}
+	}
+	src.room = alloc.Room{Idle: 11, Free: 12}
+	observe(p, 0)
+	// Half the pods since ask a whole GPU, half a 0.5 share: most demand
+	// is whole (with the prior's, under 0.9); the room's 11 idle GPUs are
+	// more than that share of 12.
+	pl := p.Placer()
+	if src.rooms == 0 || pl.Spare() != nil {
+		t.Fatalf("%d rooms read, spare %+v; want a read and none kept", src.rooms, pl.Spare())
+	}
+	if src.spare.Whole <= 2.0/3 || src.spare.Whole >= 0.9 || src.spare.WholeCPU <= 0 || src.spare.WholeCPU > 8000 {
+		t.Errorf("weighed %+v, want whole-GPU demand between 2/3 (the pods') and 0.9, at up to 8 CPUs per GPU", src.spare)
+	}
+	src.room = alloc.Room{Idle: 2, Free: 12}
+	observe(p, 1000)
+	if pl := p.Placer(); pl.Spare() == nil || *pl.Spare() != src.spare {
+		t.Fatalf("short room: spare %v; want the Spare weighed, %+v", pl.Spare(), src.spare)
+	}
+	src.waiting = 10 // the demand waiting takes the shortfall away
+	observe(p, 2000)
+	if pl := p.Placer(); pl.Spare() != nil {
+		t.Errorf("room short only with 10 GPUs waiting counted in: spare %+v, want none", pl.Spare())
+	}
+
+	for _, c := range []struct {
+		name   string
+		cfg    Config
+		policy string
+	}{{"without Config.Spare", Config{}, "fgd-robust"}, {"binpack", Config{Spare: true}, "binpack"}} {
+		p, err := NewPolicy(alloc.Config{Node: c.policy}, c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := &roomSource{supplySource: supplySource{supply: supply, gen: 1}, room: alloc.Room{Idle: 0, Free: 12}}
+		p.Follow(src)
+		observe(p, 0)
+		if pl := p.Placer(); pl.Spare() != nil || src.rooms != 0 {
+			t.Errorf("%s: keeps %+v after %d room reads, want none read", c.name, pl.Spare(), src.rooms)
+		}
+	}
+	// A source without rooms: the policy keeps nothing.
+	p, err = NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{Spare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Follow(&supplySource{supply: supply, gen: 1})
+	observe(p, 0)
+	if pl := p.Placer(); pl.Spare() != nil {
+		t.Errorf("no room source: keeps %+v", pl.Spare())
+	}
+}

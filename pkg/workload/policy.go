@@ -30,6 +30,9 @@ type Policy struct {
 	cfg     alloc.Config
 	learner *Learner
 	weighs  bool
+	// spare says the policy keeps idle GPUs spare for whole-GPU pods
+	// (Config.Spare), which it can only with a RoomSource.
+	spare bool
 
 	mu     sync.Mutex
 	placer atomic.Pointer[alloc.Placer]
@@ -63,6 +66,7 @@ func NewPolicy(cfg alloc.Config, lc Config) (*Policy, error) {
 		return p, nil
 	}
 	p.learner = NewLearner(lc)
+	p.spare = lc.Spare
 	if err := p.rebuild(); err != nil {
 		return nil, err
 	}
@@ -155,11 +159,22 @@ type SupplySource interface {
 	SupplyGeneration() uint64
 }
 
+// RoomSource is a SupplySource that also tells the room its nodes leave
+// for keeping idle GPUs spare (alloc.Spare.Add over every node) and the
+// GPU demand waiting:
+// pods turned away or pending, in GPUs.
+type RoomSource interface {
+	SupplySource
+	Room(h *alloc.Spare) (room alloc.Room, waiting float64)
+}
+
 // Follow has the policy weigh the workload against src's supply: Placer
 // reads it when the generation moved, and every SupplyRefresh pods
 // observed while the Placer is Pressed, and rebuilds the Placer when the
-// supply changed. Policies that weigh no workload ignore it. Call it
-// before Placer and Observe.
+// supply changed. A policy that keeps idle GPUs spare (Config.Spare) and
+// whose src is a RoomSource also reads the room every SupplyRefresh pods,
+// and keeps them while it is short (alloc.Spare.Keeps). Policies that weigh no
+// workload ignore it. Call it before Placer and Observe.
 func (p *Policy) Follow(src SupplySource) {
 	if p.weighs {
 		p.src = src
@@ -171,7 +186,14 @@ func (p *Policy) current() bool {
 	if p.src.SupplyGeneration() != p.gen.Load() {
 		return false
 	}
-	return p.observed.Load()-p.read.Load() < SupplyRefresh || !p.placer.Load().Pressed()
+	return p.observed.Load()-p.read.Load() < SupplyRefresh || !p.placer.Load().Pressed() && !p.spares()
+}
+
+// spares reports whether the policy weighs keeping idle GPUs spare:
+// Config.Spare, a learned mix and a RoomSource.
+func (p *Policy) spares() bool {
+	_, ok := p.src.(RoomSource)
+	return p.spare && ok && p.learner != nil
 }
 
 // setSupplyLocked has the Placer weigh supply, a new one if it changed.
@@ -201,8 +223,39 @@ func (p *Policy) follow() {
 	n := p.observed.Load()
 	supply, gen := p.src.Supply()
 	p.setSupplyLocked(supply)
+	if p.spares() {
+		p.setSpareLocked(supply)
+	}
 	p.gen.Store(gen)
 	p.read.Store(n)
+}
+
+// setSpareLocked has the Placer keep idle GPUs spare if the room is short
+// for the whole-GPU demand of the mix learned so far, and keep none if
+// not. Until the learner has seen as many pods as its prior weighs, the
+// mix is mostly the prior's guess, and none are kept: a scheduler that
+// restarts beside a busy cluster does not turn shares away on a guess.
+func (p *Policy) setSpareLocked(supply []alloc.Supply) {
+	old := p.placer.Load()
+	if p.learner.Observed() < p.learner.cfg.Warmup {
+		if old.Spare() != nil {
+			p.placer.Store(old.Sparing(nil))
+		}
+		return
+	}
+	var gpus, mib int64
+	for _, s := range supply {
+		gpus += s.GPUs
+		mib += s.GPUs * s.MemoryMiB
+	}
+	sp := alloc.SpareOf(p.learner.Mix(), mib/max(gpus, 1))
+	room, waiting := p.src.(RoomSource).Room(&sp)
+	switch {
+	case sp.Keeps(room, waiting):
+		p.placer.Store(old.Sparing(&sp))
+	case old.Spare() != nil:
+		p.placer.Store(old.Sparing(nil))
+	}
 }
 
 // rebuild builds a Placer for the learner's current shapes.

@@ -1,0 +1,131 @@
+package alloc
+
+import "math"
+
+// Spare keeps idle GPUs spare for pods that ask whole GPUs.
+//
+// A pod asking part of a GPU that no partly used GPU fits breaks an idle
+// one. While a cluster fills, idle GPUs run short first: each one a
+// share of 0.81 took is then missing to a pod of one whole GPU, which is
+// turned away instead. Spare counts the idle GPUs whole-GPU pods could
+// take (Room.Idle) and, while there are fewer of them than the share
+// of whole-GPU demand in what the free GPU share is still expected to
+// take (Whole times Room.Free less the GPU demand already waiting), a
+// container asking part of a GPU does not take an idle GPU whose node
+// would then feed fewer whole GPUs. Such a pod waits, or goes where a
+// partly used GPU fits it.
+//
+// The demand waiting counts in the expectation: pods turned away or
+// pending take none of the free share, so keeping eases as they pile
+// up, and idle GPUs that whole-GPU pods do not take (they are short of
+// CPU where the idle GPUs are, or bound to other models) stop being
+// kept.
+type Spare struct {
+	// Whole is the share of the GPU demand that asks whole GPUs, 0-1.
+	Whole float64
+	// WholeCPU is the milli-CPU whole-GPU pods ask per GPU; CPU is the
+	// milli-CPU pods with GPUs ask per GPU of their demand. A node's free
+	// CPU at these rates bounds what its GPUs count for (Add).
+	WholeCPU, CPU float64
+}
+
+// SpareOf weighs mix, shapes with their weights (a learned mix): a share
+// asked in MiB counts against gpuMemoryMiB, a typical GPU's memory; 0
+// counts such shares as nothing.
+func SpareOf(mix []Shape, gpuMemoryMiB int64) Spare {
+	var whole, all, wholeCPU, cpu, wholeGPUs float64
+	for i := range mix {
+		q := &mix[i]
+		if q.Count == 0 || q.Weight <= 0 {
+			continue
+		}
+		w := float64(q.Weight)
+		d := shareOfDemand(&q.Demand, gpuMemoryMiB) * float64(q.Count)
+		all += w * d
+		cpu += w * float64(q.CPUMilli)
+		if q.Demand.Exclusive {
+			whole += w * d
+			wholeGPUs += w * float64(q.Count)
+			wholeCPU += w * float64(q.CPUMilli)
+		}
+	}
+	var sp Spare
+	if all > 0 {
+		sp.Whole, sp.CPU = whole/all, cpu/all
+	}
+	if wholeGPUs > 0 {
+		sp.WholeCPU = wholeCPU / wholeGPUs
+	}
+	return sp
+}
+
+// shareOfDemand is the part of one GPU d asks, 0-1.
+func shareOfDemand(d *Demand, gpuMemoryMiB int64) float64 {
+	if d.Exclusive {
+		return 1
+	}
+	s := float64(d.Compute) / FullCompute
+	if d.MemoryPercent > 0 {
+		s = max(s, float64(d.MemoryPercent)/100)
+	}
+	if d.MemoryMiB > 0 && gpuMemoryMiB > 0 {
+		s = max(s, float64(d.MemoryMiB)/float64(gpuMemoryMiB))
+	}
+	return min(s, 1)
+}
+
+// Room is what nodes leave for Spare to weigh (Spare.Add).
+type Room struct {
+	// Idle counts the idle GPUs whole-GPU pods could take: on each node
+	// at most as many as its free CPU feeds at Spare.WholeCPU.
+	Idle float64
+	// Free is the free GPU share, in GPUs: on each node at most what its
+	// free CPU feeds at Spare.CPU.
+	Free float64
+}
+
+// Add adds what s leaves to r.
+func (sp *Spare) Add(r *Room, s *NodeState) {
+	var idle, free float64
+	for i := range s.GPUs {
+		if s.Idle(i) {
+			idle++
+		}
+		free += float64(s.FreeShare(i)) / 1000
+	}
+	cpu := float64(max(s.FreeCPU(), 0))
+	if sp.CPU > 0 {
+		free = min(free, cpu/sp.CPU)
+	}
+	r.Idle += sp.feeds(idle, cpu)
+	r.Free += free
+}
+
+// feeds is how many of idle GPUs whole-GPU pods could take with cpu
+// milli-CPU free.
+func (sp *Spare) feeds(idle, cpu float64) float64 {
+	if sp.WholeCPU > 0 {
+		idle = min(idle, cpu/sp.WholeCPU)
+	}
+	return math.Floor(max(idle, 0))
+}
+
+// Keeps reports whether idle GPUs are kept spare in a cluster that
+// leaves room, with waiting GPUs' worth of demand pending or turned away.
+func (sp *Spare) Keeps(room Room, waiting float64) bool {
+	return sp.Whole > 0 && room.Idle < sp.Whole*(room.Free-waiting)
+}
+
+// takes reports whether a container asking part of a GPU, of a pod asking
+// podCPU milli-CPU, would take from whole-GPU pods by breaking an idle GPU
+// of s: s's idle GPUs then feed fewer of them.
+func (sp *Spare) takes(s *NodeState, podCPU int64) bool {
+	idle := 0
+	for i := range s.GPUs {
+		if s.Idle(i) {
+			idle++
+		}
+	}
+	cpu := float64(s.FreeCPU())
+	return sp.feeds(float64(idle-1), cpu-float64(podCPU)) < sp.feeds(float64(idle), cpu)
+}

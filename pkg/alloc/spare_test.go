@@ -1,0 +1,146 @@
+package alloc
+
+import (
+	"math"
+	"testing"
+)
+
+func TestSpareOf(t *testing.T) {
+	mix := []Shape{
+		// 3 pods of a 0.5 share by compute, 2 CPUs each: 1.5 GPUs.
+		{CPUMilli: 2000, Count: 1, Demand: Demand{Compute: 50}, Weight: 3},
+		// 1 pod of two whole GPUs, 16 CPUs: 2 GPUs.
+		{CPUMilli: 16000, Count: 2, Demand: Demand{Exclusive: true}, Weight: 1},
+		// 2 pods of 4 GiB of a 16 GiB GPU, no CPU: 0.5 GPUs.
+		{Count: 1, Demand: Demand{MemoryMiB: 4096}, Weight: 2},
+		// Pods without GPUs and shapes of no weight do not count.
+		{CPUMilli: 64000, Weight: 50},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Exclusive: true}},
+	}
+	got := SpareOf(mix, 16384)
+	// Demand: 1.5 + 2 + 0.5 = 4 GPUs, of which 2 whole; CPU 6 + 16 = 22
+	// CPUs: 8 per GPU of whole-GPU demand, 5.5 per GPU of all demand.
+	want := Spare{Whole: 0.5, WholeCPU: 8000, CPU: 5500}
+	if !near(got.Whole, want.Whole) || !near(got.WholeCPU, want.WholeCPU) || !near(got.CPU, want.CPU) {
+		t.Errorf("SpareOf = %+v, want %+v", got, want)
+	}
+	if got := SpareOf(mix[:1], 16384); got.Whole != 0 || got.WholeCPU != 0 {
+		t.Errorf("SpareOf of shares alone = %+v, want no whole-GPU demand", got)
+	}
+	if got := SpareOf(nil, 0); got != (Spare{}) {
+		t.Errorf("SpareOf(nil) = %+v, want zero", got)
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestSpareRoomAndKeeps(t *testing.T) {
+	sp := Spare{Whole: 0.5, WholeCPU: 8000, CPU: 4000}
+	var room Room
+	// 4 GPUs, 2 idle, 1 half used, 1 full; 24 CPUs free: the idle ones
+	// feed 3 whole GPUs of CPU, so both count; the free share 2.5 GPUs
+	// is under the 6 GPUs' worth of demand the CPU feeds.
+	a := makeNode("a").gpus(4, "A100", 16384).cpu(32000).state(Usage{}, Usage{}, Usage{MemoryMiB: 8192, Compute: 50}, Usage{MemoryMiB: 16384, Compute: 100})
+	a.CPUMilli = 8000
+	sp.Add(&room, a)
+	if room != (Room{Idle: 2, Free: 2.5}) {
+		t.Fatalf("room of a = %+v, want 2 idle and 2.5 free", room)
+	}
+	// 8 idle GPUs and 12 CPUs free: whole-GPU pods could take 1 of them
+	// (8 CPUs each), and pods 3 GPUs' worth (4 CPUs per GPU).
+	b := makeNode("b").gpus(8, "A100", 16384).cpu(16000).state()
+	b.CPUMilli = 4000
+	sp.Add(&room, b)
+	if room != (Room{Idle: 3, Free: 5.5}) {
+		t.Fatalf("room of a and b = %+v, want 3 idle and 5.5 free", room)
+	}
+	// Half the 5.5 GPUs still to be taken are whole-GPU demand: 2.75,
+	// fewer than the 3 idle; with one GPU's demand waiting, 2.25.
+	for _, c := range []struct {
+		sp      Spare
+		waiting float64
+		want    bool
+	}{
+		{sp, 0, false},
+		{Spare{Whole: 0.6}, 0, true},  // 3.3 GPUs of whole-GPU demand
+		{Spare{Whole: 0.6}, 1, false}, // 2.7 once 1 GPU waits
+		{Spare{Whole: 1}, 0, true},
+		{Spare{}, 0, false}, // no whole-GPU demand: nothing kept
+	} {
+		if got := c.sp.Keeps(room, c.waiting); got != c.want {
+			t.Errorf("%+v.Keeps(%+v, %v) = %v, want %v", c.sp, room, c.waiting, got, c.want)
+		}
+	}
+	// An empty cluster is never short, even if all demand asks whole
+	// GPUs: its idle GPUs are all of its free share.
+	if empty := (Room{Idle: 8, Free: 8}); (&Spare{Whole: 1}).Keeps(empty, 0) {
+		t.Errorf("Keeps(%+v) with only whole-GPU demand = true, want false", empty)
+	}
+}
+
+func TestSparingPlacesShares(t *testing.T) {
+	sp := &Spare{Whole: 0.5, WholeCPU: 4000}
+	// GPU 0 idle, GPU 1 has 8 GiB free.
+	partly := func() *NodeState {
+		return makeNode("n").gpus(2, "A100", 16384).state(Usage{}, Usage{MemoryMiB: 8192, Compute: 50})
+	}
+	small := makePod("small").cpu(1000).shared("c", 4096, 25).obj()
+	large := makePod("large").cpu(1000).shared("c", 12288, 75).obj()
+	whole := makePod("whole").cpu(1000).whole("c", 1).obj()
+	for _, policy := range []string{"spread", "binpack", "fgd-robust"} {
+		pl := mustPlacer(policy)
+		kept := pl.Sparing(sp)
+		if pl.Spare() != nil || kept.Spare() != sp || kept.Sparing(nil).Spare() != nil {
+			t.Fatalf("%s: Sparing and Spare do not round-trip", policy)
+		}
+		// Without sparing, spread gives the small share the idle GPU.
+		p, unfit := kept.Place(partly(), small)
+		if unfit != nil || gpusOf(p)[0][0] != 1 {
+			t.Errorf("%s sparing: small share placed on %v (%v), want the partly used GPU 1", policy, p, unfit)
+		}
+		// A share no partly used GPU fits waits, and says why.
+		if p, unfit := kept.Place(partly(), large); p != nil {
+			t.Errorf("%s sparing: large share placed on GPUs %v, want it kept off the idle GPU", policy, gpusOf(p))
+		} else if unfit == nil || len(unfit.Reasons) != 1 || unfit.Reasons[0].Reason != ReasonGPUSpare {
+			t.Errorf("%s sparing: large share's reason %v, want %s", policy, unfit, ReasonGPUSpare)
+		} else if !unfit.Resolvable() {
+			t.Errorf("%s sparing: a share kept off idle GPUs is not resolvable; moving pods off GPU 1 makes room", policy)
+		}
+		if p, unfit := pl.Place(partly(), large); unfit != nil || gpusOf(p)[0][0] != 0 {
+			t.Errorf("%s: without sparing the large share got %v (%v), want the idle GPU 0", policy, p, unfit)
+		}
+		// Whole-GPU pods take idle GPUs as before.
+		if p, unfit := kept.Place(partly(), whole); unfit != nil || gpusOf(p)[0][0] != 0 {
+			t.Errorf("%s sparing: whole GPU got %v (%v), want GPU 0", policy, p, unfit)
+		}
+		// Pick finds the node where a partly used GPU fits.
+		states := []*NodeState{makeNode("idle").gpus(2, "A100", 16384).state(), makeNode("used").gpus(2, "A100", 16384).state(Usage{MemoryMiB: 4096, Compute: 25}, Usage{MemoryMiB: 16384, Compute: 100})}
+		if d := kept.Pick(states, large, 1); d.Index != 1 {
+			t.Errorf("%s sparing: Pick chose node %d, want the partly used node 1", policy, d.Index)
+		}
+	}
+}
+
+func TestSparingWhereCPUFeedsNoWholeGPU(t *testing.T) {
+	sp := &Spare{Whole: 0.5, WholeCPU: 8000}
+	large := makePod("large").cpu(2000).shared("c", 12288, 75).obj()
+	pl := mustPlacer("binpack").Sparing(sp)
+	// 2 idle GPUs, 10 CPUs free: one whole-GPU pod's CPU. Taking an idle
+	// GPU and 2 CPUs leaves 1 idle GPU and 8 CPUs: still one whole-GPU
+	// pod, so the share may take it.
+	s := makeNode("n").gpus(2, "A100", 16384).cpu(10000).state()
+	if _, unfit := pl.Place(s, large); unfit != nil {
+		t.Errorf("share kept off an idle GPU whole-GPU pods lack the CPU for: %v", unfit)
+	}
+	// With 16 CPUs free, two whole-GPU pods fit, and the share would
+	// leave room for one: it is kept off.
+	s = makeNode("n").gpus(2, "A100", 16384).cpu(16000).state()
+	if _, unfit := pl.Place(s, large); unfit == nil || unfit.Reasons[0].Reason != ReasonGPUSpare {
+		t.Errorf("share placed on an idle GPU a whole-GPU pod could take: %v", unfit)
+	}
+	// A node with nothing idle is not concerned.
+	s = makeNode("n").gpus(1, "A100", 16384).state(Usage{MemoryMiB: 1024, Compute: 5})
+	if _, unfit := pl.Place(s, large); unfit != nil {
+		t.Errorf("share kept off a partly used GPU: %v", unfit)
+	}
+}
