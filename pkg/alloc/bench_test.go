@@ -177,3 +177,16 @@ func BenchmarkPickRobust(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSpareRoom: the walk a policy that keeps idle GPUs spare makes
+// over the openb cluster's nodes every workload.SupplyRefresh pods.
+func BenchmarkSpareRoom(b *testing.B) {
+	states := robustCluster(1213)
+	sp := SpareOf(robustWorkload(), 16384)
+	for b.Loop() {
+		var r Room
+		for _, s := range states {
+			sp.Add(&r, s)
+		}
+	}
+}

@@ -207,6 +207,14 @@ func (pl *Placer) Sparing(s *Spare) *Placer {
 // Spare returns what pl keeps idle GPUs spare by, nil if it keeps none.
 func (pl *Placer) Spare() *Spare { return pl.cfg.Spare }
 
+// Mix returns the whole mix pl weighs (Options.Mix, else Workload).
+func (pl *Placer) Mix() []Shape {
+	if len(pl.cfg.Mix) > 0 {
+		return pl.cfg.Mix
+	}
+	return pl.cfg.Workload
+}
+
 // Supply returns the supply pl weighs.
 func (pl *Placer) Supply() []Supply { return pl.cfg.Supply }
 

@@ -82,6 +82,10 @@ type Room struct {
 	// Free is the free GPU share, in GPUs: on each node at most what its
 	// free CPU feeds at Spare.CPU.
 	Free float64
+	// Turnover is the GPU demand pods released per GPU demand placed,
+	// lately, 0-1: 0 while a cluster only fills, near 1 where leaving
+	// pods give back as much room as arriving ones take.
+	Turnover float64
 }
 
 // Add adds what s leaves to r.
@@ -113,7 +117,7 @@ func (sp *Spare) feeds(idle, cpu float64) float64 {
 // Keeps reports whether idle GPUs are kept spare in a cluster that
 // leaves room, with waiting GPUs' worth of demand pending or turned away.
 func (sp *Spare) Keeps(room Room, waiting float64) bool {
-	return sp.Whole > 0 && room.Idle < sp.Whole*(room.Free-waiting)
+	return sp.Whole > 0 && room.Idle < sp.Whole*(room.Free-waiting)*(1-min(max(room.Turnover, 0), 1))
 }
 
 // takes reports whether a container asking part of a GPU, of a pod asking

@@ -71,6 +71,18 @@ func TestSpareRoomAndKeeps(t *testing.T) {
 			t.Errorf("%+v.Keeps(%+v, %v) = %v, want %v", c.sp, room, c.waiting, got, c.want)
 		}
 	}
+	// Leaving pods give room back: at a turnover of 0.5 only half the
+	// shortfall's demand is expected before they do, and at 1 none.
+	for _, c := range []struct {
+		turnover float64
+		want     bool
+	}{{0, true}, {0.4, true}, {0.5, false}, {1, false}, {2, false}, {-1, true}} {
+		r := room
+		r.Turnover = c.turnover
+		if got := (&Spare{Whole: 1}).Keeps(r, 0); got != c.want {
+			t.Errorf("Keeps(%+v) with only whole-GPU demand = %v, want %v", r, got, c.want)
+		}
+	}
 	// An empty cluster is never short, even if all demand asks whole
 	// GPUs: its idle GPUs are all of its free share.
 	if empty := (Room{Idle: 8, Free: 8}); (&Spare{Whole: 1}).Keeps(empty, 0) {

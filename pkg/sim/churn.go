@@ -234,7 +234,8 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 		states[i] = alloc.NewNodeState(n)
 	}
 	var queued int64 // milli-GPU of the pods in queue
-	policy.Follow(Room{Left: states, Waiting: &queued})
+	var turnover Turnover
+	policy.Follow(Room{Left: states, Waiting: &queued, Turnover: &turnover})
 	var mv *mover
 	if o.Defrag != nil {
 		mv = newMover(o.Defrag, seed)
@@ -257,6 +258,7 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 			return fmt.Errorf("pod %s: %w", key, err)
 		}
 		allocated += milli
+		turnover.Place(milli)
 		heap.Push(&out, &running{key: key, node: d.Index, place: d.Placement, milli: milli, ends: now + life})
 		if mv != nil {
 			mv.placed(key, *req, d)
@@ -279,6 +281,7 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 			return fmt.Errorf("pod %s leaving: %w", r.key, err)
 		}
 		allocated -= r.milli
+		turnover.Release(r.milli)
 		// New room is on this node alone: the oldest waiting pods that
 		// fit there start, and those past their patience give up.
 		kept := queue[:0]

@@ -107,20 +107,20 @@ func (p *Policy) Observe(key string, req *alloc.PodRequest) {
 // the pods observed before it (1, 2, 4, ... while warming up), and at
 // most every DefaultRefresh pods after.
 func (p *Policy) Placer() *alloc.Placer {
-	p.follow()
-	if p.learner == nil {
-		return p.placer.Load()
-	}
-	n, built := p.learner.Observed(), p.built.Load()
-	if n-built >= min(max(built, 1), DefaultRefresh) {
-		p.mu.Lock()
-		if n-p.built.Load() >= min(max(p.built.Load(), 1), DefaultRefresh) {
-			// The names were checked in NewPolicy and the learner's
-			// shapes are never empty: rebuild cannot fail here.
-			_ = p.rebuild()
+	if p.learner != nil {
+		n, built := p.learner.Observed(), p.built.Load()
+		if n-built >= min(max(built, 1), DefaultRefresh) {
+			p.mu.Lock()
+			if n-p.built.Load() >= min(max(p.built.Load(), 1), DefaultRefresh) {
+				// The names were checked in NewPolicy and the learner's
+				// shapes are never empty: rebuild cannot fail here.
+				_ = p.rebuild()
+			}
+			p.mu.Unlock()
 		}
-		p.mu.Unlock()
 	}
+	// After the rebuild: keeping idle GPUs spare weighs its mix.
+	p.follow()
 	return p.placer.Load()
 }
 
@@ -248,7 +248,9 @@ func (p *Policy) setSpareLocked(supply []alloc.Supply) {
 		gpus += s.GPUs
 		mib += s.GPUs * s.MemoryMiB
 	}
-	sp := alloc.SpareOf(p.learner.Mix(), mib/max(gpus, 1))
+	// The mix the Placer was built from, at most DefaultRefresh pods old:
+	// the learner's own would be sorted again for this alone.
+	sp := alloc.SpareOf(old.Mix(), mib/max(gpus, 1))
 	room, waiting := p.src.(RoomSource).Room(&sp)
 	switch {
 	case sp.Keeps(room, waiting):
