@@ -264,7 +264,7 @@ func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, 
 	spare := pl.spares(work, pod, &d)
 	sc.candidates = sc.candidates[:0]
 	for g := range work.GPUs {
-		if fits(work, g, &d) && !(spare && work.Idle(g)) {
+		if fits(work, g, &d) && (!spare || !work.Idle(g)) {
 			sc.candidates = append(sc.candidates, g)
 		}
 	}
