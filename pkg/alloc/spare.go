@@ -19,7 +19,8 @@ import "math"
 // pending take none of the free share, so keeping eases as they pile
 // up, and idle GPUs that whole-GPU pods do not take (they are short of
 // CPU where the idle GPUs are, or bound to other models) stop being
-// kept.
+// kept. So does the turnover (Room.Turnover): where pods leave, they
+// give idle GPUs back before the cluster fills, and none are kept.
 type Spare struct {
 	// Whole is the share of the GPU demand that asks whole GPUs, 0-1.
 	Whole float64

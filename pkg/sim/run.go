@@ -403,8 +403,8 @@ func (l Left) Supply() ([]alloc.Supply, uint64) { return alloc.SupplyLeft(l), 1 
 func (l Left) SupplyGeneration() uint64 { return 1 }
 
 // Room is Left with the GPU demand waiting, for a policy that keeps idle
-// GPUs spare for whole-GPU pods (workload.Config.Spare): a replay's pods turned
-// away, or churn's pods in the queue.
+// GPUs spare for whole-GPU pods (workload.Config.Spare): a replay's pods
+// turned away, or churn's pods in the queue.
 type Room struct {
 	Left
 	// Waiting is the GPU demand waiting, in thousandths of a GPU.
@@ -415,10 +415,10 @@ type Room struct {
 }
 
 // Room is alloc.Spare.Add over the states, and the demand waiting in GPUs.
-func (r Room) Room(h *alloc.Spare) (alloc.Room, float64) {
+func (r Room) Room(sp *alloc.Spare) (alloc.Room, float64) {
 	var out alloc.Room
 	for _, s := range r.Left {
-		h.Add(&out, s)
+		sp.Add(&out, s)
 	}
 	if r.Turnover != nil {
 		out.Turnover = r.Turnover.Ratio()

@@ -160,12 +160,12 @@ type SupplySource interface {
 }
 
 // RoomSource is a SupplySource that also tells the room its nodes leave
-// for keeping idle GPUs spare (alloc.Spare.Add over every node) and the
-// GPU demand waiting:
-// pods turned away or pending, in GPUs.
+// for keeping idle GPUs spare (alloc.Spare.Add over every node, and the
+// turnover) and the GPU demand waiting: pods turned away or pending, in
+// GPUs.
 type RoomSource interface {
 	SupplySource
-	Room(h *alloc.Spare) (room alloc.Room, waiting float64)
+	Room(sp *alloc.Spare) (room alloc.Room, waiting float64)
 }
 
 // Follow has the policy weigh the workload against src's supply: Placer
@@ -173,8 +173,8 @@ type RoomSource interface {
 // observed while the Placer is Pressed, and rebuilds the Placer when the
 // supply changed. A policy that keeps idle GPUs spare (Config.Spare) and
 // whose src is a RoomSource also reads the room every SupplyRefresh pods,
-// and keeps them while it is short (alloc.Spare.Keeps). Policies that weigh no
-// workload ignore it. Call it before Placer and Observe.
+// and keeps them while it is short (alloc.Spare.Keeps). Policies that
+// weigh no workload ignore it. Call it before Placer and Observe.
 func (p *Policy) Follow(src SupplySource) {
 	if p.weighs {
 		p.src = src
