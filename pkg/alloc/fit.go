@@ -107,7 +107,7 @@ func (r Insufficiency) String() string {
 	case ReasonGPUNotIdle:
 		return fmt.Sprintf("%sneeds %d whole idle GPU(s), %d idle", who, r.Needed, r.Usable)
 	case ReasonGPUSpare:
-		return fmt.Sprintf("%sneeds %d GPU(s) with room for its share, %d usable: the node's idle GPUs are kept spare for pods that ask whole GPUs, which the cluster is short of", who, r.Needed, r.Usable)
+		return fmt.Sprintf("%sneeds %d GPU(s) with room for its share, %d usable: the node's idle GPUs, and the CPU that feeds them, are kept spare for pods that ask whole GPUs, which the cluster is short of", who, r.Needed, r.Usable)
 	case ReasonGPUCount:
 		return fmt.Sprintf("%sneeds %d GPU(s), node has %d", who, r.Needed, r.Usable)
 	case ReasonWholeCard:

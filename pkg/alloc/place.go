@@ -261,16 +261,22 @@ func nodeUnfit(s *NodeState, pod *PodRequest) *Unfit {
 func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, c *PodContainer, i int) bool {
 	d := c.PerGPU()
 	need := c.GPUCount()
-	spare := pl.spares(work, pod, &d)
+	// An init container books beside the app phase (sc.work): a GPU is
+	// idle to it only if the app phase leaves it so.
+	idle := work
+	if c.Kind == Init {
+		idle = &sc.work
+	}
+	keep := pl.keeps(idle, pod, &d, need)
 	sc.candidates = sc.candidates[:0]
 	for g := range work.GPUs {
-		if fits(work, g, &d) && (!spare || !work.Idle(g)) {
+		if fits(work, g, &d) && !keep.of(idle, g) {
 			sc.candidates = append(sc.candidates, g)
 		}
 	}
 	if len(sc.candidates) < need {
 		if !sc.quiet {
-			sc.unfit = gpuUnfit(work, c, need, len(sc.candidates), &d, spare)
+			sc.unfit = gpuUnfit(work, idle, c, need, len(sc.candidates), &d, keep)
 		}
 		return false
 	}
@@ -283,23 +289,49 @@ func (pl *Placer) placeContainer(sc *scratch, work *NodeState, pod *PodRequest, 
 	return true
 }
 
-// spares reports whether pl keeps work's idle GPUs spare from demand d
-// of pod: d asks part of a GPU, and breaking an idle GPU would leave the
-// node feeding fewer whole-GPU pods.
-func (pl *Placer) spares(work *NodeState, pod *PodRequest, d *Demand) bool {
-	return pl.cfg.Spare != nil && !d.Exclusive && pl.cfg.Spare.takes(work, pod.CPUMilli)
+// keeps says what pl keeps spare of s from demand d of pod, on need
+// GPUs: nothing unless d asks part of a GPU that a partly used GPU of the
+// node could take (Spare.takes).
+func (pl *Placer) keeps(s *NodeState, pod *PodRequest, d *Demand, need int) kept {
+	if pl.cfg.Spare == nil || d.Exclusive || idleOnly(s.Node, d) {
+		return keptNone
+	}
+	return pl.cfg.Spare.takes(s, pod.CPUMilli, need)
 }
 
-// gpuUnfit explains why too few GPUs of work fit a container; spare says
-// its idle GPUs were kept spare for whole-GPU pods.
-func gpuUnfit(work *NodeState, c *PodContainer, need, usable int, d *Demand, spare bool) *Unfit {
+// idleOnly reports whether only an idle GPU of n can take d: it asks all
+// the compute or all the memory of every GPU that admits it. Such a
+// share is a whole GPU, and is not kept off idle ones.
+func idleOnly(n *Node, d *Demand) bool {
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if admits(g, d) && d.Compute < g.ComputeCapacity() && d.memoryOn(g) < g.MemoryMiB {
+			return false
+		}
+	}
+	return true
+}
+
+// gpuUnfit explains why too few GPUs of work fit a container; keep says
+// which were kept spare for whole-GPU pods (the GPUs idle in idle, or
+// all). They are named only if they would have made up the shortfall:
+// otherwise the node lacks room whatever is kept spare, and the reason
+// is that.
+func gpuUnfit(work, idle *NodeState, c *PodContainer, need, usable int, d *Demand, keep kept) *Unfit {
 	rejects := make([]GPUReject, 0, len(work.GPUs))
+	var kept []GPUReject
 	for g := range work.GPUs {
 		if r, ok := checkGPU(work, g, d); !ok {
 			rejects = append(rejects, r)
-		} else if spare && work.Idle(g) {
-			rejects = append(rejects, GPUReject{GPU: g, Reason: ReasonGPUSpare})
+		} else if keep.of(idle, g) {
+			kept = append(kept, GPUReject{GPU: g, Reason: ReasonGPUSpare})
 		}
+	}
+	if usable+len(kept) >= need {
+		rejects = append(rejects, kept...)
+		slices.SortFunc(rejects, func(a, b GPUReject) int { return cmp.Compare(a.GPU, b.GPU) })
+	} else {
+		usable += len(kept)
 	}
 	in := containerUnfit(work, c.Name, need, usable, d, rejects)
 	return &Unfit{Node: work.Node.Name, Reasons: []Insufficiency{in}, GPUs: rejects}

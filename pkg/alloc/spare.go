@@ -121,10 +121,31 @@ func (sp *Spare) Keeps(room Room, waiting float64) bool {
 	return sp.Whole > 0 && room.Idle < sp.Whole*(room.Free-waiting)*(1-min(max(room.Turnover, 0), 1))
 }
 
-// takes reports whether a container asking part of a GPU, of a pod asking
-// podCPU milli-CPU, would take from whole-GPU pods by breaking an idle GPU
-// of s: s's idle GPUs then feed fewer of them.
-func (sp *Spare) takes(s *NodeState, podCPU int64) bool {
+// kept is what a Spare keeps of a node from a container asking part of a
+// GPU.
+type kept int
+
+const (
+	keptNone kept = iota
+	// keptIdle: the node's idle GPUs; the container may take partly
+	// used ones.
+	keptIdle
+	// keptNode: all of the node's GPUs: the pod's CPU alone leaves the
+	// node feeding fewer whole-GPU pods.
+	keptNode
+)
+
+// of reports whether k keeps GPU g of s.
+func (k kept) of(s *NodeState, g int) bool {
+	return k == keptNode || k == keptIdle && s.Idle(g)
+}
+
+// takes says what a container asking part of need GPUs, of a pod asking
+// podCPU milli-CPU, must leave of s so as not to take from whole-GPU
+// pods: the node, if the pod's CPU alone leaves its idle GPUs feeding
+// fewer of them; its idle GPUs, if breaking them (need at most) does;
+// else nothing.
+func (sp *Spare) takes(s *NodeState, podCPU int64, need int) kept {
 	idle := 0
 	for i := range s.GPUs {
 		if s.Idle(i) {
@@ -132,5 +153,14 @@ func (sp *Spare) takes(s *NodeState, podCPU int64) bool {
 		}
 	}
 	cpu := float64(s.FreeCPU())
-	return sp.feeds(float64(idle-1), cpu-float64(podCPU)) < sp.feeds(float64(idle), cpu)
+	left := cpu - float64(podCPU)
+	switch before := sp.feeds(float64(idle), cpu); {
+	case before == 0:
+		return keptNone
+	case sp.feeds(float64(idle), left) < before:
+		return keptNode
+	case sp.feeds(float64(idle-min(need, idle)), left) < before:
+		return keptIdle
+	}
+	return keptNone
 }

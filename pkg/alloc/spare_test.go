@@ -136,23 +136,70 @@ func TestSparingPlacesShares(t *testing.T) {
 func TestSparingWhereCPUFeedsNoWholeGPU(t *testing.T) {
 	sp := &Spare{Whole: 0.5, WholeCPU: 8000}
 	large := makePod("large").cpu(2000).shared("c", 12288, 75).obj()
+	small := makePod("small").cpu(2000).shared("c", 4096, 25).obj()
+	quarter := Usage{MemoryMiB: 4096, Compute: 25}
 	pl := mustPlacer("binpack").Sparing(sp)
-	// 2 idle GPUs, 10 CPUs free: one whole-GPU pod's CPU. Taking an idle
-	// GPU and 2 CPUs leaves 1 idle GPU and 8 CPUs: still one whole-GPU
-	// pod, so the share may take it.
-	s := makeNode("n").gpus(2, "A100", 16384).cpu(10000).state()
-	if _, unfit := pl.Place(s, large); unfit != nil {
-		t.Errorf("share kept off an idle GPU whole-GPU pods lack the CPU for: %v", unfit)
+	for _, c := range []struct {
+		name  string
+		state *NodeState
+		pod   *PodRequest
+		want  int // the GPU the pod gets, -1 for kept spare
+	}{
+		// 10 CPUs feed one whole-GPU pod; the pod's 2 leave 8, which one
+		// idle GPU feeds as well as two.
+		{"CPU for one whole-GPU pod", makeNode("n").gpus(2, "A100", 16384).cpu(10000).state(), large, 0},
+		// 20 CPUs: 18 left feed two whole-GPU pods, one idle GPU one.
+		{"CPU for two whole-GPU pods", makeNode("n").gpus(2, "A100", 16384).cpu(20000).state(), large, -1},
+		// 16 CPUs feed two whole-GPU pods, the 14 the pod leaves one:
+		// its CPU alone takes one, wherever on the node it goes.
+		{"the pod's CPU takes one", makeNode("n").gpus(3, "A100", 16384).cpu(16000).state(quarter), small, -1},
+		// 24 CPUs: 22 left still feed two; only the idle GPUs are kept,
+		// and the partly used one takes the share.
+		{"a partly used GPU", makeNode("n").gpus(3, "A100", 16384).cpu(24000).state(quarter), small, 0},
+		// A node with nothing idle is not concerned.
+		{"nothing idle", makeNode("n").gpus(1, "A100", 16384).cpu(16000).state(Usage{MemoryMiB: 1024, Compute: 5}), large, 0},
+	} {
+		p, unfit := pl.Place(c.state, c.pod)
+		switch {
+		case c.want < 0 && (unfit == nil || unfit.Reasons[0].Reason != ReasonGPUSpare):
+			t.Errorf("%s: placed on %v (%v), want kept spare", c.name, p, unfit)
+		case c.want >= 0 && (unfit != nil || gpusOf(p)[0][0] != c.want):
+			t.Errorf("%s: placed on %v (%v), want GPU %d", c.name, p, unfit, c.want)
+		}
 	}
-	// With 16 CPUs free, two whole-GPU pods fit, and the share would
-	// leave room for one: it is kept off.
-	s = makeNode("n").gpus(2, "A100", 16384).cpu(16000).state()
-	if _, unfit := pl.Place(s, large); unfit == nil || unfit.Reasons[0].Reason != ReasonGPUSpare {
-		t.Errorf("share placed on an idle GPU a whole-GPU pod could take: %v", unfit)
+}
+
+func TestSparingCountsWhatTheContainerBreaks(t *testing.T) {
+	sp := &Spare{Whole: 0.5, WholeCPU: 8000}
+	pl := mustPlacer("binpack").Sparing(sp)
+	// Two GPUs of a share break two idle GPUs: 3 idle and 16 CPUs feed
+	// two whole-GPU pods, 1 idle only one.
+	two := makePod("two").container(App, ContainerRequest{Name: "c", Count: 2, MemoryMiB: 8192, Compute: 50}).obj()
+	if _, unfit := pl.Place(makeNode("n").gpus(3, "A100", 16384).cpu(16000).state(), two); unfit == nil || unfit.Reasons[0].Reason != ReasonGPUSpare {
+		t.Errorf("two GPUs of a share: unfit %v, want kept spare", unfit)
 	}
-	// A node with nothing idle is not concerned.
-	s = makeNode("n").gpus(1, "A100", 16384).state(Usage{MemoryMiB: 1024, Compute: 5})
-	if _, unfit := pl.Place(s, large); unfit != nil {
-		t.Errorf("share kept off a partly used GPU: %v", unfit)
+	// A share of all a GPU's compute only an idle GPU takes: it is a
+	// whole GPU, and takes one.
+	full := makePod("full").shared("c", 0, 100).obj()
+	if p, unfit := pl.Place(makeNode("n").gpus(2, "A100", 16384).state(), full); unfit != nil || gpusOf(p)[0][0] != 0 {
+		t.Errorf("share of all the compute: %v (%v), want GPU 0", p, unfit)
+	}
+	// An init container's share beside the app container's whole GPU
+	// books nothing more than that GPU: the pod is one whole-GPU pod.
+	initWhole := makePod("init").container(Init, ContainerRequest{Name: "i", MemoryMiB: 4096, Compute: 25}).whole("c", 1).obj()
+	p, unfit := pl.Place(makeNode("n").gpus(1, "A100", 16384).state(), initWhole)
+	if unfit != nil || len(p.Booked) != 1 || p.Booked[0].Usage != (Usage{MemoryMiB: 16384, Compute: 100}) {
+		t.Errorf("init share beside a whole GPU: %+v (%v), want GPU 0 booked whole", p, unfit)
+	}
+	// Where the node lacks room with its idle GPUs counted, the reason
+	// is that, not the GPUs kept spare: 2 GPUs of 25% asked, GPU 0 idle,
+	// GPUs 1 and 2 full.
+	full2 := Usage{MemoryMiB: 16384, Compute: 100}
+	short := makePod("short").container(App, ContainerRequest{Name: "c", Count: 2, MemoryMiB: 4096, Compute: 25}).obj()
+	s := makeNode("n").gpus(3, "A100", 16384).state(Usage{}, full2, full2)
+	_, plain := mustPlacer("binpack").Place(s, short)
+	_, kept := pl.Place(s, short)
+	if plain == nil || kept == nil || kept.Reasons[0].String() != plain.Reasons[0].String() {
+		t.Errorf("short of GPUs: reason %v with sparing, want %v as without", kept, plain)
 	}
 }

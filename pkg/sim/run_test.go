@@ -159,7 +159,7 @@ func TestRunClaims(t *testing.T) {
 // TestRunSpare: on a cluster where whole-GPU pods and 0.8 shares compete
 // for idle GPUs, keeping idle GPUs spare for the whole-GPU pods leaves
 // less unallocated at 100% arrived than placing every share that fits,
-// repeatably; and every pod it turns away is one the run counted.
+// repeatably.
 func TestRunSpare(t *testing.T) {
 	var nodes []trace.Node
 	for i := range 100 {
