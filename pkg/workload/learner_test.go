@@ -455,3 +455,39 @@ func TestPolicyKeepsSpare(t *testing.T) {
 		t.Errorf("no room source: keeps %+v", pl.Spare())
 	}
 }
+
+// TestPolicyPressedWeighsSupplyNow: the rebuild that first makes the
+// Placer weigh model-bound demand (Pressed) is followed by a read of the
+// source, so that Placer weighs what is free now, not what was free at
+// the last read, many pods before.
+func TestPolicyPressedWeighsSupplyNow(t *testing.T) {
+	supply := func(freeT4 int64) []alloc.Supply {
+		return []alloc.Supply{{Model: "G2", MemoryMiB: 16384, GPUs: 8, Free: 8000}, {Model: "T4", MemoryMiB: 15360, GPUs: 8, Free: freeT4}}
+	}
+	pod := func(models ...string) *alloc.PodRequest {
+		return &alloc.PodRequest{Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Compute: 50, Models: models}}}}
+	}
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &supplySource{supply: supply(8000), gen: 1}
+	p.Follow(src)
+	for i := range 300 {
+		p.Observe(strconv.Itoa(i), pod())
+		if p.Placer().Pressed() {
+			t.Fatal("pods bound to no model pressed the Placer")
+		}
+	}
+	src.supply = supply(1000)
+	for i := range 1000 {
+		p.Observe(strconv.Itoa(1000+i), pod("T4"))
+		if pl := p.Placer(); pl.Pressed() {
+			if !cmp.Equal(pl.Supply(), src.supply) {
+				t.Errorf("the first pressed Placer, after %d pods bound to T4, weighs %v; want the supply now, %v", i+1, pl.Supply(), src.supply)
+			}
+			return
+		}
+	}
+	t.Fatal("1000 pods bound to T4 never pressed the Placer")
+}
