@@ -31,8 +31,8 @@ type Spare struct {
 }
 
 // SpareOf weighs mix, shapes with their weights (a learned mix): a share
-// asked in MiB counts against gpuMemoryMiB, a typical GPU's memory; 0
-// counts such shares as nothing.
+// asked in MiB counts against gpuMemoryMiB, a typical GPU's memory
+// (demandShare).
 func SpareOf(mix []Shape, gpuMemoryMiB int64) Spare {
 	var whole, all, wholeCPU, cpu, wholeGPUs float64
 	for i := range mix {
@@ -41,7 +41,7 @@ func SpareOf(mix []Shape, gpuMemoryMiB int64) Spare {
 			continue
 		}
 		w := float64(q.Weight)
-		d := shareOfDemand(&q.Demand, gpuMemoryMiB) * float64(q.Count)
+		d := float64(demandShare(&q.Demand, gpuMemoryMiB)) / 1000 * float64(q.Count)
 		all += w * d
 		cpu += w * float64(q.CPUMilli)
 		if q.Demand.Exclusive {
@@ -58,21 +58,6 @@ func SpareOf(mix []Shape, gpuMemoryMiB int64) Spare {
 		sp.WholeCPU = wholeCPU / wholeGPUs
 	}
 	return sp
-}
-
-// shareOfDemand is the part of one GPU d asks, 0-1.
-func shareOfDemand(d *Demand, gpuMemoryMiB int64) float64 {
-	if d.Exclusive {
-		return 1
-	}
-	s := float64(d.Compute) / FullCompute
-	if d.MemoryPercent > 0 {
-		s = max(s, float64(d.MemoryPercent)/100)
-	}
-	if d.MemoryMiB > 0 && gpuMemoryMiB > 0 {
-		s = max(s, float64(d.MemoryMiB)/float64(gpuMemoryMiB))
-	}
-	return min(s, 1)
 }
 
 // Room is what nodes leave for Spare to weigh (Spare.Add).
