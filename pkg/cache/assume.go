@@ -39,6 +39,10 @@ func (c *Cache) assumeLocked(uid types.UID, key string, p *alloc.Placement) erro
 	}
 	e.pods.set(uid, entry)
 	c.pods[uid] = entry
+	if old == nil {
+		c.placedLocked(uid, e, p)
+	}
+	c.stopWaitingLocked(uid)
 	return nil
 }
 
@@ -77,6 +81,7 @@ func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p := c.pods[uid]; p != nil && p.assumed {
+		c.releasedLocked(p)
 		c.unbook(uid, p)
 		delete(c.pods, uid)
 	}

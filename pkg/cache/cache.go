@@ -83,6 +83,12 @@ type Cache struct {
 	// the hold each moved pod's booking joins when it ends (hold.go).
 	holds   map[string]*hold
 	joining map[types.UID]string
+	// churn follows the GPU demand placed, released and turned away, and
+	// waiting holds what each pod that found no room asks (Wait), for
+	// Room; nWaiting is len(waiting), read without the lock.
+	churn    alloc.Churn
+	waiting  map[types.UID]*alloc.PodRequest
+	nWaiting atomic.Int64
 }
 
 // podResources is a pod's CPU and memory request on a node.
@@ -275,5 +281,6 @@ func New(logger klog.Logger, o Options) *Cache {
 		released:   make(map[types.UID]types.UID),
 		holds:      make(map[string]*hold),
 		joining:    make(map[types.UID]string),
+		waiting:    make(map[types.UID]*alloc.PodRequest),
 	}
 }

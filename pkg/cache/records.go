@@ -173,6 +173,9 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		c.RemovePod(pod.UID)
 		return
 	}
+	if pod.Spec.NodeName != "" {
+		c.boundWhileWaiting(pod.UID)
+	}
 	if c.opts.Resources != nil && pod.Spec.NodeName != "" {
 		// Most updates are of pods counted already (status changes):
 		// those take only the read lock.
@@ -227,6 +230,10 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 			c.rebuild(e)
 		} else {
 			c.book(e, p)
+		}
+		if old == nil && !p.invalid {
+			// Bound by another replica, or before a restart.
+			c.placedLocked(pod.UID, e, p.placement)
 		}
 	}
 	c.noteEdits(pod, p)
@@ -362,10 +369,12 @@ func (c *Cache) RemovePod(uid types.UID) {
 	c.uncountLocked(uid)
 	delete(c.refused, uid)
 	delete(c.unrecorded, uid)
+	c.goneLocked(uid)
 	if c.joinLocked(uid) {
 		return
 	}
 	if p := c.pods[uid]; p != nil {
+		c.releasedLocked(p)
 		c.unbook(uid, p)
 		delete(c.pods, uid)
 	}

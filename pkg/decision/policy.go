@@ -25,7 +25,7 @@ func Policy(args *v1alpha1.GPUShareArgs, model *resource.Model) (*workload.Polic
 		Options: alloc.Options{Seed: args.Seed}}
 	var lc workload.Config
 	if w := args.Workload; w != nil {
-		lc.HalfLife, lc.Warmup = w.HalfLife, w.Warmup
+		lc.HalfLife, lc.Warmup, lc.Spare = w.HalfLife, w.Warmup, w.KeepIdleGPUs
 		p := field.NewPath("workload", "shapes")
 		for i, ws := range w.Shapes {
 			q, err := shapeOf(model, ws)
@@ -38,7 +38,15 @@ func Policy(args *v1alpha1.GPUShareArgs, model *resource.Model) (*workload.Polic
 			cfg.Workload = lc.Prior
 		}
 	}
-	return workload.NewPolicy(cfg, lc)
+	policy, err := workload.NewPolicy(cfg, lc)
+	if err == nil && lc.Spare && !policy.KeepsIdle() {
+		err = fmt.Errorf("%s: needs a learned workload (workload.learn not false) and a fragmentation-aware nodePolicy (fgd, fgd-pack, fgd-fill, fgd-robust), not %q",
+			field.NewPath("workload", "keepIdleGPUs"), args.NodePolicy)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return policy, nil
 }
 
 // shapeOf translates a configured shape as the pod it describes would be.

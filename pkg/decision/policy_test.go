@@ -59,6 +59,23 @@ workload:
 	if _, err := v1alpha1.LoadArgs([]byte("workload:\n  learn: false\n")); err == nil {
 		t.Error("learn: false without shapes: want an error")
 	}
+
+	if p.KeepsIdle() {
+		t.Error("default args keep idle GPUs spare; want not unless asked")
+	}
+	args, model = loadArgs(t, "workload:\n  keepIdleGPUs: true\n")
+	if p, err = decision.Policy(args, model); err != nil || !p.KeepsIdle() {
+		t.Errorf("keepIdleGPUs: true: keeps %v, %v; want a policy that keeps idle GPUs spare", p != nil && p.KeepsIdle(), err)
+	}
+	for _, bad := range []string{
+		"nodePolicy: binpack\nworkload:\n  keepIdleGPUs: true\n",
+		"workload:\n  keepIdleGPUs: true\n" + shapes[len("\nworkload:\n"):],
+	} {
+		args, model = loadArgs(t, bad)
+		if _, err := decision.Policy(args, model); err == nil || !strings.Contains(err.Error(), "workload.keepIdleGPUs") {
+			t.Errorf("%q: %v; want an error naming workload.keepIdleGPUs", bad, err)
+		}
+	}
 }
 
 // TestLearn: a restarted scheduler learns the bound pods that have not

@@ -185,3 +185,32 @@ func TestNoReservationForOthers(t *testing.T) {
 		}
 	}
 }
+
+// TestFilterCountsWaiting: a pod of this extender's schedulers that no
+// node sent fits waits, and its GPU demand counts for keeping idle GPUs
+// spare (cache.Cache.Room), once however often it is filtered; a call
+// naming a pod the informer does not hold counts nothing.
+func TestFilterCountsWaiting(t *testing.T) {
+	big := pod("big", 20480) // more than n1's 16 GiB GPU
+	ts := newTestServer(t, big)
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
+	if err := indexer.Add(big); err != nil {
+		t.Fatal(err)
+	}
+	ts.Pods = corelisters.NewPodLister(indexer)
+	for range 3 {
+		if got := ts.filter(t, big, "n1"); len(got) != 0 {
+			t.Fatalf("filter passed big on %v, want none", got)
+		}
+	}
+	if got := ts.Cache.Waiting(); got != 1000 {
+		t.Errorf("waiting GPU demand %d after big fit no node, want 1000 (once)", got)
+	}
+	madeUp := pod("made-up", 20480)
+	if got := ts.filter(t, madeUp, "n1"); len(got) != 0 {
+		t.Fatalf("filter passed made-up on %v, want none", got)
+	}
+	if got := ts.Cache.Waiting(); got != 1000 {
+		t.Errorf("waiting GPU demand %d after a made-up pod's call, want still 1000", got)
+	}
+}

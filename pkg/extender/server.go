@@ -305,6 +305,10 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 		return c.finish(res, c.names), nil
 	}
 	fit, unfit, outside := s.place(c.names, placer, req)
+	if len(fit) == 0 && s.reservable(c.pod) {
+		// Its GPU demand waits: what keeping idle GPUs spare weighs.
+		s.Cache.Wait(c.pod.UID, req)
+	}
 	for n, err := range outside {
 		if reason, resolvable := decision.OutsideReason(err); resolvable {
 			res.FailedNodes[n] = reason

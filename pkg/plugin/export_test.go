@@ -7,3 +7,7 @@ func (pl *GPUShare) LearnedMix() []alloc.Shape { return pl.policy.Learner().Mix(
 
 // LearnedGPUPods is how many GPU pods the plugin's policy has learned.
 func (pl *GPUShare) LearnedGPUPods() int64 { return pl.policy.Learner().Observed() }
+
+// Waiting is the GPU demand of the pods the plugin's cache counts as
+// waiting, in thousandths of a GPU.
+func (pl *GPUShare) Waiting() int64 { return pl.cache.Waiting() }

@@ -114,7 +114,7 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 			s.Movers.Add(pl.mover)
 		}
 		logger.Info("GPUShare plugin ready", "profile", h.ProfileName(), "nodePolicy", args.NodePolicy, "gpuPolicy", args.GPUPolicy,
-			"learnsWorkload", policy.Learns(), "resources", model.Names(), "defrag", args.DefragOn())
+			"learnsWorkload", policy.Learns(), "keepIdleGPUs", policy.KeepsIdle(), "resources", model.Names(), "defrag", args.DefragOn())
 		return pl, nil
 	}
 }
@@ -383,6 +383,8 @@ func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *c
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	pl.metrics.observe(resultUnschedulable, c.start)
+	// Its GPU demand waits: what keeping idle GPUs spare weighs.
+	pl.cache.Wait(pod.UID, c.req)
 	c.mu.Lock()
 	d := alloc.Diagnose(len(c.unfits), c.unfits)
 	c.mu.Unlock()

@@ -450,6 +450,12 @@ func TestPluginRejects(t *testing.T) {
 		if s.Code() != fwk.Unschedulable || s.Message() != "gpushare: largest free share on any GPU is 16384 MiB, pod needs 20000 MiB" {
 			t.Errorf("PostFilter: %v, want the numbers of the shortfall", s)
 		}
+		// Its GPU demand waits, as keeping idle GPUs spare weighs it:
+		// 20000 MiB is more than the mean GPU (16384 MiB) holds, a
+		// whole GPU's worth.
+		if got := c.plugins["default-scheduler"].Waiting(); got != 1000 {
+			t.Errorf("waiting GPU demand %d after PostFilter, want 1000 (the pod's)", got)
+		}
 	})
 	t.Run("malformed", func(t *testing.T) {
 		pod := gpuPod("bad", "default-scheduler", 0)

@@ -234,8 +234,8 @@ func churn(ctx context.Context, w *Workload, nodes []*alloc.Node, policy *worklo
 		states[i] = alloc.NewNodeState(n)
 	}
 	var queued int64 // milli-GPU of the pods in queue
-	var turnover Turnover
-	policy.Follow(Room{Left: states, Waiting: &queued, Turnover: &turnover})
+	var turnover alloc.Churn
+	policy.Follow(Room{Left: states, Waiting: &queued, Churn: &turnover})
 	var mv *mover
 	if o.Defrag != nil {
 		mv = newMover(o.Defrag, seed)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -409,9 +408,9 @@ type Room struct {
 	Left
 	// Waiting is the GPU demand waiting, in thousandths of a GPU.
 	Waiting *int64
-	// Turnover, if set, follows the GPU demand released against the
-	// demand placed (churn); nil is a cluster that only fills.
-	Turnover *Turnover
+	// Churn, if set, follows the GPU demand released against the demand
+	// placed (churn); nil is a cluster that only fills.
+	Churn *alloc.Churn
 }
 
 // Room is alloc.Spare.Add over the states, and the demand waiting in GPUs.
@@ -420,34 +419,8 @@ func (r Room) Room(sp *alloc.Spare) (alloc.Room, float64) {
 	for _, s := range r.Left {
 		sp.Add(&out, s)
 	}
-	if r.Turnover != nil {
-		out.Turnover = r.Turnover.Ratio()
+	if r.Churn != nil {
+		out.Turnover = r.Churn.Turnover()
 	}
 	return out, float64(*r.Waiting) / 1000
-}
-
-// Turnover follows the GPU demand released against the GPU demand placed,
-// over a window of placements that halves every turnoverHalfLife
-// thousandths of a GPU placed.
-type Turnover struct{ placed, released float64 }
-
-const turnoverHalfLife = 2000 * 1000
-
-// Place counts milli thousandths of a GPU placed, and ages the window.
-func (t *Turnover) Place(milli int64) {
-	f := math.Exp2(-float64(milli) / turnoverHalfLife)
-	t.placed = t.placed*f + float64(milli)
-	t.released *= f
-}
-
-// Release counts milli thousandths of a GPU released.
-func (t *Turnover) Release(milli int64) { t.released += float64(milli) }
-
-// Ratio is the GPU demand released per GPU demand placed in the window,
-// 0-1.
-func (t *Turnover) Ratio() float64 {
-	if t.placed <= 0 {
-		return 0
-	}
-	return min(t.released/t.placed, 1)
 }

@@ -197,31 +197,3 @@ func TestRunSpare(t *testing.T) {
 	}
 	t.Logf("unallocated at 100%%: %.2f%% without keeping idle GPUs spare, %.2f%% with", plain.Unalloc100, spare.Unalloc100)
 }
-
-// TestTurnover: the ratio of GPU demand released to placed, in a window
-// that forgets old placements.
-func TestTurnover(t *testing.T) {
-	var tr Turnover
-	if r := tr.Ratio(); r != 0 {
-		t.Errorf("empty: ratio %v, want 0", r)
-	}
-	tr.Place(1000)
-	tr.Place(1000)
-	tr.Release(1000)
-	if r := tr.Ratio(); r < 0.49 || r > 0.51 {
-		t.Errorf("2 GPUs placed, 1 released: ratio %v, want about 0.5", r)
-	}
-	for range 100 {
-		tr.Release(1000)
-	}
-	if r := tr.Ratio(); r != 1 {
-		t.Errorf("more released than placed: ratio %v, want 1", r)
-	}
-	// A cluster that then only fills forgets what was released.
-	for range 20000 {
-		tr.Place(1000)
-	}
-	if r := tr.Ratio(); r > 0.01 {
-		t.Errorf("after 20,000 GPUs placed and none released: ratio %v, want near 0", r)
-	}
-}

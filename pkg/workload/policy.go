@@ -81,6 +81,10 @@ func (p *Policy) Weighs() bool { return p.weighs }
 // Learns reports whether the policy learns a workload.
 func (p *Policy) Learns() bool { return p.learner != nil }
 
+// KeepsIdle reports whether the policy keeps idle GPUs spare for
+// whole-GPU pods (Config.Spare) once it follows a RoomSource.
+func (p *Policy) KeepsIdle() bool { return p.spare && p.learner != nil }
+
 // Learner returns the policy's learner, nil if it learns nothing.
 func (p *Policy) Learner() *Learner { return p.learner }
 
@@ -193,7 +197,7 @@ func (p *Policy) current() bool {
 // Config.Spare, a learned mix and a RoomSource.
 func (p *Policy) spares() bool {
 	_, ok := p.src.(RoomSource)
-	return p.spare && ok && p.learner != nil
+	return ok && p.KeepsIdle()
 }
 
 // setSupplyLocked has the Placer weigh supply, a new one if it changed.

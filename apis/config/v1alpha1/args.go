@@ -124,6 +124,15 @@ type WorkloadArgs struct {
 	// Shapes is the prior: the mix expected before any pod is seen. With
 	// Learn false it is the workload.
 	Shapes []WorkloadShape `json:"shapes,omitempty"`
+	// KeepIdleGPUs keeps idle GPUs for the whole-GPU pods the learned mix
+	// expects while the cluster fills: once the idle GPUs are fewer than
+	// the whole-GPU share of what the free GPU share is still expected
+	// to take, a pod asking part of a GPU goes to a partly used GPU or
+	// waits (reason GPUKeptSpare) rather than break an idle one. The pods
+	// waiting, and pods leaving as others arrive, ease it. It needs a
+	// learned workload (Learn) and a fragmentation-aware NodePolicy.
+	// Default false.
+	KeepIdleGPUs bool `json:"keepIdleGPUs,omitempty"`
 }
 
 // WorkloadShape is one kind of pod in a workload.

@@ -132,6 +132,9 @@ type options struct {
 	defrag   bool
 	movable  float64
 	maxMoves int
+	// spare keeps idle GPUs spare for whole-GPU pods
+	// (workload.keepIdleGPUs), in the scheduler and the simulator.
+	spare bool
 }
 
 // Result is one seed's figures.
@@ -139,12 +142,14 @@ type Result struct {
 	// Mode is "extended" (gpushare.io/gpu-core), "dra" (claims through
 	// gpushare-scheduler) or "dra-stock" (claims through stock
 	// kube-scheduler).
-	Mode   string  `json:"mode"`
-	Policy string  `json:"policy"`
-	Seed   uint64  `json:"seed"`
-	Real   float64 `json:"unallocated_gpu_pct_at_100_real"`
-	Sim    float64 `json:"unallocated_gpu_pct_at_100_sim"`
-	Pods   int     `json:"pods"`
+	Mode   string `json:"mode"`
+	Policy string `json:"policy"`
+	// Spare is set with --spare: idle GPUs kept spare for whole-GPU pods.
+	Spare bool    `json:"keep_idle_gpus,omitempty"`
+	Seed  uint64  `json:"seed"`
+	Real  float64 `json:"unallocated_gpu_pct_at_100_real"`
+	Sim   float64 `json:"unallocated_gpu_pct_at_100_sim"`
+	Pods  int     `json:"pods"`
 	// PodsPerS is the pods decided per second of the replay.
 	PodsPerS float64 `json:"pods_per_s"`
 	WallS    float64 `json:"wall_s"`
@@ -195,6 +200,7 @@ func main() {
 	flag.BoolVar(&o.defrag, "defrag", false, "turn gpushare-scheduler's defragmentation on: a share (--movable) of GPU pods may move, this command recreating each as its ReplicaSet would; the simulator moves as many")
 	flag.Float64Var(&o.movable, "movable", 0.3, "with --defrag: the share of GPU pods that may move, drawn per pod from the seed")
 	flag.IntVar(&o.maxMoves, "max-moves", 3, "with --defrag: the most pods one plan moves")
+	flag.BoolVar(&o.spare, "spare", false, "keep idle GPUs spare for whole-GPU pods: workload.keepIdleGPUs in the scheduler config, and the simulator's --spare (the shadow core and --sim-only's replicas keep none)")
 	flag.Parse()
 	var err error
 	if o.seeds, err = parseSeeds(seeds); err != nil {
@@ -290,7 +296,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	for _, seed := range o.seeds {
-		r := Result{Mode: o.mode(), Policy: policy, Seed: seed}
+		r := Result{Mode: o.mode(), Policy: policy, Spare: o.spare, Seed: seed}
 		if !o.noSim {
 			if err := simulate(ctx, w, policy, seed, o, &r); err != nil {
 				return err
@@ -325,6 +331,7 @@ func run(ctx context.Context, o options) error {
 func simulate(ctx context.Context, w *sim.Workload, policy string, seed uint64, o options, r *Result) error {
 	t0 := time.Now()
 	so := simOptions(o.oracle)
+	so.Learn.Spare = o.spare
 	// Claims through gpushare-scheduler take the first GPUs that fit on
 	// the node its policy picks: so does the simulator's replay of them.
 	so.Claims = o.dra && !o.stock
@@ -376,6 +383,9 @@ func schedulerConfig(o options) ([]byte, string, error) {
 	}
 	if o.defrag {
 		b = argsKindLine.ReplaceAll(b, []byte(fmt.Sprintf("${1}kind: GPUShareArgs\n${1}defrag: {enabled: true, maxMoves: %d, plansPerMinute: 1000, timeout: 60s}\n", o.maxMoves)))
+	}
+	if o.spare {
+		b = argsKindLine.ReplaceAll(b, []byte("${1}kind: GPUShareArgs\n${1}workload: {keepIdleGPUs: true}\n"))
 	}
 	if o.mostAllocated {
 		const fit = "  - name: NodeResourcesFit\n    args:\n"
