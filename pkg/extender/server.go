@@ -307,7 +307,12 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	fit, unfit, outside := s.place(c.names, placer, req)
 	if len(fit) == 0 && s.reservable(c.pod) {
 		// Its GPU demand waits: what keeping idle GPUs spare weighs.
+		// Turned away while they were kept, it may end the keeping: the
+		// policy reads the room again for the next call.
 		s.Cache.Wait(c.pod.UID, req)
+		if placer.Spare() != nil {
+			s.Policy.Reread()
+		}
 	}
 	for n, err := range outside {
 		if reason, resolvable := decision.OutsideReason(err); resolvable {

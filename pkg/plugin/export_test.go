@@ -11,3 +11,7 @@ func (pl *GPUShare) LearnedGPUPods() int64 { return pl.policy.Learner().Observed
 // Waiting is the GPU demand of the pods the plugin's cache counts as
 // waiting, in thousandths of a GPU.
 func (pl *GPUShare) Waiting() int64 { return pl.cache.Waiting() }
+
+// Sparing is what the policy's Placer keeps idle GPUs spare by, nil if
+// it keeps none.
+func (pl *GPUShare) Sparing() *alloc.Spare { return pl.policy.Placer().Spare() }

@@ -64,6 +64,10 @@ type GPUShare struct {
 	// mover makes room by moving pods (GPUShareArgs.Defrag); nil when
 	// defragmentation is off.
 	mover *defrag.Mover
+	// sparing is set while the policy's Placer keeps idle GPUs spare
+	// (GPUShareArgs.Workload.KeepIdleGPUs): when it stops, the pods it
+	// kept waiting are retried (noteSparing).
+	sparing atomic.Bool
 }
 
 var (
@@ -140,9 +144,16 @@ func decodeArgs(obj runtime.Object) (*v1alpha1.GPUShareArgs, error) {
 // would otherwise wait for an unrelated event. The queue is shared by all
 // profiles, so one handle's Activate reaches them all.
 func activatePending(ctx context.Context, h fwk.Handle, node string) {
+	n := retryPending(ctx, h)
+	klog.FromContext(ctx).V(2).Info("Retried pending pods after a node daemon came back", "node", node, "pods", n)
+}
+
+// retryPending moves every pending pod back to the scheduling queue, and
+// returns how many.
+func retryPending(ctx context.Context, h fwk.Handle) int {
 	pods, err := h.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
 	if err != nil {
-		return
+		return 0
 	}
 	pending := map[string]*corev1.Pod{}
 	for _, p := range pods {
@@ -153,7 +164,21 @@ func activatePending(ctx context.Context, h fwk.Handle, node string) {
 	if len(pending) > 0 {
 		h.Activate(klog.FromContext(ctx), pending)
 	}
-	klog.FromContext(ctx).V(2).Info("Retried pending pods after a node daemon came back", "node", node, "pods", len(pending))
+	return len(pending)
+}
+
+// noteSparing follows whether placer keeps idle GPUs spare. When it stops,
+// the pods it kept off them are retried: no cluster event would move them
+// back to the queue before kube-scheduler's periodic retry.
+func (pl *GPUShare) noteSparing(ctx context.Context, placer *alloc.Placer) {
+	if placer.Spare() != nil {
+		pl.sparing.Store(true)
+		return
+	}
+	if pl.sparing.Swap(false) {
+		n := retryPending(ctx, pl.handle)
+		klog.FromContext(ctx).V(2).Info("Retried pending pods: idle GPUs are no longer kept spare", "pods", n)
+	}
 }
 
 // noteLargestGPU tells the resource model the largest GPU, so that a
@@ -284,6 +309,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		pl.metrics.observe(resultInvalid, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	pl.noteSparing(ctx, placer)
 	if claims {
 		// DynamicResources gives the claims the first devices that fit:
 		// rate each node, and assume, by that placement.
@@ -383,8 +409,14 @@ func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *c
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	pl.metrics.observe(resultUnschedulable, c.start)
-	// Its GPU demand waits: what keeping idle GPUs spare weighs.
+	// Its GPU demand waits: what keeping idle GPUs spare weighs. Turned
+	// away while they were kept, it may end the keeping: the policy reads
+	// the room again at once, and the pods kept are retried if it ends.
 	pl.cache.Wait(pod.UID, c.req)
+	if c.placer.Spare() != nil {
+		pl.policy.Reread()
+		pl.noteSparing(ctx, pl.policy.Placer())
+	}
 	c.mu.Lock()
 	d := alloc.Diagnose(len(c.unfits), c.unfits)
 	c.mu.Unlock()

@@ -93,6 +93,8 @@ type cluster struct {
 	registered int
 	// plugins holds the plugin of each profile built.
 	plugins map[string]*plugin.GPUShare
+	// args, if set, are the GPUShareArgs every profile's plugin gets.
+	args []byte
 }
 
 // newCluster returns a cluster holding n1 (one 16 GiB GPU), n2 (8 GiB)
@@ -139,6 +141,9 @@ func newClusterOf(t testing.TB, nodes []*corev1.Node, pods ...*corev1.Pod) *clus
 func (c *cluster) profile(name string, opts ...frameworkruntime.Option) framework.Framework {
 	c.t.Helper()
 	factory := func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		if c.args != nil {
+			obj = &runtime.Unknown{Raw: c.args}
+		}
 		p, err := plugin.New(c.shared)(ctx, obj, h)
 		if pl, ok := p.(*plugin.GPUShare); ok {
 			c.mu.Lock()

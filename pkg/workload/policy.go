@@ -200,6 +200,17 @@ func (p *Policy) spares() bool {
 	return ok && p.KeepsIdle()
 }
 
+// Reread has the next Placer call read the supply and the room again, as
+// if SupplyRefresh pods had been observed since the last read: for a pod
+// turned away while idle GPUs were kept spare, whose demand, now
+// waiting, may end the keeping before as many pods are placed (the
+// scheduler observes only the pods it places).
+func (p *Policy) Reread() {
+	if p.src != nil {
+		p.read.Store(p.observed.Load() - SupplyRefresh)
+	}
+}
+
 // setSupplyLocked has the Placer weigh supply, a new one if it changed.
 func (p *Policy) setSupplyLocked(supply []alloc.Supply) {
 	old := p.placer.Load()

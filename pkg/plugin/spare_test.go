@@ -1,0 +1,126 @@
+package plugin_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
+)
+
+// activator records the pods moved back to the scheduling queue.
+type activator struct {
+	mu   sync.Mutex
+	pods []string
+}
+
+func (a *activator) Activate(_ klog.Logger, pods map[string]*corev1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key := range pods {
+		a.pods = append(a.pods, key)
+	}
+}
+
+func (a *activator) activated() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.pods...)
+}
+
+// TestPluginKeepsIdleGPUs: with workload.keepIdleGPUs, a share that only
+// an idle GPU fits waits (GPUKeptSpare) while the learned mix expects
+// more whole-GPU demand than the idle GPUs can take. The shares turned
+// away wait: once their demand ends the keeping, the policy reads the
+// room again at once and the pods kept are retried, with no cluster
+// event needed, and then fit.
+func TestPluginKeepsIdleGPUs(t *testing.T) {
+	const mib, share = 16384, 12288 // a share of 0.75
+	// Node a: four GPUs, half used each; node b: one idle GPU.
+	var pods []*corev1.Pod
+	for i := range 4 {
+		pods = append(pods, runningPod(t, fmt.Sprintf("held-%d", i), "a", i, mib/2, 0, time.Now()))
+	}
+	first, second := gpuPod("share-1", "default-scheduler", share), gpuPod("share-2", "default-scheduler", share)
+	c := newClusterOf(t, []*corev1.Node{gpuNode(t, "a", mib, mib, mib, mib), gpuNode(t, "b", mib)}, append(pods, first, second)...)
+	c.args = []byte("workload: {keepIdleGPUs: true, warmup: 1}\n")
+	act := &activator{}
+	fw := c.profile("default-scheduler", frameworkruntime.WithPodActivator(act))
+	c.start()
+
+	// The learned mix: whole GPUs are most of the demand expected.
+	for i := range 48 {
+		for _, p := range []*corev1.Pod{wholePod(fmt.Sprintf("whole-%d", i)), gpuPod(fmt.Sprintf("part-%d", i), "default-scheduler", share)} {
+			if i >= 36 && strings.HasPrefix(p.Name, "part-") {
+				continue
+			}
+			state := framework.NewCycleState()
+			if _, s, _ := fw.RunPreFilterPlugins(c.ctx, state, p); !s.IsSuccess() {
+				t.Fatalf("PreFilter %s: %v", p.Name, s)
+			}
+			fw.RunPostBindPlugins(c.ctx, state, p, "elsewhere")
+		}
+	}
+
+	// One idle GPU against 3 GPUs' worth free, of which whole-GPU pods
+	// are expected to take more than half: the idle GPU is kept.
+	fail := func(pod *corev1.Pod) {
+		t.Helper()
+		state, statuses := c.filter(fw, pod)
+		if s := statuses["b"]; s == nil || !strings.Contains(s.Message(), string(alloc.ReasonGPUSpare)) {
+			t.Fatalf("%s on b's idle GPU: %v; want it kept (%s)", pod.Name, s, alloc.ReasonGPUSpare)
+		}
+		if statuses["a"] == nil {
+			t.Fatalf("%s fits a's half-free GPUs", pod.Name)
+		}
+		if _, s := fw.RunPostFilterPlugins(c.ctx, state, pod, nil); s.Code() != fwk.Unschedulable {
+			t.Fatalf("PostFilter %s: %v", pod.Name, s)
+		}
+	}
+	if sp := c.plugins["default-scheduler"].Sparing(); sp == nil || sp.Whole < 0.5 || sp.Whole > 0.7 {
+		t.Fatalf("after the mix was learned: keeps %+v; want idle GPUs kept for a whole-GPU share of 0.5-0.7", sp)
+	}
+	fail(first)
+	if got := act.activated(); len(got) != 0 {
+		t.Fatalf("pods retried %v while the idle GPU is still kept", got)
+	}
+	// With the first share waiting, 2.25 GPUs' worth of free share is
+	// still expected to take more than one whole GPU; with the second
+	// too, 1.5 GPUs' worth no longer calls for the idle GPU.
+	fail(second)
+	if got := act.activated(); !contains(got, "default/share-1") || !contains(got, "default/share-2") {
+		t.Fatalf("pods retried: %v; want both shares once the keeping ended", got)
+	}
+	if _, statuses := c.filter(fw, first); statuses["b"] != nil {
+		t.Errorf("share-1 retried: b says %v, want it to fit", statuses["b"])
+	}
+	if got := c.plugins["default-scheduler"].Waiting(); got != 2*750 {
+		t.Errorf("waiting GPU demand %d, want both shares' 1500", got)
+	}
+}
+
+// wholePod returns a pending pod asking one whole GPU.
+func wholePod(name string) *corev1.Pod {
+	p := gpuPod(name, "default-scheduler", 0)
+	l := corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(100, k8sresource.DecimalSI)}
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}
+	return p
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
