@@ -171,8 +171,10 @@ func retryPending(ctx context.Context, h fwk.Handle) int {
 // the pods it kept off them are retried: no cluster event would move them
 // back to the queue before kube-scheduler's periodic retry.
 func (pl *GPUShare) noteSparing(ctx context.Context, placer *alloc.Placer) {
-	if placer.Spare() != nil {
-		pl.sparing.Store(true)
+	if sp := placer.Spare(); sp != nil {
+		if !pl.sparing.Swap(true) {
+			klog.FromContext(ctx).V(2).Info("Keeping idle GPUs spare for whole-GPU pods", "wholeShareOfDemand", sp.Whole)
+		}
 		return
 	}
 	if pl.sparing.Swap(false) {
