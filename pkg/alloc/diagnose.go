@@ -96,8 +96,17 @@ func (d Diagnosis) String() string {
 // no node was short of GPU memory, GPUs, a model or MPS.
 func (d Diagnosis) Detail() string {
 	var parts []string
+	kept := d.ByReason[ReasonGPUSpare]
+	if kept > 0 {
+		parts = append(parts, fmt.Sprintf("idle GPUs on %d node(s) are kept for the whole-GPU pods expected (workload.keepIdleGPUs): "+
+			"the pod waits for a partly used GPU with room, or until fewer whole-GPU pods are expected than idle GPUs are left", kept))
+	}
 	if d.NeedMiB > 0 {
-		parts = append(parts, fmt.Sprintf("largest free share on any GPU is %d MiB, pod needs %d MiB", d.LargestFreeMiB, d.NeedMiB))
+		where := "any GPU"
+		if kept > 0 {
+			where = "any GPU not kept"
+		}
+		parts = append(parts, fmt.Sprintf("largest free share on %s is %d MiB, pod needs %d MiB", where, d.LargestFreeMiB, d.NeedMiB))
 	}
 	if d.NeedGPUs > 0 {
 		parts = append(parts, fmt.Sprintf("a container needs %d GPUs, the most healthy GPUs any node has is %d", d.NeedGPUs, d.MostGPUs))

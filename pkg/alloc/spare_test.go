@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -117,6 +118,10 @@ func TestSparingPlacesShares(t *testing.T) {
 			t.Errorf("%s sparing: large share's reason %v, want %s", policy, unfit, ReasonGPUSpare)
 		} else if !unfit.Resolvable() {
 			t.Errorf("%s sparing: a share kept off idle GPUs is not resolvable; moving pods off GPU 1 makes room", policy)
+		} else if got, want := Diagnose(1, []*Unfit{unfit}).String(), "0/1 nodes are available: 1 GPUKeptSpare; idle GPUs on 1 node(s) are kept "+
+			"for the whole-GPU pods expected (workload.keepIdleGPUs): the pod waits for a partly used GPU with room, "+
+			"or until fewer whole-GPU pods are expected than idle GPUs are left."; got != want {
+			t.Errorf("%s sparing: the pod's event says\n %q\nwant\n %q", policy, got, want)
 		}
 		if p, unfit := pl.Place(partly(), large); unfit != nil || gpusOf(p)[0][0] != 0 {
 			t.Errorf("%s: without sparing the large share got %v (%v), want the idle GPU 0", policy, p, unfit)
@@ -201,5 +206,15 @@ func TestSparingCountsWhatTheContainerBreaks(t *testing.T) {
 	_, kept := pl.Place(s, short)
 	if plain == nil || kept == nil || kept.Reasons[0].String() != plain.Reasons[0].String() {
 		t.Errorf("short of GPUs: reason %v with sparing, want %v as without", kept, plain)
+	}
+}
+
+// TestDiagnoseKept: beside nodes whose idle GPUs are kept, the largest
+// free share an event names is that of the GPUs not kept.
+func TestDiagnoseKept(t *testing.T) {
+	d := Diagnosis{Nodes: 2, ByReason: map[Reason]int{ReasonGPUSpare: 1, ReasonGPUMemory: 1}, LargestFreeMiB: 3000, NeedMiB: 3500}
+	if got := d.Detail(); !strings.HasSuffix(got, "; largest free share on any GPU not kept is 3000 MiB, pod needs 3500 MiB") ||
+		!strings.HasPrefix(got, "idle GPUs on 1 node(s) are kept") {
+		t.Errorf("Detail = %q; want the kept nodes first, then the largest share of the GPUs not kept", got)
 	}
 }

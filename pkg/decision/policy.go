@@ -40,8 +40,12 @@ func Policy(args *v1alpha1.GPUShareArgs, model *resource.Model) (*workload.Polic
 	}
 	policy, err := workload.NewPolicy(cfg, lc)
 	if err == nil && lc.Spare && !policy.KeepsIdle() {
-		err = fmt.Errorf("%s: needs a learned workload (workload.learn not false) and a fragmentation-aware nodePolicy (fgd, fgd-pack, fgd-fill, fgd-robust), not %q",
-			field.NewPath("workload", "keepIdleGPUs"), args.NodePolicy)
+		p := field.NewPath("workload", "keepIdleGPUs")
+		if policy.Weighs() {
+			err = fmt.Errorf("%s: needs a learned workload; workload.learn is false", p)
+		} else {
+			err = fmt.Errorf("%s: needs a fragmentation-aware nodePolicy (fgd, fgd-pack, fgd-fill, fgd-robust), not %q", p, args.NodePolicy)
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -67,13 +67,13 @@ workload:
 	if p, err = decision.Policy(args, model); err != nil || !p.KeepsIdle() {
 		t.Errorf("keepIdleGPUs: true: keeps %v, %v; want a policy that keeps idle GPUs spare", p != nil && p.KeepsIdle(), err)
 	}
-	for _, bad := range []string{
-		"nodePolicy: binpack\nworkload:\n  keepIdleGPUs: true\n",
-		"workload:\n  keepIdleGPUs: true\n" + shapes[len("\nworkload:\n"):],
+	for bad, why := range map[string]string{
+		"nodePolicy: binpack\nworkload:\n  keepIdleGPUs: true\n":            `fragmentation-aware nodePolicy (fgd, fgd-pack, fgd-fill, fgd-robust), not "binpack"`,
+		"workload:\n  keepIdleGPUs: true\n" + shapes[len("\nworkload:\n"):]: "workload.learn is false",
 	} {
 		args, model = loadArgs(t, bad)
-		if _, err := decision.Policy(args, model); err == nil || !strings.Contains(err.Error(), "workload.keepIdleGPUs") {
-			t.Errorf("%q: %v; want an error naming workload.keepIdleGPUs", bad, err)
+		if _, err := decision.Policy(args, model); err == nil || !strings.Contains(err.Error(), "workload.keepIdleGPUs: ") || !strings.Contains(err.Error(), why) {
+			t.Errorf("%q: %v; want an error naming workload.keepIdleGPUs and %q", bad, err, why)
 		}
 	}
 }
