@@ -24,6 +24,9 @@ type metrics struct {
 	// learned is the GPU pods each profile's learned workload has
 	// counted (workload.Learner.Observed).
 	learned *prometheus.GaugeVec
+	// kept is 1 while a profile's policy keeps idle GPUs spare for
+	// whole-GPU pods (GPUShareArgs.Workload.KeepIdleGPUs), 0 otherwise.
+	kept *prometheus.GaugeVec
 	// defrag counts what the defragmentation movers do.
 	defrag *defrag.Metrics
 }
@@ -43,12 +46,25 @@ func newMetrics() *metrics {
 			Name: "gpushare_scheduler_workload_pods",
 			Help: "GPU pods the learned workload of the fragmentation-aware policy has counted, by scheduler profile: each pod once it is bound (after a restart: the profile's bound pods in the cluster, then each new one).",
 		}, []string{"profile"}),
+		kept: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpushare_scheduler_idle_gpus_kept",
+			Help: "1 while the profile's policy keeps idle GPUs for the whole-GPU pods it expects (workload.keepIdleGPUs), 0 otherwise.",
+		}, []string{"profile"}),
 		defrag: defrag.NewMetrics(),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{m.decisions, m.latency, m.learned}, m.defrag.Collectors()...)
+	return append([]prometheus.Collector{m.decisions, m.latency, m.learned, m.kept}, m.defrag.Collectors()...)
+}
+
+// waitingCollector exports the GPU demand of the pods that found no room
+// and are neither placed nor gone (cache.Cache.Waiting), read at scrape.
+func waitingCollector(waiting func() int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gpushare_scheduler_gpu_demand_waiting",
+		Help: "GPU demand, in GPUs, of the pods the scheduler found no room for that are neither placed nor gone.",
+	}, func() float64 { return float64(waiting()) / 1000 })
 }
 
 func (m *metrics) observe(result string, start time.Time) {

@@ -498,8 +498,8 @@ func TestPluginProfilesShareOneCache(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.registered != 7 {
-		t.Errorf("%d collectors registered, want 7 (the cache's, the two of the decisions, the learned workload's and the three of defragmentation), once", c.registered)
+	if c.registered != 9 {
+		t.Errorf("%d collectors registered, want 9 (the cache's, the two of the decisions, the learned workload's, the idle GPUs kept, the three of defragmentation and the demand waiting), once", c.registered)
 	}
 }
 

@@ -131,6 +131,7 @@ func (s *Shared) join(ctx context.Context, logger klog.Logger, h fwk.Handle, mod
 		if s.register != nil {
 			s.register(gpucache.NewCollector(s.cache))
 			s.register(s.metrics.collectors()...)
+			s.register(waitingCollector(s.cache.Waiting))
 		}
 	})
 	return s.err

@@ -90,6 +90,9 @@ func TestPluginKeepsIdleGPUs(t *testing.T) {
 		t.Fatalf("after the mix was learned: keeps %+v; want idle GPUs kept for a whole-GPU share of 0.5-0.7", sp)
 	}
 	fail(first)
+	if kept, waiting := c.plugins["default-scheduler"].Metrics(); kept != 1 || waiting != 0.75 {
+		t.Errorf("metrics: idle GPUs kept %v, GPU demand waiting %v; want 1 and 0.75", kept, waiting)
+	}
 	if got := act.activated(); len(got) != 0 {
 		t.Fatalf("pods retried %v while the idle GPU is still kept", got)
 	}
@@ -99,6 +102,9 @@ func TestPluginKeepsIdleGPUs(t *testing.T) {
 	fail(second)
 	if got := act.activated(); !contains(got, "default/share-1") || !contains(got, "default/share-2") {
 		t.Fatalf("pods retried: %v; want both shares once the keeping ended", got)
+	}
+	if kept, waiting := c.plugins["default-scheduler"].Metrics(); kept != 0 || waiting != 1.5 {
+		t.Errorf("metrics: idle GPUs kept %v, GPU demand waiting %v; want 0 and 1.5", kept, waiting)
 	}
 	if _, statuses := c.filter(fw, first); statuses["b"] != nil {
 		t.Errorf("share-1 retried: b says %v, want it to fit", statuses["b"])
