@@ -25,3 +25,6 @@ func (pl *GPUShare) Sparing() *alloc.Spare { return pl.policy.Placer().Spare() }
 func (pl *GPUShare) Metrics() (kept, waiting float64) {
 	return testutil.ToFloat64(pl.metrics.kept.WithLabelValues(pl.handle.ProfileName())), testutil.ToFloat64(waitingCollector(pl.cache.Waiting))
 }
+
+// KeptSeries is how many series gpushare_scheduler_idle_gpus_kept has.
+func (pl *GPUShare) KeptSeries() int { return testutil.CollectAndCount(pl.metrics.kept) }

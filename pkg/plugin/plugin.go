@@ -109,6 +109,8 @@ func New(s *Shared) frameworkruntime.PluginFactory {
 		pl := &GPUShare{handle: h, model: model, policy: policy, cache: s.cache, synced: s.synced, metrics: s.metrics, seed: args.Seed,
 			pdbs:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 			claims: h.SharedInformerFactory().Resource().V1().ResourceClaims().Lister()}
+		// Every profile's gauge shows, 0 until its policy keeps GPUs.
+		pl.metrics.kept.WithLabelValues(h.ProfileName()).Set(0)
 		if args.DefragOn() {
 			f := h.SharedInformerFactory()
 			pl.mover = defrag.NewMover(defrag.Config{Args: *args.Defrag, Client: h.ClientSet(), Recorder: h.EventRecorder(), Cache: s.cache, Model: model,

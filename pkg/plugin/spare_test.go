@@ -56,6 +56,9 @@ func TestPluginKeepsIdleGPUs(t *testing.T) {
 	act := &activator{}
 	fw := c.profile("default-scheduler", frameworkruntime.WithPodActivator(act))
 	c.start()
+	if n := c.plugins["default-scheduler"].KeptSeries(); n != 1 {
+		t.Errorf("gpushare_scheduler_idle_gpus_kept has %d series before any keeping, want the profile's, at 0", n)
+	}
 
 	// The learned mix: whole GPUs are most of the demand expected.
 	for i := range 48 {
