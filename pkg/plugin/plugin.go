@@ -174,13 +174,13 @@ func retryPending(ctx context.Context, h fwk.Handle) int {
 // back to the queue before kube-scheduler's periodic retry.
 func (pl *GPUShare) noteSparing(ctx context.Context, placer *alloc.Placer) {
 	if sp := placer.Spare(); sp != nil {
-		if !pl.sparing.Swap(true) {
+		if !pl.sparing.Load() && !pl.sparing.Swap(true) {
 			pl.metrics.kept.WithLabelValues(pl.handle.ProfileName()).Set(1)
 			klog.FromContext(ctx).V(2).Info("Keeping idle GPUs spare for whole-GPU pods", "wholeShareOfDemand", sp.Whole)
 		}
 		return
 	}
-	if pl.sparing.Swap(false) {
+	if pl.sparing.Load() && pl.sparing.Swap(false) {
 		pl.metrics.kept.WithLabelValues(pl.handle.ProfileName()).Set(0)
 		n := retryPending(ctx, pl.handle)
 		klog.FromContext(ctx).V(2).Info("Retried pending pods: idle GPUs are no longer kept spare", "pods", n)

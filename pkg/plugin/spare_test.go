@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,7 +104,7 @@ func TestPluginKeepsIdleGPUs(t *testing.T) {
 	// still expected to take more than one whole GPU; with the second
 	// too, 1.5 GPUs' worth no longer calls for the idle GPU.
 	fail(second)
-	if got := act.activated(); !contains(got, "default/share-1") || !contains(got, "default/share-2") {
+	if got := act.activated(); !slices.Contains(got, "default/share-1") || !slices.Contains(got, "default/share-2") {
 		t.Fatalf("pods retried: %v; want both shares once the keeping ended", got)
 	}
 	if kept, waiting := c.plugins["default-scheduler"].Metrics(); kept != 0 || waiting != 1.5 {
@@ -123,13 +124,4 @@ func wholePod(name string) *corev1.Pod {
 	l := corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(100, k8sresource.DecimalSI)}
 	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}
 	return p
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
