@@ -135,6 +135,7 @@ func Build(in Input) *Cluster {
 				"after the others: a claim's preparation, or the containers of a pod whose record came after the claims (docs/dra.md, \"A claim the node refuses\")", joinInts(oc.GPUs))})
 	}
 	sort.Slice(out.OverCommitted, func(i, j int) bool { return out.OverCommitted[i].Pod < out.OverCommitted[j].Pod })
+	out.KeptWaiting = keptWaiting(in.Pods)
 	for i := range out.Nodes {
 		finish(&out.Nodes[i])
 		out.AllocatedMiB += out.Nodes[i].AllocatedMiB
@@ -142,6 +143,27 @@ func Build(in Input) *Cluster {
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	sort.Slice(out.Refused, func(i, j int) bool { return out.Refused[i].Pod < out.Refused[j].Pod })
+	return out
+}
+
+// keptWaiting names the pods that wait while idle GPUs are kept for
+// whole-GPU pods: unbound, and the scheduler's last word on them
+// (PodScheduled) counts nodes that turned them away for it.
+func keptWaiting(pods []corev1.Pod) []string {
+	var out []string
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodPending {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, string(alloc.ReasonGPUSpare)) {
+				out = append(out, p.Namespace+"/"+p.Name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -24,6 +24,10 @@ type Cluster struct {
 	// a record was written by hand or by another system): the cache holds
 	// those GPUs full until a pod goes.
 	OverCommitted []Refused `json:"overCommitted,omitempty"`
+	// KeptWaiting lists the pods that wait, unbound, while idle GPUs are
+	// kept for the whole-GPU pods the learned mix expects (their
+	// PodScheduled condition names alloc.ReasonGPUSpare).
+	KeptWaiting []string `json:"keptWaiting,omitempty"`
 	// AllocatedMiB and TotalMiB sum the GPU memory of every node.
 	AllocatedMiB int64 `json:"allocatedMiB"`
 	TotalMiB     int64 `json:"totalMiB"`

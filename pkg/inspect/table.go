@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gpushare/gpushare/pkg/alloc"
 )
 
 // TableOptions say how the cluster table looks.
@@ -81,6 +83,17 @@ func writeFooter(out io.Writer, c *Cluster, u Unit) error {
 		fmt.Fprintln(out, "\nNodes left out:")
 		for _, n := range left {
 			fmt.Fprintf(out, "  %s: %s\n", n.Name, n.Error)
+		}
+	}
+	if len(c.KeptWaiting) > 0 {
+		fmt.Fprintf(out, "\nPods waiting while idle GPUs are kept for the whole-GPU pods expected (%s, workload.keepIdleGPUs; "+
+			"kubectl inspect gpushare pod NAME says what each waits for):\n", alloc.ReasonGPUSpare)
+		const shown = 10
+		for _, p := range c.KeptWaiting[:min(len(c.KeptWaiting), shown)] {
+			fmt.Fprintf(out, "  %s\n", p)
+		}
+		if len(c.KeptWaiting) > shown {
+			fmt.Fprintf(out, "  and %d more\n", len(c.KeptWaiting)-shown)
 		}
 	}
 	if len(c.Refused) > 0 {
