@@ -180,13 +180,27 @@ func BenchmarkPickRobust(b *testing.B) {
 
 // BenchmarkSpareRoom: the walk a policy that keeps idle GPUs spare makes
 // over the openb cluster's nodes every workload.SupplyRefresh pods.
+// "memo": every node's summary is fresh, as after the nodes were rated
+// (the simulator rates every node for each pod); "walk": none is.
 func BenchmarkSpareRoom(b *testing.B) {
-	states := robustCluster(1213)
 	sp := SpareOf(robustWorkload(), 16384)
-	for b.Loop() {
-		var r Room
-		for _, s := range states {
-			sp.Add(&r, s)
-		}
+	for _, memo := range []bool{false, true} {
+		name := map[bool]string{false: "walk", true: "memo"}[memo]
+		b.Run(name, func(b *testing.B) {
+			states := robustCluster(1213)
+			for _, s := range states {
+				if memo {
+					s.summary()
+				} else {
+					s.memo = nil
+				}
+			}
+			for b.Loop() {
+				var r Room
+				for _, s := range states {
+					sp.Add(&r, s)
+				}
+			}
+		})
 	}
 }

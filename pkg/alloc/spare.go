@@ -76,18 +76,25 @@ type Room struct {
 
 // Add adds what s leaves to r.
 func (sp *Spare) Add(r *Room, s *NodeState) {
-	var idle, free float64
-	for i := range s.GPUs {
-		if s.Idle(i) {
-			idle++
+	var idle, freeMilli int64
+	if e := s.derived(); e != nil {
+		// The memo's counts, without a walk over the node's GPUs: a
+		// cluster's room is read over every node.
+		idle, freeMilli = int64(e.idleN), e.healthyN*1000-e.used
+	} else {
+		for i := range s.GPUs {
+			if s.Idle(i) {
+				idle++
+			}
+			freeMilli += s.FreeShare(i)
 		}
-		free += float64(s.FreeShare(i)) / 1000
 	}
+	free := float64(freeMilli) / 1000
 	cpu := float64(max(s.FreeCPU(), 0))
 	if sp.CPU > 0 {
 		free = min(free, cpu/sp.CPU)
 	}
-	r.Idle += sp.feeds(idle, cpu)
+	r.Idle += sp.feeds(float64(idle), cpu)
 	r.Free += free
 }
 

@@ -266,6 +266,14 @@ func (p *Policy) setSpareLocked(supply []alloc.Supply) {
 	// The mix the Placer was built from, at most DefaultRefresh pods old:
 	// the learner's own would be sorted again for this alone.
 	sp := alloc.SpareOf(old.Mix(), mib/max(gpus, 1))
+	if sp.Whole == 0 {
+		// A mix without whole-GPU pods keeps nothing: the room, a walk
+		// over every node, is not read.
+		if old.Spare() != nil {
+			p.placer.Store(old.Sparing(nil))
+		}
+		return
+	}
 	room, waiting := p.src.(RoomSource).Room(&sp)
 	switch {
 	case sp.Keeps(room, waiting):
