@@ -73,7 +73,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.churn, "churn", false, "replay with churn: the pods arrive in the trace's creation order, pass after pass, and leave after their trace lifetimes; report the GPUs allocated over time and the pods that waited or were turned away (docs/benchmarks.md, \"Churn\")")
 	fs.Float64Var(&o.load, "load", 1, "with --churn: the offered GPU load, in fractions of the cluster's GPUs")
 	fs.IntVar(&o.passes, "passes", 12, "with --churn: passes over the trace's pods; the first 4 warm the cluster up and are not measured")
-	fs.BoolVar(&o.spare, "spare", true, "with --workload online: keep idle GPUs spare for pods that ask whole GPUs while the learned mix expects more whole-GPU demand than the idle GPUs can take; a pod asking part of a GPU then waits, or is turned away, rather than break one, as gpushare-scheduler does by default (docs/benchmarks.md, \"Spare idle GPUs\"); --spare=false never keeps one")
+	fs.BoolVar(&o.spare, "spare", false, "with --workload online: keep idle GPUs spare for pods that ask whole GPUs while the learned mix expects more whole-GPU demand than the idle GPUs can take; a pod asking part of a GPU then waits, or is turned away, rather than break one (docs/benchmarks.md, \"Spare idle GPUs\")")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gpushare-sim [--nodes FILE --pods FILE] [--policy NAME[,NAME]] [--seeds 42-51] [--json] [--plot curve.png]")
@@ -97,15 +97,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if o.source != sim.Oracle && o.source != sim.Online {
 		return nil, fmt.Errorf("--workload %q: want %s or %s", o.source, sim.Oracle, sim.Online)
 	}
-	if o.source != sim.Online {
-		// Keeping idle GPUs weighs the mix learned: asked for by name, it
-		// needs one; by default it is on only where there is one.
-		spareSet := false
-		fs.Visit(func(f *flag.Flag) { spareSet = spareSet || f.Name == "spare" })
-		if o.spare && spareSet {
-			return nil, fmt.Errorf("--spare weighs the mix it learns: it needs --workload %s", sim.Online)
-		}
-		o.spare = false
+	if o.spare && o.source != sim.Online {
+		return nil, fmt.Errorf("--spare weighs the mix it learns: it needs --workload %s", sim.Online)
 	}
 	if o.halfLife <= 0 {
 		return nil, errors.New("--half-life must be positive")

@@ -24,12 +24,8 @@ func Policy(args *v1alpha1.GPUShareArgs, model *resource.Model) (*workload.Polic
 	cfg := alloc.Config{Node: args.NodePolicy, GPU: args.GPUPolicy, NoTopology: args.DisableTopology,
 		Options: alloc.Options{Seed: args.Seed}}
 	var lc workload.Config
-	// Idle GPUs are kept for whole-GPU pods by default, where the policy
-	// can: one that is set to keep them and cannot is an error.
-	keep, set := args.Workload.KeepsIdle()
-	lc.Spare = keep
 	if w := args.Workload; w != nil {
-		lc.HalfLife, lc.Warmup = w.HalfLife, w.Warmup
+		lc.HalfLife, lc.Warmup, lc.Spare = w.HalfLife, w.Warmup, w.KeepIdleGPUs
 		p := field.NewPath("workload", "shapes")
 		for i, ws := range w.Shapes {
 			q, err := shapeOf(model, ws)
@@ -43,7 +39,7 @@ func Policy(args *v1alpha1.GPUShareArgs, model *resource.Model) (*workload.Polic
 		}
 	}
 	policy, err := workload.NewPolicy(cfg, lc)
-	if err == nil && set && keep && !policy.KeepsIdle() {
+	if err == nil && lc.Spare && !policy.KeepsIdle() {
 		p := field.NewPath("workload", "keepIdleGPUs")
 		if policy.Weighs() {
 			err = fmt.Errorf("%s: needs a learned workload; workload.learn is false", p)

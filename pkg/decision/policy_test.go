@@ -33,9 +33,8 @@ func loadArgs(t *testing.T, yaml string) (*v1alpha1.GPUShareArgs, *resource.Mode
 func TestPolicyFromArgs(t *testing.T) {
 	args, model := loadArgs(t, "")
 	p, err := decision.Policy(args, model)
-	if err != nil || !p.Learns() || !p.KeepsIdle() {
-		t.Fatalf("default args: learns %v, keeps idle GPUs %v, %v; want a learning policy that keeps them",
-			p != nil && p.Learns(), p != nil && p.KeepsIdle(), err)
+	if err != nil || !p.Learns() {
+		t.Fatalf("default args: learns %v, %v; want a learning policy", p != nil && p.Learns(), err)
 	}
 
 	const shapes = `
@@ -62,20 +61,11 @@ workload:
 	}
 
 	if p.KeepsIdle() {
-		t.Error("learn: false keeps idle GPUs spare; want not: nothing is learned to keep them for")
+		t.Error("default args keep idle GPUs spare; want not unless asked")
 	}
-	// Where the policy cannot keep idle GPUs, the default is off, not an
-	// error; set false, they are never kept.
-	for yaml, keeps := range map[string]bool{
-		"workload:\n  keepIdleGPUs: true\n":  true,
-		"workload:\n  keepIdleGPUs: false\n": false,
-		"nodePolicy: binpack\n":              false,
-		"nodePolicy: fgd\n":                  true,
-	} {
-		args, model = loadArgs(t, yaml)
-		if p, err = decision.Policy(args, model); err != nil || p.KeepsIdle() != keeps {
-			t.Errorf("%q: keeps idle GPUs %v, %v; want %v", yaml, p != nil && p.KeepsIdle(), err, keeps)
-		}
+	args, model = loadArgs(t, "workload:\n  keepIdleGPUs: true\n")
+	if p, err = decision.Policy(args, model); err != nil || !p.KeepsIdle() {
+		t.Errorf("keepIdleGPUs: true: keeps %v, %v; want a policy that keeps idle GPUs spare", p != nil && p.KeepsIdle(), err)
 	}
 	for bad, why := range map[string]string{
 		"nodePolicy: binpack\nworkload:\n  keepIdleGPUs: true\n":            `fragmentation-aware nodePolicy (fgd, fgd-pack, fgd-fill, fgd-robust), not "binpack"`,

@@ -131,9 +131,8 @@ type WorkloadArgs struct {
 	// waits (reason GPUKeptSpare) rather than break an idle one. The pods
 	// waiting, and pods leaving as others arrive, ease it. It needs a
 	// learned workload (Learn) and a fragmentation-aware NodePolicy.
-	// Default true where both hold, off elsewhere; set true where they do
-	// not, it is an error. False never keeps an idle GPU.
-	KeepIdleGPUs *bool `json:"keepIdleGPUs,omitempty"`
+	// Default false.
+	KeepIdleGPUs bool `json:"keepIdleGPUs,omitempty"`
 }
 
 // WorkloadShape is one kind of pod in a workload.
@@ -151,15 +150,6 @@ type WorkloadShape struct {
 
 // Learns reports whether the workload is learned (the default).
 func (w *WorkloadArgs) Learns() bool { return w == nil || w.Learn == nil || *w.Learn }
-
-// KeepsIdle reports whether idle GPUs are to be kept for whole-GPU pods
-// (KeepIdleGPUs, true unless set false), and whether that was set.
-func (w *WorkloadArgs) KeepsIdle() (keep, set bool) {
-	if w == nil || w.KeepIdleGPUs == nil {
-		return true, false
-	}
-	return *w.KeepIdleGPUs, true
-}
 
 // ReservedMemory is the memory a GPU model holds back from processes.
 type ReservedMemory struct {

@@ -30,10 +30,6 @@ func (in *WorkloadArgs) DeepCopy() *WorkloadArgs {
 		v := *in.Learn
 		out.Learn = &v
 	}
-	if in.KeepIdleGPUs != nil {
-		v := *in.KeepIdleGPUs
-		out.KeepIdleGPUs = &v
-	}
 	out.Shapes = slices.Clone(in.Shapes)
 	for i := range out.Shapes {
 		out.Shapes[i].Requests = in.Shapes[i].Requests.DeepCopy()

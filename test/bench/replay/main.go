@@ -133,8 +133,7 @@ type options struct {
 	movable  float64
 	maxMoves int
 	// spare keeps idle GPUs spare for whole-GPU pods
-	// (workload.keepIdleGPUs, the default), in the scheduler and the
-	// simulator; false turns it off in both.
+	// (workload.keepIdleGPUs), in the scheduler and the simulator.
 	spare bool
 }
 
@@ -201,7 +200,7 @@ func main() {
 	flag.BoolVar(&o.defrag, "defrag", false, "turn gpushare-scheduler's defragmentation on: a share (--movable) of GPU pods may move, this command recreating each as its ReplicaSet would; the simulator moves as many")
 	flag.Float64Var(&o.movable, "movable", 0.3, "with --defrag: the share of GPU pods that may move, drawn per pod from the seed")
 	flag.IntVar(&o.maxMoves, "max-moves", 3, "with --defrag: the most pods one plan moves")
-	flag.BoolVar(&o.spare, "spare", true, "keep idle GPUs spare for whole-GPU pods, the default of workload.keepIdleGPUs in the scheduler and of the simulator's --spare (the shadow core and --sim-only's replicas keep none); --spare=false sets keepIdleGPUs false and the simulator's --spare=false")
+	flag.BoolVar(&o.spare, "spare", false, "keep idle GPUs spare for whole-GPU pods: workload.keepIdleGPUs in the scheduler config, and the simulator's --spare (the shadow core and --sim-only's replicas keep none)")
 	flag.Parse()
 	var err error
 	if o.seeds, err = parseSeeds(seeds); err != nil {
@@ -385,8 +384,8 @@ func schedulerConfig(o options) ([]byte, string, error) {
 	if o.defrag {
 		b = argsKindLine.ReplaceAll(b, []byte(fmt.Sprintf("${1}kind: GPUShareArgs\n${1}defrag: {enabled: true, maxMoves: %d, plansPerMinute: 1000, timeout: 60s}\n", o.maxMoves)))
 	}
-	if !o.spare {
-		b = argsKindLine.ReplaceAll(b, []byte("${1}kind: GPUShareArgs\n${1}workload: {keepIdleGPUs: false}\n"))
+	if o.spare {
+		b = argsKindLine.ReplaceAll(b, []byte("${1}kind: GPUShareArgs\n${1}workload: {keepIdleGPUs: true}\n"))
 	}
 	if o.mostAllocated {
 		const fit = "  - name: NodeResourcesFit\n    args:\n"
