@@ -63,10 +63,11 @@ func up(ctx context.Context, o options) (err error) {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return err
 	}
-	step("starting etcd, kube-apiserver (serving the Workload API: " + strings.Join(controlplane.WorkloadAPI, " ") + "), kube-controller-manager and kwok")
+	step("starting etcd, kube-apiserver (serving the Workload API: " + strings.Join(controlplane.WorkloadAPI, " ") + "), kube-controller-manager (" + controlplane.WorkloadAPI[0] + ": a deleted PodGroup's finalizer is removed) and kwok")
 	// The demo keeps running: its kwok nodes renew Leases, so that a
 	// stall of the machine or a restart of kwok leaves them Ready.
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir, APIServerArgs: controlplane.WorkloadAPI, NodeLeases: true})
+	c, err := controlplane.Start(ctx, controlplane.Options{Dir: o.dir, APIServerArgs: controlplane.WorkloadAPI,
+		ControllerManagerArgs: controlplane.WorkloadAPI[:1], NodeLeases: true})
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,9 @@ type Options struct {
 
 // WorkloadAPI are the flags that serve 1.37's Workload and PodGroup API
 // (beta, off by default): kube-apiserver's, and with the gate alone
-// gpushare-scheduler's, which then schedules a PodGroup's pods together.
+// gpushare-scheduler's, which then schedules a PodGroup's pods together,
+// and kube-controller-manager's, which then removes the finalizer the
+// API server puts on each PodGroup once its pods are gone.
 var WorkloadAPI = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"}
 
 // Cluster is a running control plane.

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -100,7 +101,8 @@ func deleteGang(t *testing.T, admin kubernetes.Interface, name string) {
 //
 // A watcher checks every second that no GPU is over-committed.
 func TestGang(t *testing.T) {
-	c, admin, _ := startPluginWith(t, controlplane.Options{APIServerArgs: controlplane.WorkloadAPI}, nil, controlplane.WorkloadAPI[0])
+	c, admin, _ := startPluginWith(t, controlplane.Options{APIServerArgs: controlplane.WorkloadAPI, ControllerManagerArgs: controlplane.WorkloadAPI[:1]},
+		nil, controlplane.WorkloadAPI[0])
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
 	checked := watchRecords(t, c)
 
@@ -178,6 +180,20 @@ func TestGang(t *testing.T) {
 	boundPods(t, admin, "default", "gang=three", 3)
 	t.Logf("gang three bound %v after the room appeared", time.Since(start).Round(time.Millisecond))
 	deleteGang(t, admin, "three")
+	// A PodGroup whose pods are gone can be deleted: the API server's
+	// finalizer is removed by kube-controller-manager, whose gate the
+	// demo and install.md turn on with the API server's.
+	for _, name := range []string{"four", "three"} {
+		if err := admin.SchedulingV1beta1().PodGroups("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitFor(60*time.Second, func() (bool, error) {
+			_, err := admin.SchedulingV1beta1().PodGroups("default").Get(context.Background(), name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			t.Errorf("PodGroup %s still there a minute after its deletion, its pods gone: its finalizer is never removed", name)
+		}
+	}
 
 	// Two gangs of three, created together; room for one at a time.
 	if err := waitFor(30*time.Second, func() (bool, error) {
