@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -168,4 +169,14 @@ func Placer(policy *workload.Policy, pod *corev1.Pod) (*alloc.Placer, error) {
 		return nil, err
 	}
 	return policy.PlacerFor(node, gpu)
+}
+
+// Kept returns placer as it places pod at now: once pod has waited the
+// policy's KeepFor since its creation, without keeping idle GPUs spare
+// from it, so that no pod waits beside idle GPUs for longer.
+func Kept(policy *workload.Policy, placer *alloc.Placer, pod *corev1.Pod, now time.Time) *alloc.Placer {
+	if placer.Spare() == nil || now.Sub(pod.CreationTimestamp.Time) < policy.KeepFor() {
+		return placer
+	}
+	return placer.Sparing(nil)
 }

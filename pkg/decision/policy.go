@@ -25,7 +25,7 @@ func Policy(args *v1alpha1.GPUShareArgs, model *resource.Model) (*workload.Polic
 		Options: alloc.Options{Seed: args.Seed}}
 	var lc workload.Config
 	if w := args.Workload; w != nil {
-		lc.HalfLife, lc.Warmup, lc.Spare = w.HalfLife, w.Warmup, w.KeepIdleGPUs
+		lc.HalfLife, lc.Warmup, lc.Spare, lc.KeepFor = w.HalfLife, w.Warmup, w.KeepIdleGPUs, w.KeepIdleFor.Duration
 		p := field.NewPath("workload", "shapes")
 		for i, ws := range w.Shapes {
 			q, err := shapeOf(model, ws)

@@ -3,6 +3,7 @@ package decision_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/apis/config/v1alpha1"
+	"github.com/gpushare/gpushare/pkg/alloc"
 	"github.com/gpushare/gpushare/pkg/decision"
 	"github.com/gpushare/gpushare/pkg/resource"
 )
@@ -121,5 +123,38 @@ func TestLearn(t *testing.T) {
 		case !c.withCPU && last.Count == 0:
 			t.Errorf("%s: mix %+v, want no pods without GPUs", c.what, mix)
 		}
+	}
+}
+
+// TestKept: a pod waits beside kept idle GPUs for at most the policy's
+// keepIdleFor from its creation; a negative bound is refused.
+func TestKept(t *testing.T) {
+	args, model := loadArgs(t, "workload: {keepIdleGPUs: true, keepIdleFor: 30s}\n")
+	p, err := decision.Policy(args, model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.KeepFor() != 30*time.Second {
+		t.Fatalf("keepIdleFor 30s: the policy keeps for %v", p.KeepFor())
+	}
+	sp := alloc.Spare{Whole: 1}
+	placer := p.Placer().Sparing(&sp)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", CreationTimestamp: metav1.NewTime(time.Unix(1000, 0))}}
+	if got := decision.Kept(p, placer, pod, time.Unix(1029, 0)); got.Spare() == nil {
+		t.Error("a pod 29 s old is placed without keeping idle GPUs; want them kept until 30 s")
+	}
+	if got := decision.Kept(p, placer, pod, time.Unix(1030, 0)); got.Spare() != nil {
+		t.Error("a pod 30 s old still has idle GPUs kept from it")
+	}
+	if got := decision.Kept(p, p.Placer(), pod, time.Unix(1030, 0)); got != p.Placer() {
+		t.Error("a Placer that keeps nothing was replaced")
+	}
+
+	args, model = loadArgs(t, "workload: {keepIdleGPUs: true}\n")
+	if p, err = decision.Policy(args, model); err != nil || p.KeepFor() != time.Minute {
+		t.Errorf("keepIdleFor unset: keeps for %v, %v; want the default, 1m", p.KeepFor(), err)
+	}
+	if _, err := v1alpha1.LoadArgs([]byte("workload: {keepIdleFor: -1s}\n")); err == nil || !strings.Contains(err.Error(), "workload.keepIdleFor") {
+		t.Errorf("keepIdleFor -1s: %v; want an error naming workload.keepIdleFor", err)
 	}
 }

@@ -287,6 +287,9 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	if err == nil && req != nil {
 		placer, err = decision.Placer(s.Policy, c.pod)
 	}
+	if placer != nil {
+		placer = decision.Kept(s.Policy, placer, c.pod, time.Now())
+	}
 	if err == nil && req != nil && c.pod.Spec.SchedulingGroup != nil {
 		err = errors.New(decision.ReasonGangInExtender)
 	}
@@ -468,6 +471,9 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 	var placer *alloc.Placer
 	if err == nil && req != nil {
 		placer, err = decision.Placer(s.Policy, c.pod)
+	}
+	if placer != nil {
+		placer = decision.Kept(s.Policy, placer, c.pod, time.Now())
 	}
 	if err != nil || req == nil {
 		for _, n := range c.names {

@@ -68,6 +68,10 @@ type GPUShare struct {
 	// (GPUShareArgs.Workload.KeepIdleGPUs): when it stops, the pods it
 	// kept waiting are retried (noteSparing).
 	sparing atomic.Bool
+	// retries holds, per pod kept waiting, the timer that retries it
+	// once it has waited the policy's KeepFor (retryWhenKeptTooLong).
+	retriesMu sync.Mutex
+	retries   map[types.UID]*time.Timer
 }
 
 var (
@@ -185,6 +189,32 @@ func (pl *GPUShare) noteSparing(ctx context.Context, placer *alloc.Placer) {
 		n := retryPending(ctx, pl.handle)
 		klog.FromContext(ctx).V(2).Info("Retried pending pods: idle GPUs are no longer kept spare", "pods", n)
 	}
+}
+
+// retryWhenKeptTooLong retries pod, turned away while idle GPUs were
+// kept, once it has waited the policy's KeepFor since its creation: it
+// is then placed without keeping them (decision.Kept). Nothing else
+// would move it back to the queue on a quiet cluster before
+// kube-scheduler's periodic retry, minutes later.
+func (pl *GPUShare) retryWhenKeptTooLong(ctx context.Context, pod *corev1.Pod) {
+	pl.retriesMu.Lock()
+	defer pl.retriesMu.Unlock()
+	if _, ok := pl.retries[pod.UID]; ok {
+		return
+	}
+	if pl.retries == nil {
+		pl.retries = map[types.UID]*time.Timer{}
+	}
+	// A little past the bound, so that the retry finds it passed.
+	wait := max(time.Until(pod.CreationTimestamp.Add(pl.policy.KeepFor())), 0) + 100*time.Millisecond
+	logger := klog.FromContext(ctx)
+	pl.retries[pod.UID] = time.AfterFunc(wait, func() {
+		pl.retriesMu.Lock()
+		delete(pl.retries, pod.UID)
+		pl.retriesMu.Unlock()
+		logger.V(2).Info("Retrying a pod kept from idle GPUs for as long as workload.keepIdleFor", "pod", klog.KObj(pod))
+		pl.handle.Activate(logger, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	})
 }
 
 // noteLargestGPU tells the resource model the largest GPU, so that a
@@ -316,6 +346,7 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	pl.noteSparing(ctx, placer)
+	placer = decision.Kept(pl.policy, placer, pod, time.Now())
 	if claims {
 		// DynamicResources gives the claims the first devices that fit:
 		// rate each node, and assume, by that placement.
@@ -422,6 +453,7 @@ func (pl *GPUShare) PostFilter(ctx context.Context, state fwk.CycleState, pod *c
 	if c.placer.Spare() != nil {
 		pl.policy.Reread()
 		pl.noteSparing(ctx, pl.policy.Placer())
+		pl.retryWhenKeptTooLong(ctx, pod)
 	}
 	c.mu.Lock()
 	d := alloc.Diagnose(len(c.unfits), c.unfits)

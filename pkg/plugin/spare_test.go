@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	k8sresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -44,16 +45,21 @@ func (a *activator) activated() []string {
 // away wait: once their demand ends the keeping, the policy reads the
 // room again at once and the pods kept are retried, with no cluster
 // event needed, and then fit.
-func TestPluginKeepsIdleGPUs(t *testing.T) {
+// keptCluster is a scheduler whose default profile has learned a mix in
+// which whole GPUs are most of the demand expected, with workload args
+// extra: node a has four GPUs half used, node b one idle GPU, and two
+// pending shares of 0.75, created now, fit only b's.
+func keptCluster(t *testing.T, extra string) (*cluster, framework.Framework, *activator, *corev1.Pod, *corev1.Pod) {
+	t.Helper()
 	const mib, share = 16384, 12288 // a share of 0.75
-	// Node a: four GPUs, half used each; node b: one idle GPU.
 	var pods []*corev1.Pod
 	for i := range 4 {
 		pods = append(pods, runningPod(t, fmt.Sprintf("held-%d", i), "a", i, mib/2, 0, time.Now()))
 	}
 	first, second := gpuPod("share-1", "default-scheduler", share), gpuPod("share-2", "default-scheduler", share)
+	first.CreationTimestamp, second.CreationTimestamp = metav1.Now(), metav1.Now()
 	c := newClusterOf(t, []*corev1.Node{gpuNode(t, "a", mib, mib, mib, mib), gpuNode(t, "b", mib)}, append(pods, first, second)...)
-	c.args = []byte("workload: {keepIdleGPUs: true, warmup: 1}\n")
+	c.args = []byte("workload: {keepIdleGPUs: true, warmup: 1" + extra + "}\n")
 	act := &activator{}
 	fw := c.profile("default-scheduler", frameworkruntime.WithPodActivator(act))
 	c.start()
@@ -74,22 +80,30 @@ func TestPluginKeepsIdleGPUs(t *testing.T) {
 			fw.RunPostBindPlugins(c.ctx, state, p, "elsewhere")
 		}
 	}
+	return c, fw, act, first, second
+}
 
+// keptOff checks that pod, turned away from b's idle GPU while it is kept
+// and fitting none of a's, goes through PostFilter.
+func keptOff(t *testing.T, c *cluster, fw framework.Framework, pod *corev1.Pod) {
+	t.Helper()
+	state, statuses := c.filter(fw, pod)
+	if s := statuses["b"]; s == nil || !strings.Contains(s.Message(), string(alloc.ReasonGPUSpare)) {
+		t.Fatalf("%s on b's idle GPU: %v; want it kept (%s)", pod.Name, s, alloc.ReasonGPUSpare)
+	}
+	if statuses["a"] == nil {
+		t.Fatalf("%s fits a's half-free GPUs", pod.Name)
+	}
+	if _, s := fw.RunPostFilterPlugins(c.ctx, state, pod, nil); s.Code() != fwk.Unschedulable {
+		t.Fatalf("PostFilter %s: %v", pod.Name, s)
+	}
+}
+
+func TestPluginKeepsIdleGPUs(t *testing.T) {
+	c, fw, act, first, second := keptCluster(t, "")
 	// One idle GPU against 3 GPUs' worth free, of which whole-GPU pods
 	// are expected to take more than half: the idle GPU is kept.
-	fail := func(pod *corev1.Pod) {
-		t.Helper()
-		state, statuses := c.filter(fw, pod)
-		if s := statuses["b"]; s == nil || !strings.Contains(s.Message(), string(alloc.ReasonGPUSpare)) {
-			t.Fatalf("%s on b's idle GPU: %v; want it kept (%s)", pod.Name, s, alloc.ReasonGPUSpare)
-		}
-		if statuses["a"] == nil {
-			t.Fatalf("%s fits a's half-free GPUs", pod.Name)
-		}
-		if _, s := fw.RunPostFilterPlugins(c.ctx, state, pod, nil); s.Code() != fwk.Unschedulable {
-			t.Fatalf("PostFilter %s: %v", pod.Name, s)
-		}
-	}
+	fail := func(pod *corev1.Pod) { keptOff(t, c, fw, pod) }
 	if sp := c.plugins["default-scheduler"].Sparing(); sp == nil || sp.Whole < 0.5 || sp.Whole > 0.7 {
 		t.Fatalf("after the mix was learned: keeps %+v; want idle GPUs kept for a whole-GPU share of 0.5-0.7", sp)
 	}
@@ -124,4 +138,36 @@ func wholePod(name string) *corev1.Pod {
 	l := corev1.ResourceList{"gpushare.io/gpu-core": *k8sresource.NewQuantity(100, k8sresource.DecimalSI)}
 	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: l, Requests: l.DeepCopy()}
 	return p
+}
+
+// TestPluginKeepsIdleGPUsForAWhile: a pod kept from idle GPUs waits at
+// most workload.keepIdleFor from its creation. Then it is retried, with
+// no cluster event, and placed on an idle GPU while the others are still
+// kept from pods that have not waited as long.
+func TestPluginKeepsIdleGPUsForAWhile(t *testing.T) {
+	const keepFor = 400 * time.Millisecond
+	c, fw, act, first, _ := keptCluster(t, ", keepIdleFor: 400ms")
+	keptOff(t, c, fw, first)
+	if got := act.activated(); len(got) != 0 {
+		t.Fatalf("pods retried %v at once; want share-1 only once it has waited %v", got, keepFor)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(act.activated(), "default/share-1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("share-1 not retried 5 s after it was kept (keepIdleFor %v); retried %v", keepFor, act.activated())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if waited := time.Since(first.CreationTimestamp.Time); waited < keepFor {
+		t.Errorf("share-1 retried %v after its creation, before keepIdleFor's %v", waited, keepFor)
+	}
+	if _, statuses := c.filter(fw, first); statuses["b"] != nil {
+		t.Errorf("share-1 retried past keepIdleFor: b says %v, want it to fit", statuses["b"])
+	}
+	if kept, _ := c.plugins["default-scheduler"].Metrics(); kept != 1 {
+		t.Errorf("idle GPUs kept %v once share-1 waited long enough; want 1: others are still kept", kept)
+	}
+	young := gpuPod("share-3", "default-scheduler", 12288)
+	young.CreationTimestamp = metav1.Now()
+	keptOff(t, c, fw, young)
 }

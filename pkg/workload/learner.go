@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
@@ -46,7 +47,13 @@ type Config struct {
 	// (alloc.Spare) as the learned mix asks, when the source it follows
 	// tells the room the nodes leave (RoomSource).
 	Spare bool
+	// KeepFor bounds how long a pod waits, from its creation, while idle
+	// GPUs are kept from it (Policy.KeepFor); 0 means DefaultKeepFor.
+	KeepFor time.Duration
 }
+
+// DefaultKeepFor is Config.KeepFor's default.
+const DefaultKeepFor = time.Minute
 
 // WholeGPU returns the built-in prior: a pod of one whole GPU.
 func WholeGPU() alloc.Shape {

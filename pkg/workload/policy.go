@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpushare/gpushare/pkg/alloc"
 )
@@ -31,8 +32,10 @@ type Policy struct {
 	learner *Learner
 	weighs  bool
 	// spare says the policy keeps idle GPUs spare for whole-GPU pods
-	// (Config.Spare), which it can only with a RoomSource.
-	spare bool
+	// (Config.Spare), which it can only with a RoomSource; keepFor is
+	// Config.KeepFor, defaulted.
+	spare   bool
+	keepFor time.Duration
 
 	mu     sync.Mutex
 	placer atomic.Pointer[alloc.Placer]
@@ -66,7 +69,10 @@ func NewPolicy(cfg alloc.Config, lc Config) (*Policy, error) {
 		return p, nil
 	}
 	p.learner = NewLearner(lc)
-	p.spare = lc.Spare
+	p.spare, p.keepFor = lc.Spare, lc.KeepFor
+	if p.keepFor <= 0 {
+		p.keepFor = DefaultKeepFor
+	}
 	if err := p.rebuild(); err != nil {
 		return nil, err
 	}
@@ -84,6 +90,11 @@ func (p *Policy) Learns() bool { return p.learner != nil }
 // KeepsIdle reports whether the policy keeps idle GPUs spare for
 // whole-GPU pods (Config.Spare) once it follows a RoomSource.
 func (p *Policy) KeepsIdle() bool { return p.spare && p.learner != nil }
+
+// KeepFor is how long a pod waits, from its creation, while idle GPUs are
+// kept from it (Config.KeepFor): the expected whole-GPU pods may never
+// come, and on a quiet cluster nothing else would end the keeping.
+func (p *Policy) KeepFor() time.Duration { return p.keepFor }
 
 // Learner returns the policy's learner, nil if it learns nothing.
 func (p *Policy) Learner() *Learner { return p.learner }

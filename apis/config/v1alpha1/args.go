@@ -133,6 +133,11 @@ type WorkloadArgs struct {
 	// learned workload (Learn) and a fragmentation-aware NodePolicy.
 	// Default false.
 	KeepIdleGPUs bool `json:"keepIdleGPUs,omitempty"`
+	// KeepIdleFor bounds how long a pod waits, from its creation, while
+	// idle GPUs are kept from it (KeepIdleGPUs): the whole-GPU pods
+	// expected may not come. Past it the pod's share may take an idle
+	// GPU, and the pod is retried then. Default 1m.
+	KeepIdleFor metav1.Duration `json:"keepIdleFor,omitempty"`
 }
 
 // WorkloadShape is one kind of pod in a workload.
@@ -237,6 +242,9 @@ func validateWorkload(p *field.Path, w *WorkloadArgs) field.ErrorList {
 	}
 	if w.Warmup < 0 {
 		errs = append(errs, field.Invalid(p.Child("warmup"), w.Warmup, "must not be negative (pods; 0 for the default)"))
+	}
+	if w.KeepIdleFor.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("keepIdleFor"), w.KeepIdleFor.Duration.String(), "must not be negative (0 for the default, 1m)"))
 	}
 	if !w.Learns() && len(w.Shapes) == 0 {
 		errs = append(errs, field.Required(p.Child("shapes"), "a workload that is not learned must list its shapes"))
