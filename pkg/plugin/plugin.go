@@ -212,8 +212,13 @@ func (pl *GPUShare) retryWhenKeptTooLong(ctx context.Context, pod *corev1.Pod) {
 		pl.retriesMu.Lock()
 		delete(pl.retries, pod.UID)
 		pl.retriesMu.Unlock()
-		logger.V(2).Info("Retrying a pod kept from idle GPUs for as long as workload.keepIdleFor", "pod", klog.KObj(pod))
-		pl.handle.Activate(logger, map[string]*corev1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		// Placed or gone since: nothing to retry.
+		now, err := pl.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).Get(pod.Name)
+		if err != nil || now.UID != pod.UID || now.Spec.NodeName != "" {
+			return
+		}
+		logger.V(2).Info("Retrying a pod kept from idle GPUs for as long as workload.keepIdleFor", "pod", klog.KObj(now))
+		pl.handle.Activate(logger, map[string]*corev1.Pod{now.Namespace + "/" + now.Name: now})
 	})
 }
 
