@@ -243,6 +243,17 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
+// placer is the Placer that places pod now: the policy's, as pod picks
+// it, without keeping idle GPUs from a pod that has waited long enough
+// (decision.Kept).
+func (s *Server) placer(pod *corev1.Pod) (*alloc.Placer, error) {
+	placer, err := decision.Placer(s.Policy, pod)
+	if err != nil {
+		return nil, err
+	}
+	return decision.Kept(s.Policy, placer, pod, time.Now()), nil
+}
+
 // place rates the pod on each named node with placer's Rater, which
 // rates nodes of one shape once. The nodes that fit come in names'
 // order, in a slice: kube-scheduler names hundreds of nodes per call,
@@ -285,10 +296,7 @@ func (s *Server) filter(_ context.Context, body []byte) (any, error) {
 	req, err := decision.Request(s.Model, c.pod)
 	var placer *alloc.Placer
 	if err == nil && req != nil {
-		placer, err = decision.Placer(s.Policy, c.pod)
-	}
-	if placer != nil {
-		placer = decision.Kept(s.Policy, placer, c.pod, time.Now())
+		placer, err = s.placer(c.pod)
 	}
 	if err == nil && req != nil && c.pod.Spec.SchedulingGroup != nil {
 		err = errors.New(decision.ReasonGangInExtender)
@@ -470,10 +478,7 @@ func (s *Server) prioritize(_ context.Context, body []byte) (any, error) {
 	req, err := decision.Request(s.Model, c.pod)
 	var placer *alloc.Placer
 	if err == nil && req != nil {
-		placer, err = decision.Placer(s.Policy, c.pod)
-	}
-	if placer != nil {
-		placer = decision.Kept(s.Policy, placer, c.pod, time.Now())
+		placer, err = s.placer(c.pod)
 	}
 	if err != nil || req == nil {
 		for _, n := range c.names {

@@ -277,19 +277,15 @@ func (p *Policy) setSpareLocked(supply []alloc.Supply) {
 	// The mix the Placer was built from, at most DefaultRefresh pods old:
 	// the learner's own would be sorted again for this alone.
 	sp := alloc.SpareOf(old.Mix(), mib/max(gpus, 1))
-	if sp.Whole == 0 {
-		// A mix without whole-GPU pods keeps nothing: the room, a walk
-		// over every node, is not read.
-		if old.Spare() != nil {
-			p.placer.Store(old.Sparing(nil))
+	// A mix without whole-GPU pods keeps nothing: the room, a walk over
+	// every node, is not read for it.
+	if sp.Whole > 0 {
+		if room, waiting := p.src.(RoomSource).Room(&sp); sp.Keeps(room, waiting) {
+			p.placer.Store(old.Sparing(&sp))
+			return
 		}
-		return
 	}
-	room, waiting := p.src.(RoomSource).Room(&sp)
-	switch {
-	case sp.Keeps(room, waiting):
-		p.placer.Store(old.Sparing(&sp))
-	case old.Spare() != nil:
+	if old.Spare() != nil {
 		p.placer.Store(old.Sparing(nil))
 	}
 }
