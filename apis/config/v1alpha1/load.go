@@ -1,8 +1,14 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -39,6 +45,11 @@ func decodeStrict[T any](data []byte) (*T, error) {
 	m := new(T)
 	strict, err := kjson.UnmarshalStrict(j, m, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
+		// A value's own decoder (a duration, a quantity) does not say
+		// where the value was.
+		if p := blame(reflect.TypeFor[T](), j, nil); p != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
 		return nil, err
 	}
 	if len(strict) > 0 {
@@ -49,4 +60,84 @@ func decodeStrict[T any](data []byte) (*T, error) {
 		return nil, fmt.Errorf("%s (field names are case-sensitive: write them as documented, e.g. \"resources\", \"nodePolicy\")", strings.Join(msgs, ", "))
 	}
 	return m, nil
+}
+
+// blame returns the path of the value in j, JSON for a t, whose own
+// decoder refuses it (metav1.Duration's, resource.Quantity's), or nil
+// if none does or the value is of the wrong JSON type (those errors
+// name their field already).
+func blame(t reflect.Type, j []byte, p *field.Path) *field.Path {
+	err := json.Unmarshal(j, reflect.New(t).Interface())
+	if err == nil {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if !reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		switch t.Kind() {
+		case reflect.Struct, reflect.Map:
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(j, &obj) != nil {
+				break
+			}
+			keys := slices.Sorted(func(yield func(string) bool) {
+				for k := range obj {
+					if !yield(k) {
+						return
+					}
+				}
+			})
+			for _, k := range keys {
+				var ft reflect.Type
+				child := p.Key(k)
+				if t.Kind() == reflect.Map {
+					ft = t.Elem()
+				} else {
+					f, ok := jsonField(t, k)
+					if !ok {
+						continue
+					}
+					ft, child = f.Type, p.Child(k)
+				}
+				if q := blame(ft, obj[k], child); q != nil {
+					return q
+				}
+			}
+		case reflect.Slice:
+			var arr []json.RawMessage
+			if json.Unmarshal(j, &arr) != nil {
+				break
+			}
+			for i, v := range arr {
+				if q := blame(t.Elem(), v, p.Index(i)); q != nil {
+					return q
+				}
+			}
+		}
+	}
+	var typeErr *json.UnmarshalTypeError
+	if p == nil || errors.As(err, &typeErr) {
+		return nil
+	}
+	return p
+}
+
+// jsonField returns the field of struct t whose JSON name is name,
+// looking into inlined embedded structs.
+func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case tag == "-" || !f.IsExported() && !f.Anonymous:
+		case tag == "" && f.Anonymous && f.Type.Kind() == reflect.Struct:
+			if g, ok := jsonField(f.Type, name); ok {
+				return g, true
+			}
+		case tag == name:
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
