@@ -222,6 +222,24 @@ func (pl *GPUShare) retryWhenKeptTooLong(ctx context.Context, pod *corev1.Pod) {
 	})
 }
 
+// keptGangPod counts the demand of pod, of a PodGroup, as waiting while
+// idle GPUs are kept, and returns the Placer for the room read again
+// with it. A PodGroup's pod that fits nowhere gets no PostFilter, which
+// notes the other pods' waits: kube-scheduler fails the group's cycle
+// instead. Uncounted, a gang of shares would not weigh against the
+// keeping, and on a quiet cluster would wait out workload.keepIdleFor
+// beside idle GPUs that nothing else asks for. Placed, it stops waiting
+// (the cache's Assume).
+func (pl *GPUShare) keptGangPod(ctx context.Context, pod *corev1.Pod, req *alloc.PodRequest) (*alloc.Placer, error) {
+	pl.cache.Wait(pod.UID, req)
+	pl.policy.Reread()
+	placer, err := decision.Placer(pl.policy, pod)
+	if err == nil && placer.Spare() != nil {
+		pl.retryWhenKeptTooLong(ctx, pod)
+	}
+	return placer, err
+}
+
 // noteLargestGPU tells the resource model the largest GPU, so that a
 // request no GPU could hold is rejected with that message.
 func (pl *GPUShare) noteLargestGPU() {
@@ -349,6 +367,12 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 	if err != nil {
 		pl.metrics.observe(resultInvalid, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if placer.Spare() != nil && pod.Spec.SchedulingGroup != nil {
+		if placer, err = pl.keptGangPod(ctx, pod, req); err != nil {
+			pl.metrics.observe(resultInvalid, start)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		}
 	}
 	pl.noteSparing(ctx, placer)
 	placer = decision.Kept(pl.policy, placer, pod, time.Now())

@@ -171,3 +171,38 @@ func TestPluginKeepsIdleGPUsForAWhile(t *testing.T) {
 	young.CreationTimestamp = metav1.Now()
 	keptOff(t, c, fw, young)
 }
+
+// TestPluginCountsKeptGangPods: a PodGroup's pod that fits nowhere gets
+// no PostFilter, so PreFilter counts its demand as waiting while idle
+// GPUs are kept, and reads the room again with it: the second share of
+// a gang ends the keeping at once, as the second share turned away does
+// in TestPluginKeepsIdleGPUs, and takes the idle GPU.
+func TestPluginCountsKeptGangPods(t *testing.T) {
+	c, fw, act, first, second := keptCluster(t, "")
+	group := "train"
+	for _, p := range []*corev1.Pod{first, second} {
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+	}
+	pl := c.plugins["default-scheduler"]
+	if _, statuses := c.filter(fw, first); statuses["b"] == nil || !strings.Contains(statuses["b"].Message(), string(alloc.ReasonGPUSpare)) {
+		t.Fatalf("the gang's first share on b's idle GPU: %v; want it kept", statuses["b"])
+	}
+	if kept, waiting := pl.Metrics(); kept != 1 || waiting != 0.75 {
+		t.Errorf("after the first share's filter, no PostFilter: idle GPUs kept %v, GPU demand waiting %v; want 1 and 0.75", kept, waiting)
+	}
+	if _, statuses := c.filter(fw, second); statuses["b"] != nil {
+		t.Fatalf("the gang's second share on b: %v; want it to fit once both shares' demand waits", statuses["b"])
+	}
+	if kept, waiting := pl.Metrics(); kept != 0 || waiting != 1.5 {
+		t.Errorf("idle GPUs kept %v, GPU demand waiting %v; want 0 and 1.5", kept, waiting)
+	}
+	if got := act.activated(); !slices.Contains(got, "default/share-1") {
+		t.Errorf("pods retried: %v; want the gang's first share once the keeping ended", got)
+	}
+	// Pods outside PodGroups count only once turned away, in PostFilter.
+	c2, fw2, _, plain, _ := keptCluster(t, "")
+	c2.filter(fw2, plain)
+	if _, waiting := c2.plugins["default-scheduler"].Metrics(); waiting != 0 {
+		t.Errorf("a pod outside a PodGroup waits %v after its filter alone; want 0 until PostFilter", waiting)
+	}
+}
