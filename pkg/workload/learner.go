@@ -90,6 +90,8 @@ type Learner struct {
 type tracked struct {
 	shape  alloc.Shape
 	weight float64
+	// prior is the part of weight that the prior gave.
+	prior float64
 }
 
 // NewLearner returns a learner that starts from c's prior.
@@ -114,7 +116,9 @@ func NewLearner(c Config) *Learner {
 	}
 	for _, q := range c.Prior {
 		if q.Weight > 0 && total > 0 {
-			l.add(q, float64(c.Warmup)*float64(q.Weight)/float64(total))
+			w := float64(c.Warmup) * float64(q.Weight) / float64(total)
+			l.add(q, w)
+			l.shapes[shapeKey(&q)].prior += w
 		}
 	}
 	return l
@@ -163,6 +167,7 @@ func (l *Learner) Observe(key string, q alloc.Shape) bool {
 		// Rescale to keep the weights finite; ratios are unchanged.
 		for _, t := range l.shapes {
 			t.weight /= l.scale
+			t.prior /= l.scale
 		}
 		l.cpuOnly /= l.scale
 		l.cpuOnlyCPU /= l.scale
@@ -260,6 +265,32 @@ func (l *Learner) Mix() []alloc.Shape {
 		out = append(out, alloc.Shape{CPUMilli: int64(math.Round(cpuOnlyCPU / cpuOnly)),
 			Weight: max(1, int64(math.Round(1e6*cpuOnly/heaviest)))})
 	}
+	return out
+}
+
+// ObservedMix returns the shapes of the pods observed, without the
+// prior's weight, weighed in millionths of the heaviest, in the order of
+// their keys: what was seen, not guessed, for alloc.SpareOf. Keeping
+// idle GPUs for whole-GPU pods that the prior alone expects would keep
+// them from a cluster that runs none.
+func (l *Learner) ObservedMix() []alloc.Shape {
+	l.mu.Lock()
+	keys := make([]string, 0, len(l.shapes))
+	var heaviest float64
+	for k, t := range l.shapes {
+		if w := t.weight - t.prior; w > 0 {
+			keys = append(keys, k)
+			heaviest = max(heaviest, w)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]alloc.Shape, len(keys))
+	for i, k := range keys {
+		t := l.shapes[k]
+		out[i] = t.shape
+		out[i].Weight = max(1, int64(math.Round(1e6*(t.weight-t.prior)/heaviest)))
+	}
+	l.mu.Unlock()
 	return out
 }
 

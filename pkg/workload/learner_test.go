@@ -495,3 +495,37 @@ func TestPolicyPressedWeighsSupplyNow(t *testing.T) {
 	}
 	t.Fatal("1000 pods bound to T4 never pressed the Placer")
 }
+
+// TestPolicySpareWeighsObservedPods: whether idle GPUs are kept is
+// weighed on the pods observed, not the prior. After 212 shares of 0.1
+// and 2 whole-GPU pods, the prior (one whole GPU, as 100 pods) would
+// still make most of the demand whole and keep 3 idle GPUs of 20 free;
+// the pods seen make it a tenth, and nothing is kept.
+func TestPolicySpareWeighsObservedPods(t *testing.T) {
+	whole := &alloc.PodRequest{CPUMilli: 8000, Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Exclusive: true}}}}
+	small := &alloc.PodRequest{CPUMilli: 1000, Containers: []alloc.PodContainer{{ContainerRequest: alloc.ContainerRequest{Name: "c", Count: 1, Compute: 10}}}}
+	p, err := NewPolicy(alloc.Config{Node: "fgd-robust"}, Config{Spare: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &roomSource{supplySource: supplySource{supply: []alloc.Supply{{Model: "A100", MemoryMiB: 40960, GPUs: 24, Free: 20000}}, gen: 1},
+		room: alloc.Room{Idle: 3, Free: 20}}
+	p.Follow(src)
+	for i := range 214 {
+		req := small
+		if i%107 == 50 {
+			req = whole
+		}
+		p.Observe(strconv.Itoa(i), req)
+	}
+	if pl := p.Placer(); src.rooms == 0 || pl.Spare() != nil {
+		t.Fatalf("%d rooms read, keeps %+v; want a read and none kept", src.rooms, pl.Spare())
+	}
+	if w := src.spare.Whole; w < 0.05 || w > 0.15 {
+		t.Errorf("whole-GPU share of the demand weighed %.3f; want the pods' 2 of 23.2 GPUs, about 0.09", w)
+	}
+	mix := p.learner.ObservedMix()
+	if len(mix) != 2 {
+		t.Fatalf("observed mix %+v; want the two shapes seen, without the prior's", mix)
+	}
+}

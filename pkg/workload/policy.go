@@ -274,9 +274,9 @@ func (p *Policy) setSpareLocked(supply []alloc.Supply) {
 		gpus += s.GPUs
 		mib += s.GPUs * s.MemoryMiB
 	}
-	// The mix the Placer was built from, at most DefaultRefresh pods old:
-	// the learner's own would be sorted again for this alone.
-	sp := alloc.SpareOf(old.Mix(), mib/max(gpus, 1))
+	// The pods observed, not the prior: its guess of whole GPUs would
+	// keep idle GPUs from a cluster of shares for thousands of pods.
+	sp := alloc.SpareOf(p.learner.ObservedMix(), mib/max(gpus, 1))
 	// A mix without whole-GPU pods keeps nothing: the room, a walk over
 	// every node, is not read for it.
 	if sp.Whole > 0 {
