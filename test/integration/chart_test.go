@@ -118,6 +118,7 @@ var chartToggles = map[string][]string{
 	"own-extender-tls": {"mode=extender", "extender.tls.secretName=my-tls"},
 	"extender-service": {"mode=extender", "extender.beside=false"},
 	"quota":            {"quota.enabled=true"},
+	"scheduler-env":    {"scheduler.env[0].name=GOGC", "scheduler.env[0].value=100"},
 	"node-pools": {"node.pools[0].name=whole-card", "node.pools[0].wholeCard=true",
 		"node.pools[1].name=mps", "node.pools[1].mps=true"},
 }
@@ -225,6 +226,13 @@ func TestChartRender(t *testing.T) {
 				case *appsv1.Deployment:
 					workloads++
 					checkPodSpec(t, o.Name, &o.Spec.Template.Spec, set)
+					if o.Name == "gpushare-scheduler" {
+						env := o.Spec.Template.Spec.Containers[0].Env
+						gogc := slices.Contains(env, corev1.EnvVar{Name: "GOGC", Value: "100"})
+						if want := slices.Contains(set, "scheduler.env[0].name=GOGC"); gogc != want || !want && len(env) > 0 {
+							t.Errorf("gpushare-scheduler's environment %v; want GOGC=100 only where scheduler.env sets it", env)
+						}
+					}
 				case *appsv1.DaemonSet:
 					workloads++
 					checkPodSpec(t, o.Name, &o.Spec.Template.Spec, set)
