@@ -168,7 +168,18 @@ func Ended(pod *corev1.Pod) bool { return record.Ended(pod) }
 // keeps whatever was assumed for it. A record on a pod that is not bound,
 // or that is not what the pod asks for, books nothing and is reported;
 // once booked, a record is not changed by edits of the annotation.
-func (c *Cache) SetPod(pod *corev1.Pod) {
+func (c *Cache) SetPod(pod *corev1.Pod) { c.setPod(pod, true) }
+
+// AdoptPod is SetPod for a pod of the informer's first list: what its
+// record books was placed before this cache began, by this scheduler
+// before a restart or by another, and does not count as placed in the
+// turnover (Room): a cluster that has just been taken in has placed
+// nothing yet, and released nothing.
+func (c *Cache) AdoptPod(pod *corev1.Pod) { c.setPod(pod, false) }
+
+// setPod is SetPod, counting a booking new to the cache as placed if
+// placed.
+func (c *Cache) setPod(pod *corev1.Pod, placed bool) {
 	if Ended(pod) {
 		c.RemovePod(pod.UID)
 		return
@@ -231,9 +242,13 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		} else {
 			c.book(e, p)
 		}
-		if old == nil && !p.invalid {
-			// Bound by another replica, or before a restart.
+		switch {
+		case old == nil && !p.invalid && placed:
+			// Bound by another replica, or while the informer was
+			// away.
 			c.placedLocked(pod.UID, e, p.placement)
+		case old == nil && !p.invalid:
+			c.stopWaitingLocked(pod.UID)
 		}
 	}
 	c.noteEdits(pod, p)

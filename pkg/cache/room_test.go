@@ -1,10 +1,15 @@
 package cache_test
 
 import (
+	"context"
 	"math"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
 	"github.com/gpushare/gpushare/pkg/alloc"
@@ -99,3 +104,56 @@ func TestRoom(t *testing.T) {
 
 // near compares within the aging of the churn window over a few GPUs.
 func near(a, b float64) bool { return math.Abs(a-b) < 0.005 }
+
+// TestRoomAfterRestart: a cache that takes in a running cluster (the
+// informer's first list, as after a restart) has placed nothing in the
+// turnover; what it sees bound after that has. Counting the first list
+// as placed made a churning cluster look as if it only filled, and
+// keep idle GPUs, until the window had aged it out.
+func TestRoomAfterRestart(t *testing.T) {
+	before := recordedPod(t, "r1", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 16384, 100)}))
+	client := fake.NewClientset(gpuNode(t, "n1", 16384, 16384), before)
+	c, _ := newCache(t)
+	f := informers.NewSharedInformerFactory(client, 0)
+	synced, err := cache.Watch(c, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	f.Start(ctx.Done())
+	defer func() { cancel(); f.Shutdown() }()
+	if !cache.WaitSynced(ctx, synced) {
+		t.Fatal("the cache did not sync")
+	}
+	sp := &alloc.Spare{Whole: 0.5}
+	if r, _ := c.Room(sp); r.Idle != 1 || r.Turnover != 0 {
+		t.Fatalf("after the first list: room %+v; want 1 idle (r1 booked) and nothing placed or released", r)
+	}
+	// Half a GPU placed since, by another replica; then r1, from before,
+	// leaves: the window has seen 0.5 placed and 1 released.
+	after := recordedPod(t, "r2", appRecord("n1", []gpusharev1.GPUShare{share("n1", 1, 8192, 50)}))
+	if _, err := client.CoreV1().Pods("default").Create(ctx, after, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { r, _ := c.Room(sp); return r.Idle == 0 })
+	if r, _ := c.Room(sp); r.Turnover != 0 {
+		t.Errorf("after r2 was placed: turnover %v, want 0 (nothing released)", r.Turnover)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, before.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { r, _ := c.Room(sp); return r.Turnover > 0 })
+	if r, _ := c.Room(sp); r.Turnover != 1 {
+		t.Errorf("after r1 left: turnover %v; want 1 (1 GPU released, 0.5 placed since the start); counting r1 as placed gives 0.67", r.Turnover)
+	}
+}
+
+// waitFor polls ok for up to 10 s.
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}

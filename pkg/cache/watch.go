@@ -48,8 +48,14 @@ func Watch(c *Cache, f informers.SharedInformerFactory) (synced func() bool, err
 	if err != nil {
 		return nil, err
 	}
-	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { setPod(c, obj) },
+	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if p, ok := obj.(*corev1.Pod); ok && initial {
+				c.AdoptPod(p)
+			} else {
+				setPod(c, obj)
+			}
+		},
 		UpdateFunc: func(_, obj any) { setPod(c, obj) },
 		DeleteFunc: func(obj any) {
 			if p, ok := unwrap(obj).(*corev1.Pod); ok {
