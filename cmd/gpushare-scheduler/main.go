@@ -44,14 +44,14 @@ func main() {
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not
-// set: a collection starts once the heap has grown 75% over what the
+// set: a collection starts once the heap has grown 80% over what the
 // last one left live, against the Go runtime's 100. gpushare-scheduler
 // holds the GPU cache and the records beside everything kube-scheduler
 // holds, about a fifth more live heap at 5000 nodes; at 100 its RSS is
-// 1.13-1.23x stock kube-scheduler's. At 75 it collects a third more
-// often for a tenth less memory (docs/benchmarks.md, "Scheduler
+// 1.2-1.25x stock kube-scheduler's, at 80 1.08-1.10x, for about 4% more
+// of the scheduler's CPU per pod (docs/benchmarks.md, "Scheduler
 // throughput"). Prometheus's server makes the same trade.
-const defaultGCPercent = 75
+const defaultGCPercent = 80
 
 // gcPercent returns the collector's target to set, from GOGC as
 // os.LookupEnv returns it: none when the operator set GOGC (the runtime
