@@ -56,7 +56,7 @@ const defaultGCPercent = 80
 // gcPercent returns the collector's target to set, from GOGC as
 // os.LookupEnv returns it: none when the operator set GOGC (the runtime
 // reads it itself), defaultGCPercent otherwise.
-func gcPercent(gogc string, set bool) (int, bool) {
+func gcPercent(_ string, set bool) (int, bool) {
 	if set {
 		return 0, false
 	}
