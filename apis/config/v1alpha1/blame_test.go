@@ -15,11 +15,19 @@ func TestLoadNamesRefusedValues(t *testing.T) {
 		"workload: {shapes: [{weight: 1, requests: {cpu: 2x}}]}":           `workload.shapes[0].requests[cpu]: `,
 		"workload: {shapes: [{weight: 1}, {weight: 2, requests: {a: b}}]}": `workload.shapes[1].requests[a]: `,
 		"workload: {learn: maybe}":                                         `Go struct field WorkloadArgs.workload.learn of type bool`,
+		"workload: {keepIdleFor: 5}":                                       `workload.keepIdleFor: json: cannot unmarshal number`,
+		// A miscased key is not the field it resembles: the value refused is
+		// the one under the exact name.
+		"defrag: {Timeout: banana}\nworkload: {keepIdleFor: soon}": `workload.keepIdleFor: time: invalid duration "soon"`,
 	} {
 		_, err := LoadArgs([]byte(data))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("LoadArgs(%s) error = %v; want one containing %q", data, err, want)
 		}
+	}
+	// A type error names its field already: no path is put before it.
+	if _, err := LoadArgs([]byte("workload: {KeepIdleFor: banana, learn: maybe}")); err == nil || strings.Contains(err.Error(), "GPUShareArgs: workload") {
+		t.Errorf("a miscased field beside a type error: %v; want the type error alone", err)
 	}
 	if _, err := LoadArgs([]byte("workload: {keepIdleFor: 90s}")); err != nil {
 		t.Errorf("keepIdleFor: 90s: %v", err)

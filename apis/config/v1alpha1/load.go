@@ -2,8 +2,8 @@ package v1alpha1
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -63,64 +63,54 @@ func decodeStrict[T any](data []byte) (*T, error) {
 }
 
 // blame returns the path of the value in j, JSON for a t, whose own
-// decoder refuses it (metav1.Duration's, resource.Quantity's), or nil
-// if none does or the value is of the wrong JSON type (those errors
-// name their field already).
+// decoder (metav1.Duration's, resource.Quantity's) refuses it, or nil if
+// no such value fails: the decoder's errors do not say where the value
+// was, while encoding/json's own name the field. It decodes as
+// decodeStrict does, field names matching case-sensitively.
 func blame(t reflect.Type, j []byte, p *field.Path) *field.Path {
-	err := json.Unmarshal(j, reflect.New(t).Interface())
-	if err == nil {
+	if kjson.UnmarshalCaseSensitivePreserveInts(j, reflect.New(t).Interface()) == nil {
 		return nil
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if !reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
-		switch t.Kind() {
-		case reflect.Struct, reflect.Map:
-			var obj map[string]json.RawMessage
-			if json.Unmarshal(j, &obj) != nil {
-				break
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		if p == nil {
+			return nil
+		}
+		return p
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(j, &obj) != nil {
+			return nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			ft, child := reflect.Type(nil), p.Key(k)
+			if t.Kind() == reflect.Map {
+				ft = t.Elem()
+			} else if f, ok := jsonField(t, k); ok {
+				ft, child = f.Type, p.Child(k)
+			} else {
+				continue
 			}
-			keys := slices.Sorted(func(yield func(string) bool) {
-				for k := range obj {
-					if !yield(k) {
-						return
-					}
-				}
-			})
-			for _, k := range keys {
-				var ft reflect.Type
-				child := p.Key(k)
-				if t.Kind() == reflect.Map {
-					ft = t.Elem()
-				} else {
-					f, ok := jsonField(t, k)
-					if !ok {
-						continue
-					}
-					ft, child = f.Type, p.Child(k)
-				}
-				if q := blame(ft, obj[k], child); q != nil {
-					return q
-				}
+			if q := blame(ft, obj[k], child); q != nil {
+				return q
 			}
-		case reflect.Slice:
-			var arr []json.RawMessage
-			if json.Unmarshal(j, &arr) != nil {
-				break
-			}
-			for i, v := range arr {
-				if q := blame(t.Elem(), v, p.Index(i)); q != nil {
-					return q
-				}
+		}
+	case reflect.Slice:
+		var arr []json.RawMessage
+		if json.Unmarshal(j, &arr) != nil {
+			return nil
+		}
+		for i, v := range arr {
+			if q := blame(t.Elem(), v, p.Index(i)); q != nil {
+				return q
 			}
 		}
 	}
-	var typeErr *json.UnmarshalTypeError
-	if p == nil || errors.As(err, &typeErr) {
-		return nil
-	}
-	return p
+	return nil
 }
 
 // jsonField returns the field of struct t whose JSON name is name,
