@@ -230,14 +230,10 @@ func (pl *GPUShare) retryWhenKeptTooLong(ctx context.Context, pod *corev1.Pod) {
 // keeping, and on a quiet cluster would wait out workload.keepIdleFor
 // beside idle GPUs that nothing else asks for. Placed, it stops waiting
 // (the cache's Assume).
-func (pl *GPUShare) keptGangPod(ctx context.Context, pod *corev1.Pod, req *alloc.PodRequest) (*alloc.Placer, error) {
+func (pl *GPUShare) keptGangPod(pod *corev1.Pod, req *alloc.PodRequest) (*alloc.Placer, error) {
 	pl.cache.Wait(pod.UID, req)
 	pl.policy.Reread()
-	placer, err := decision.Placer(pl.policy, pod)
-	if err == nil && placer.Spare() != nil {
-		pl.retryWhenKeptTooLong(ctx, pod)
-	}
-	return placer, err
+	return decision.Placer(pl.policy, pod)
 }
 
 // noteLargestGPU tells the resource model the largest GPU, so that a
@@ -368,14 +364,19 @@ func (pl *GPUShare) PreFilter(ctx context.Context, state fwk.CycleState, pod *co
 		pl.metrics.observe(resultInvalid, start)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if placer.Spare() != nil && pod.Spec.SchedulingGroup != nil {
-		if placer, err = pl.keptGangPod(ctx, pod, req); err != nil {
+	gang := placer.Spare() != nil && pod.Spec.SchedulingGroup != nil
+	if gang {
+		if placer, err = pl.keptGangPod(pod, req); err != nil {
 			pl.metrics.observe(resultInvalid, start)
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
 	}
 	pl.noteSparing(ctx, placer)
 	placer = decision.Kept(pl.policy, placer, pod, time.Now())
+	if gang && placer.Spare() != nil {
+		// Still kept from it: retried once it has waited keepIdleFor.
+		pl.retryWhenKeptTooLong(ctx, pod)
+	}
 	if claims {
 		// DynamicResources gives the claims the first devices that fit:
 		// rate each node, and assume, by that placement.

@@ -199,6 +199,29 @@ func TestPluginCountsKeptGangPods(t *testing.T) {
 	if got := act.activated(); !slices.Contains(got, "default/share-1") {
 		t.Errorf("pods retried: %v; want the gang's first share once the keeping ended", got)
 	}
+	// Kept, a gang's share is retried once it has waited keepIdleFor,
+	// as a pod turned away in PostFilter is; then it is placed as if
+	// nothing were kept, and not retried again.
+	c3, fw3, act3, old, _ := keptCluster(t, ", keepIdleFor: 300ms")
+	old.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+	if _, statuses := c3.filter(fw3, old); statuses["b"] == nil {
+		t.Fatal("the gang's share fits b's idle GPU at once; want it kept")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(act3.activated(), "default/share-1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the kept gang share not retried 5 s after its filter; retried %v", act3.activated())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, statuses := c3.filter(fw3, old); statuses["b"] != nil {
+		t.Errorf("past keepIdleFor: b says %v, want the gang's share to fit", statuses["b"])
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(act3.activated()); n != 1 {
+		t.Errorf("retried %d times; want once: past keepIdleFor nothing keeps it", n)
+	}
+
 	// Pods outside PodGroups count only once turned away, in PostFilter.
 	c2, fw2, _, plain, _ := keptCluster(t, "")
 	c2.filter(fw2, plain)
