@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
 	gpusharev1 "github.com/gpushare/gpushare/apis/gpushare/v1alpha1"
@@ -113,18 +112,8 @@ func near(a, b float64) bool { return math.Abs(a-b) < 0.005 }
 func TestRoomAfterRestart(t *testing.T) {
 	before := recordedPod(t, "r1", appRecord("n1", []gpusharev1.GPUShare{share("n1", 0, 16384, 100)}))
 	client := fake.NewClientset(gpuNode(t, "n1", 16384, 16384), before)
-	c, _ := newCache(t)
-	f := informers.NewSharedInformerFactory(client, 0)
-	synced, err := cache.Watch(c, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	f.Start(ctx.Done())
-	defer func() { cancel(); f.Shutdown() }()
-	if !cache.WaitSynced(ctx, synced) {
-		t.Fatal("the cache did not sync")
-	}
+	c, _ := watched(t, client)
+	ctx := context.Background()
 	sp := &alloc.Spare{Whole: 0.5}
 	if r, _ := c.Room(sp); r.Idle != 1 || r.Turnover != 0 {
 		t.Fatalf("after the first list: room %+v; want 1 idle (r1 booked) and nothing placed or released", r)

@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,28 +33,36 @@ func TestWatchSynced(t *testing.T) {
 			}
 			objs = append(objs, gpuNode(t, fmt.Sprintf("n%03d", i), mib))
 		}
-		client := fake.NewClientset(objs...)
-		c, _ := newCache(t)
-		f := informers.NewSharedInformerFactory(client, 0)
-		synced, err := cache.Watch(c, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		f.Start(ctx.Done())
-		if !cache.WaitSynced(ctx, synced) {
-			cancel()
-			t.Fatal("the cache did not sync")
-		}
+		c, stop := watched(t, fake.NewClientset(objs...))
 		if got := c.LargestGPU(); got != 143771 {
 			t.Errorf("round %d: synced, but the largest GPU is %d MiB; want 143771", round, got)
 		}
 		if got := len(c.Snapshot()); got != nodes {
 			t.Errorf("round %d: synced, but the cache holds %d nodes; want %d", round, got, nodes)
 		}
-		cancel()
-		f.Shutdown()
+		stop()
 	}
+}
+
+// watched returns a cache that Watch feeds from client's informers, once
+// it has synced, and the func that stops them, which the test's end
+// calls too.
+func watched(t *testing.T, client *fake.Clientset) (*cache.Cache, func()) {
+	t.Helper()
+	c, _ := newCache(t)
+	f := informers.NewSharedInformerFactory(client, 0)
+	synced, err := cache.Watch(c, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	f.Start(ctx.Done())
+	stop := sync.OnceFunc(func() { cancel(); f.Shutdown() })
+	t.Cleanup(stop)
+	if !cache.WaitSynced(ctx, synced) {
+		t.Fatal("the cache did not sync")
+	}
+	return c, stop
 }
 
 // TestDropManagedFields checks the informers' transform: a pod loses
