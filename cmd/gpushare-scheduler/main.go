@@ -26,8 +26,8 @@ func main() {
 		fmt.Printf("%s on kube-scheduler %s\n", version.Line("gpushare-scheduler"), version.Dependency("k8s.io/kubernetes"))
 		return
 	}
-	if percent, ok := gcPercent(os.LookupEnv("GOGC")); ok {
-		debug.SetGCPercent(percent)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	// Every profile's GPUShare shares one cache, whose metrics join
 	// kube-scheduler's own on its /metrics.
@@ -44,7 +44,7 @@ func main() {
 }
 
 // defaultGCPercent is the garbage collector's target when GOGC is not
-// set: a collection starts once the heap has grown 80% over what the
+// set (an operator's GOGC, even empty or off, is the runtime's to read): a collection starts once the heap has grown 80% over what the
 // last one left live, against the Go runtime's 100. gpushare-scheduler
 // holds the GPU cache and the records beside everything kube-scheduler
 // holds, about a fifth more live heap at 5000 nodes; at 100 its RSS is
@@ -53,16 +53,6 @@ func main() {
 // (docs/benchmarks.md, "Scheduler throughput"). Prometheus's server
 // lowers its target too, to 75.
 const defaultGCPercent = 80
-
-// gcPercent returns the collector's target to set, from GOGC as
-// os.LookupEnv returns it: none when the operator set GOGC (the runtime
-// reads it itself), defaultGCPercent otherwise.
-func gcPercent(_ string, set bool) (int, bool) {
-	if set {
-		return 0, false
-	}
-	return defaultGCPercent, true
-}
 
 // leaderMetric is the gauge client-go's leader elector keeps, once made:
 // 0 while it waits for the lease, 1 while it holds it.

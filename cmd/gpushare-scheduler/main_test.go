@@ -46,16 +46,3 @@ func TestLeading(t *testing.T) {
 		t.Error("holding the lease: not leading")
 	}
 }
-
-// Without GOGC the scheduler collects at defaultGCPercent; an operator's
-// GOGC, even off or empty, is the runtime's to read and is left alone.
-func TestGCPercent(t *testing.T) {
-	if p, ok := gcPercent("", false); !ok || p != defaultGCPercent {
-		t.Errorf("GOGC unset: %d, %v; want %d, true", p, ok, defaultGCPercent)
-	}
-	for _, gogc := range []string{"100", "off", "50", ""} {
-		if p, ok := gcPercent(gogc, true); ok {
-			t.Errorf("GOGC=%q: set %d; want the runtime's own reading of it", gogc, p)
-		}
-	}
-}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -59,8 +61,24 @@ func TestConfigChangeKeepsBookings(t *testing.T) {
 	for i := range 3 {
 		eventNote(t, client, "team-mib", fmt.Sprintf("mib-%d", i), plugin.ReasonRecordUnconforming, "booked as it stands")
 	}
-	if v, err := metricSum(scrape(t, sched.URL+"/metrics"), "gpushare_allocation_records_unconforming", nil); err != nil || v != 3 {
+	families := scrape(t, sched.URL+"/metrics")
+	if v, err := metricSum(families, "gpushare_allocation_records_unconforming", nil); err != nil || v != 3 {
 		t.Errorf("gpushare_allocation_records_unconforming = %v (%v); want 3", v, err)
+	}
+	// The scheduler's collector target: 80 unless GOGC is set.
+	wantGOGC := 80.0
+	if v, set := os.LookupEnv("GOGC"); set {
+		switch n, err := strconv.ParseFloat(v, 64); {
+		case err == nil:
+			wantGOGC = n
+		case v == "off":
+			wantGOGC = -1 // not checked
+		default:
+			wantGOGC = 100 // empty or unreadable: the runtime's default
+		}
+	}
+	if v, err := metricSum(families, "go_gc_gogc_percent", nil); wantGOGC >= 0 && (err != nil || v != wantGOGC) {
+		t.Errorf("go_gc_gogc_percent = %v (%v); want %v", v, err, wantGOGC)
 	}
 
 	// 15360 - 9000 = 6360 MiB free: 10000 does not fit, 6000 does.

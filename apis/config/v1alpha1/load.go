@@ -75,9 +75,6 @@ func blame(t reflect.Type, j []byte, p *field.Path) *field.Path {
 		t = t.Elem()
 	}
 	if reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
-		if p == nil {
-			return nil
-		}
 		return p
 	}
 	switch t.Kind() {
