@@ -48,10 +48,10 @@ func main() {
 // last one left live, against the Go runtime's 100. gpushare-scheduler
 // holds the GPU cache and the records beside everything kube-scheduler
 // holds, about a fifth more live heap at 5000 nodes; at 100 its RSS is
-// 1.23-1.26x stock kube-scheduler's, at 80 1.08-1.10x, for more of the
-// scheduler's CPU per pod: 4.28-4.75 ms at 80 against 4.38-4.55 at 100
-// (docs/benchmarks.md, "Scheduler throughput"). Prometheus's server
-// lowers its target too, to 75.
+// 1.23-1.26x stock kube-scheduler's, at 80 1.08-1.14x, for a little more
+// of the scheduler's CPU per pod; at 75 1.05-1.10x, but pods/s fell to
+// 0.93 of stock's (docs/benchmarks.md, "Scheduler throughput").
+// Prometheus's server lowers its target too, to 75.
 const defaultGCPercent = 80
 
 // leaderMetric is the gauge client-go's leader elector keeps, once made:
