@@ -62,7 +62,15 @@ image-test: ## Build the images twice (same digests?) and run each one's --versi
 # compiled. The unit tests (-race needs cgo), the GPU check and make build
 # (the node daemon's NVML) keep cgo; the demo's node daemons simulate
 # their GPUs and need no NVML.
-SHARED_BUILD = CGO_ENABLED=0 GOFLAGS="-trimpath $${GOFLAGS:-}"
+#
+# No DWARF (NODWARF): the compiler then spends about a fifth less time on
+# a cold build, and the code it writes is the same. The images and the
+# control plane are linked without DWARF anyway (-s -w); what panics,
+# profiles and the race detector print comes from the symbol table Go
+# keeps without it. A debugger needs it: GOFLAGS given to make come
+# after, and a later -gcflags=all=... wins.
+NODWARF := -gcflags=all=-dwarf=false
+SHARED_BUILD = CGO_ENABLED=0 GOFLAGS="-trimpath $(NODWARF) $${GOFLAGS:-}"
 
 # What the demo runs, built in one go build: not the simulator or the
 # extender, which it never starts.
@@ -101,7 +109,7 @@ test-preflight: ## Refuse at once what would fail make test late: the demo's rea
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
+	$(GO) test -race $(NODWARF) -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
 
 # The GPU check (docs/gpu-check.md): the node daemon's NVML, health
 # events, usage sampling and MPS supervisor on this machine's GPUs
@@ -128,7 +136,7 @@ export GPUSHARE_HELM := $(HELM)
 
 $(HELM):
 	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR)/.build GOFLAGS=-mod=mod $(GO) install \
+	GOBIN=$(TOOLS_DIR)/.build GOFLAGS="-mod=mod $(NODWARF)" $(GO) install \
 		-ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 	mv $(TOOLS_DIR)/.build/helm $@
 
@@ -145,7 +153,7 @@ export GPUSHARE_KUEUE := $(KUEUE)
 
 $(PROMETHEUS) $(PROMTOOL) &:
 	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR)/.build GOFLAGS=-mod=mod $(GO) install -tags remove_all_sd \
+	GOBIN=$(TOOLS_DIR)/.build GOFLAGS="-mod=mod $(NODWARF)" $(GO) install -tags remove_all_sd \
 		-ldflags "-X github.com/prometheus/common/version.Version=3.16.0" \
 		github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION) \
 		github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
@@ -205,7 +213,7 @@ compat: cluster-tools ## The extender's seed test on older control planes (COMPA
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target of every package for FUZZTIME (default 10s), from the seed corpus.
-	GO=$(GO) FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+	GO=$(GO) GOFLAGS="$(NODWARF) $${GOFLAGS:-}" FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version), and check that the control plane's build shares gpushare's module versions.
@@ -214,7 +222,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version), and c
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR)/.build $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	GOBIN=$(TOOLS_DIR)/.build $(GO) install $(NODWARF) github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(TOOLS_DIR)/.build/golangci-lint $@
 
 .PHONY: bench-core

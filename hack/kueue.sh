@@ -15,7 +15,8 @@ echo "building kueue $version" >&2
 # Outside any module: go install and go mod download take the version
 # named here, with Kueue's own go.mod.
 cd "$(mktemp -d)"
-GOBIN="$tmp" GOFLAGS=-mod=mod go install -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@$version"
+# No DWARF, as the Makefile's NODWARF: a fifth less compiling, the same code.
+GOBIN="$tmp" GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" go install -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@$version"
 src=$(go mod download -json "sigs.k8s.io/kueue@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 if [[ -z "$src" || ! -d "$src/config/components/crd/bases" ]]; then
 	echo "kueue $version: no CRDs in the module's source ($src)" >&2

@@ -38,7 +38,8 @@ if [[ -n $differ ]]; then
 fi
 # The flags: the Makefile's SHARED_BUILD and hack/cluster-tools.sh's
 # shared_build set the same environment.
-make_flags=$(sed -n 's/^SHARED_BUILD = //p' "$root/Makefile" | sed 's/\$\$/$/g')
+# As make expands SHARED_BUILD in a recipe: its variables, and $$ as $.
+make_flags=$(make -s -C "$root" --no-print-directory --eval 'print-shared-build: ; @echo '"'"'$(SHARED_BUILD)'"'"'' print-shared-build)
 script_flags=$(sed -n 's/^shared_build() { \(.*\) "\$@"; }$/\1/p' "$root/hack/cluster-tools.sh")
 if [[ -z $make_flags || $make_flags != "$script_flags" ]]; then
 	echo "the Makefile's SHARED_BUILD ($make_flags) and hack/cluster-tools.sh's shared_build ($script_flags) differ:" \
