@@ -67,8 +67,8 @@ image-test: ## Build the images twice (same digests?) and run each one's --versi
 # a cold build, and the code it writes is the same. The images and the
 # control plane are linked without DWARF anyway (-s -w); what panics,
 # profiles and the race detector print comes from the symbol table Go
-# keeps without it. A debugger needs it: GOFLAGS given to make come
-# after, and a later -gcflags=all=... wins.
+# keeps without it. A debugger needs it: a GOFLAGS given to make comes
+# after NODWARF, and a later -gcflags=all=... wins.
 NODWARF := -gcflags=all=-dwarf=false
 SHARED_BUILD = CGO_ENABLED=0 GOFLAGS="-trimpath $(NODWARF) $${GOFLAGS:-}"
 
@@ -109,7 +109,7 @@ test-preflight: ## Refuse at once what would fail make test late: the demo's rea
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
-	$(GO) test -race $(NODWARF) -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
+	GOFLAGS="$(NODWARF) $${GOFLAGS:-}" $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
 
 # The GPU check (docs/gpu-check.md): the node daemon's NVML, health
 # events, usage sampling and MPS supervisor on this machine's GPUs
