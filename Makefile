@@ -222,7 +222,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version), and c
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR)/.build $(GO) install $(NODWARF) github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	GOBIN=$(TOOLS_DIR)/.build GOFLAGS="$(NODWARF) $${GOFLAGS:-}" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(TOOLS_DIR)/.build/golangci-lint $@
 
 .PHONY: bench-core
