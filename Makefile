@@ -71,6 +71,13 @@ image-test: ## Build the images twice (same digests?) and run each one's --versi
 # after NODWARF, and a later -gcflags=all=... wins.
 NODWARF := -gcflags=all=-dwarf=false
 SHARED_BUILD = CGO_ENABLED=0 GOFLAGS="-trimpath $(NODWARF) $${GOFLAGS:-}"
+# The unit tests' flags, which make lint gives golangci-lint too: it
+# compiles every package for its types (go list -export), and with the
+# same flags those are the packages the unit tests then link, not a second
+# build of the module and its dependencies. The GPU check builds with cgo
+# and -trimpath, as the gpushare-node image: NODWARF too, for the same
+# reason.
+UNIT_FLAGS := -race $(NODWARF)
 
 # What the demo runs, built in one go build: not the simulator or the
 # extender, which it never starts.
@@ -109,7 +116,7 @@ test-preflight: ## Refuse at once what would fail make test late: the demo's rea
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.
-	GOFLAGS="$(NODWARF) $${GOFLAGS:-}" $(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
+	GOFLAGS="$(UNIT_FLAGS) $${GOFLAGS:-}" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/integration -e /test/gpucheck)
 
 # The GPU check (docs/gpu-check.md): the node daemon's NVML, health
 # events, usage sampling and MPS supervisor on this machine's GPUs
@@ -120,16 +127,16 @@ GPU ?= auto
 
 .PHONY: gpu-check
 gpu-check: ## The node daemon's GPU code on this machine's GPU, no Kubernetes: NVML against nvidia-smi, health events, usage, MPS limits; one JSON line (GPU=auto|nvml|fake).
-	@hack/gpu-check.sh $(GPU)
+	@GOFLAGS="$(NODWARF) $${GOFLAGS:-}" hack/gpu-check.sh $(GPU)
 
 .PHONY: gpu-check-build
 gpu-check-build: ## Build the GPU check into bin/gpucheck.test, for a GPU machine without Go (GPU_CHECK_BINARY=bin/gpucheck.test hack/gpu-check.sh there).
 	@mkdir -p bin
-	CGO_ENABLED=1 CGO_CFLAGS="$${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" $(GO) test -c -trimpath -tags gpucheck -o bin/gpucheck.test ./test/gpucheck
+	CGO_ENABLED=1 GOFLAGS="$(NODWARF) $${GOFLAGS:-}" $(GO) test -c -trimpath -tags gpucheck -o bin/gpucheck.test ./test/gpucheck
 
 .PHONY: gpu-check-fake
 gpu-check-fake: ## make gpu-check against the NVML fake and stand-ins (part of make test).
-	@hack/gpu-check.sh fake
+	@GOFLAGS="$(NODWARF) $${GOFLAGS:-}" hack/gpu-check.sh fake
 
 # Helm, built from the Go module proxy into the tools cache.
 export GPUSHARE_HELM := $(HELM)
@@ -217,7 +224,7 @@ fuzz: ## Run each fuzz target of every package for FUZZTIME (default 10s), from 
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (installs the pinned version), and check that the control plane's build shares gpushare's module versions.
-	$(GOLANGCI_LINT) run ./...
+	GOFLAGS="$(UNIT_FLAGS) $${GOFLAGS:-}" $(GOLANGCI_LINT) run ./...
 	hack/shared-versions.sh
 
 $(GOLANGCI_LINT):
