@@ -178,9 +178,15 @@ kueue: $(KUEUE) ## Build the pinned Kueue, its CRDs and webhooks into the tools 
 
 # After the tools' variables: make expands a rule's prerequisites as it
 # reads the rule.
+# How many integration tests run at once, each on its own control plane.
+# Most of a test waits (for a control plane to start, a watch, a lease),
+# and one at a time leaves half of two cores idle; the tests that time
+# what they watch (failover, soak, a check each second) run alone first.
+INTEGRATION_PARALLEL ?= 2
+
 .PHONY: integration
 integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) $(KUEUE) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
-	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -parallel $(INTEGRATION_PARALLEL) -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: rules
 rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit tests.
@@ -189,7 +195,7 @@ rules: $(PROMTOOL) ## Check the alerts (promtool check rules) and run their unit
 
 .PHONY: chart-test
 chart-test: cluster-tools $(HELM) ## The Helm chart: lint, render every toggle, install on a real control plane and run what it deploys.
-	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v -run '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
+	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -parallel $(INTEGRATION_PARALLEL) -v -run '^TestChart' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 
 .PHONY: node-test
 node-test: cluster-tools $(HELM) ## The real node (root): kubelet, containerd and runc start the seed examples from gpushare's chart and images (docs/real-node.md).

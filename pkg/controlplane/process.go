@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -107,32 +109,59 @@ func (p *Process) Tail(n int64) string {
 	return string(b)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// and that no earlier call in this process returned.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
+// handedOut holds every port FreePort and freePorts returned in this
+// process. A port is free only until its server binds it: two clusters
+// starting at once (the integration tests run side by side) could
+// otherwise each be handed the port the other has not bound yet.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// listen is net.Listen; tests replace it with a kernel that hands out the
+// same port again.
+var listen = net.Listen
+
+// freePorts returns n distinct ports as FreePort does.
 func freePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	// Hold them all open at once so they differ.
-	ls := make([]net.Listener, 0, n)
+	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
 			_ = l.Close()
 		}
 	}()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		if len(ls) > n+1000 {
+			return nil, fmt.Errorf("no free port on 127.0.0.1 that this process has not handed out already (%d handed out)", len(handedOut.ports))
+		}
+		l, err := listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		if port := l.Addr().(*net.TCPAddr).Port; !handedOut.ports[port] && !slices.Contains(ports, port) {
+			ports = append(ports, port)
+		}
+	}
+	for _, port := range ports {
+		handedOut.ports[port] = true
 	}
 	return ports, nil
 }

@@ -19,6 +19,7 @@ import (
 // object over (the admission policies carry its name), and uninstalling
 // it leaves none of them behind, the DRA objects included.
 func TestChartAdoptsDeploy(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	client, err := c.Client()
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 // command are also run on a real control plane, by TestChartAdoptsDeploy,
 // TestChartMigrationFromAliyun and TestChartInstall.)
 func TestChartDocCommands(t *testing.T) {
+	t.Parallel()
 	var values map[string]any
 	if err := yaml.Unmarshal(readFile(t, chart+"/values.yaml"), &values); err != nil {
 		t.Fatal(err)

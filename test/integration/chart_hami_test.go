@@ -17,6 +17,7 @@ import (
 // kube-scheduler's resource fit, and runs gpushare-node with HAMi-core
 // enforcement and its library mounted.
 func TestChartHAMiValues(t *testing.T) {
+	t.Parallel()
 	out := helm(t, "template", "gpushare", chart, "--namespace", "kube-system", "--kube-version", "1.37",
 		"-f", "examples/hami/values.yaml", "--set", "scheduler.replaceDefault=true")
 	var args, sched string

@@ -352,6 +352,7 @@ func (in *chartInstall) checkNotForbidden(t *testing.T) {
 // and helm uninstall, after kube-scheduler is restored as the guide says,
 // leaves nothing and a cluster that schedules.
 func TestChartInstall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := installChart(t, "--set", "scheduler.replaceDefault=true")
 	// One release serves the cluster: a second, in this namespace or
@@ -649,6 +650,7 @@ func checkNothingLeft(t *testing.T, c *controlplane.Cluster, client kubernetes.I
 // service account's token; the seed examples schedule and nothing is
 // refused by RBAC.
 func TestChartExtender(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := installChart(t, "--set", "mode=extender")
 	in.startNodeDaemons(t)
@@ -686,6 +688,7 @@ func TestChartExtender(t *testing.T) {
 // and when it stops the other takes over. Its PodDisruptionBudget keeps
 // one running.
 func TestChartSecondScheduler(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := installChart(t, "--set", "scheduler.replicas=2", "--set", "scheduler.podDisruptionBudget.enabled=true")
 	if _, err := in.client.PolicyV1().PodDisruptionBudgets(chartNamespace).Get(ctx, "gpushare-scheduler", metav1.GetOptions{}); err != nil {

@@ -530,6 +530,7 @@ func hookPolicyInForce(t *testing.T, client kubernetes.Interface) bool {
 // with "Insufficient gpushare.io/gpu-hook" and the test fails there; with
 // step 2's upgrade left out (namespaces counting MiB) it passes.
 func TestChartMigrationFromAliyun(t *testing.T) {
+	t.Parallel()
 	steps := docSteps(t, migrationDoc, migrationHeading)
 	// Step 2's command (the hook route) is one a cluster may skip.
 	for _, n := range []int{1, 3, 4, 5} {

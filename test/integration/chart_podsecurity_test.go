@@ -25,6 +25,7 @@ var podSecurityLevels = []string{"restricted", "baseline", "privileged"}
 // are refused and gpushare-scheduler's admitted, and with the label the
 // guide says (enforce=privileged) the DaemonSet creates its pods.
 func TestChartPodSecurity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t)
 	client, err := c.Client()

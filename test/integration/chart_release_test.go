@@ -44,6 +44,7 @@ type krewPlugin struct {
 // image-test builds them) and the plugin is built for this machine's
 // platform only, from the krew manifest cut down to it.
 func TestChartRelease(t *testing.T) {
+	t.Parallel()
 	const version = "v1.2.3"
 	raw := readFile(t, "cmd/kubectl-inspect-gpushare/plugin.yaml")
 	var plugin krewPlugin

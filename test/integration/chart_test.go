@@ -126,6 +126,7 @@ var chartToggles = map[string][]string{
 // TestChartLint: helm lint passes on the chart with every toggle, and
 // values that cannot work fail with a reason.
 func TestChartLint(t *testing.T) {
+	t.Parallel()
 	for name, set := range chartToggles {
 		args := []string{"lint", "--strict", chart}
 		for _, s := range set {
@@ -177,6 +178,7 @@ func TestChartLint(t *testing.T) {
 // MutatingAdmissionPolicy v1; the policies and the daemon's flag always
 // go together.
 func TestChartHookRoute(t *testing.T) {
+	t.Parallel()
 	const mapV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 	for name, c := range map[string]struct {
 		args  []string
@@ -202,6 +204,7 @@ func TestChartHookRoute(t *testing.T) {
 // a security context that grants nothing it does not need, and the node
 // daemon mounts just the host paths its mode uses.
 func TestChartRender(t *testing.T) {
+	t.Parallel()
 	for name, set := range chartToggles {
 		t.Run(name, func(t *testing.T) {
 			objs := render(t, "gpushare-system", set...)
@@ -361,6 +364,7 @@ func checkPodSpec(t *testing.T, name string, spec *corev1.PodSpec, set []string)
 // TestChartManifests: deploy/'s RBAC and policies are what the chart
 // renders (hack/manifests.sh), so the two never drift.
 func TestChartManifests(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(filepath.Join(root, "hack/manifests.sh"), dir)
 	cmd.Dir = root
@@ -393,6 +397,7 @@ func TestChartManifests(t *testing.T) {
 // (deploy/extender-config.yaml) and kube-scheduler's extender entry
 // (deploy/extender-scheduler-config.yaml, but for its address).
 func TestChartWorkedConfigs(t *testing.T) {
+	t.Parallel()
 	values := []string{"--set-json", seedValues[1]}
 	renderData := func(mode, configMap, key string, set ...string) map[string]any {
 		t.Helper()
@@ -503,6 +508,7 @@ func checkNoCollisions(t *testing.T, objs []runtime.Object) {
 // takes another's pods, and no two objects share a kind, namespace and
 // name.
 func TestChartNodePools(t *testing.T) {
+	t.Parallel()
 	objs := render(t, "gpushare-system", chartToggles["node-pools"]...)
 	checkNoCollisions(t, objs)
 	daemons := map[string]*appsv1.DaemonSet{}
@@ -603,6 +609,7 @@ var servedSince = map[string]int{
 // refused below when asked for; gpushare-scheduler (kube-scheduler 1.37)
 // is refused below 1.37, where the extender renders.
 func TestChartVersions(t *testing.T) {
+	t.Parallel()
 	const mapV1 = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 	for minor := 33; minor <= 38; minor++ {
 		version := fmt.Sprintf("1.%d", minor)

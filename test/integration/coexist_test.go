@@ -31,6 +31,7 @@ import (
 // the hook route serves it in no devices (docs/install.md, "Moving over
 // from Aliyun's gpushare", step 2).
 func TestNodeResources(t *testing.T) {
+	t.Parallel()
 	perMiB := []string{"aliyun.com/gpu-count", "aliyun.com/gpu-mem", "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory",
 		"gpushare.io/gpu-core", "gpushare.io/gpu-count", "gpushare.io/gpu-hook", "gpushare.io/gpu-mem", "keti.com/mpsgpu"}
 	hooked := slices.DeleteFunc(slices.Clone(perMiB), func(r string) bool {
@@ -130,6 +131,7 @@ func TestNodeResources(t *testing.T) {
 // nvidia.com/gpu per node as kube-scheduler does: a third such pod on two
 // GPUs waits.
 func TestNvidiaGPUNotBooked(t *testing.T) {
+	t.Parallel()
 	_, client, sched := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, client, controlplane.NodeSpec{Name: "t4", Model: "Tesla T4", MemoryMiB: 15360, Count: 2,
@@ -172,6 +174,7 @@ func TestNvidiaGPUNotBooked(t *testing.T) {
 // schedulerName: gpu-scheduler is placed by gpushare, with its record
 // (docs/install.md, "Beside other GPU software").
 func TestChartAliyunSpecsSecondScheduler(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := installChart(t)
 	in.startNodeDaemons(t)

@@ -28,6 +28,7 @@ import (
 // only the memory they hold is not placed there. Before the one reader,
 // the records booked nothing and the GPU was handed out twice.
 func TestConfigChangeKeepsBookings(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	config := readFile(t, "deploy/scheduler-config.yaml")
 	c, client, sched := startPlugin(t, config)

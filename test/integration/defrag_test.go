@@ -183,6 +183,7 @@ func watchRecords(t *testing.T, c *controlplane.Cluster) func() {
 // GPU emptied for it. The records never over-commit a GPU meanwhile
 // (checked every second), and each pod involved has its events.
 func TestDefragMoves(t *testing.T) {
+	t.Parallel()
 	c, admin, _ := startPlugin(t, defragConfig(t))
 	grantEviction(t, admin)
 	ctx := context.Background()

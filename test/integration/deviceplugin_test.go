@@ -38,6 +38,7 @@ import (
 // the pipe directory, so that it needs no hostIPC; the others, asking
 // gpushare.io/gpu-mem, share the same GPUs as plain CUDA contexts.
 func TestDevicePluginEndToEnd(t *testing.T) {
+	t.Parallel()
 	// Binding the MPS daemon's /dev/shm needs root, as on a node.
 	mps := os.Geteuid() == 0
 	if !mps {
@@ -87,6 +88,7 @@ func TestDevicePluginEndToEnd(t *testing.T) {
 // each container's environment names the GPU and MiB of its record,
 // handed over through its hook.
 func TestBigGPUsEndToEnd(t *testing.T) {
+	t.Parallel()
 	n := startGPUNode(t, gpuNodeOptions{big: true})
 	const pods = 100
 	bound, _ := n.burst(t, "big", pods)
@@ -117,6 +119,7 @@ func TestBigGPUsEndToEnd(t *testing.T) {
 // and MiB of their records through their hooks, as the chart installs
 // gpushare on Kubernetes 1.36 and later.
 func TestHookMemoryEndToEnd(t *testing.T) {
+	t.Parallel()
 	n := startGPUNode(t, gpuNodeOptions{hookMemory: true})
 	if got := n.kubelet.Allocatable("gpushare.io/gpu-mem"); got != 0 {
 		t.Errorf("the kubelet has %d gpushare.io/gpu-mem devices; want none", got)
@@ -562,6 +565,7 @@ func statusMiB(pid int, field string) (float64, error) {
 // containers get their GPUs (the kubelet leaves out resources the node
 // does not advertise).
 func TestInventoryAfterRegistration(t *testing.T) {
+	t.Parallel()
 	c, client, _ := startPlugin(t, nil)
 	bareNode(t, client, "gpu-0")
 	dir := socketDir(t)

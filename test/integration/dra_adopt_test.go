@@ -26,6 +26,7 @@ import (
 // Before the one reader, the driver read gpushare's own records only and
 // offered the GPU whole.
 func TestDRASliceCountsAdoptedPods(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t)
 	client, err := c.Client()

@@ -35,6 +35,7 @@ import (
 // over-committed at any point; before, the claim was allocated the full
 // GPU and the node refused to prepare it, the GPU shown over-committed.
 func TestDRAClaimBookedWhereAllocated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, client, _ := startPlugin(t, schedulerConfigWith(t, "binpack"))
 	spec, gpus, x, slice := staleSlice(t, client)
@@ -154,6 +155,7 @@ func assertClaimsFit(t *testing.T, client kubernetes.Interface, node string, mib
 // lands beside the claim's, whose container the node refuses, is
 // deleted the same way.
 func TestExtenderReleasesRefusedClaim(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := startCluster(t)
 	client, err := c.Client()

@@ -35,6 +35,7 @@ const draShareClass = "gpu.gpushare.io"
 // past it stays Pending, and gets the GPU once a holder is gone. A claim
 // that names no capacity takes all the GPU's memory.
 func TestDRADevicesShareOneGPU(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client := draCluster(t)
 	// One T4: 15360 MiB, of which 14930 usable.
@@ -194,6 +195,7 @@ func claimShare(t *testing.T, client kubernetes.Interface, name string, g gpu.De
 // one share per container's request, seed 004's two whole cards two
 // devices each taken whole, seed 000's share on an MPS GPU.
 func TestDRAExamples(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	client := draCluster(t)
 	var gpus []gpu.Device
@@ -341,6 +343,7 @@ func applyDeviceClasses(t *testing.T, client kubernetes.Interface) {
 // waiting pod. A tenant cannot rewrite its claim's allocation or
 // request.
 func TestDRAPlacedByPolicy(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, client, _ := startPlugin(t, schedulerConfigWith(t, "binpack"))
 	specs := []controlplane.NodeSpec{
@@ -519,6 +522,7 @@ func publishDevices(t *testing.T, client kubernetes.Interface, specs ...controlp
 // a victim alone), and binds once the claim is released; a pod of the
 // same priority does not.
 func TestDRAClaimPreempted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, client, _ := startPlugin(t, nil)
 	node := controlplane.NodeSpec{Name: "p", Model: "Tesla T4", MemoryMiB: 15360, Count: 1}

@@ -18,6 +18,7 @@ import (
 // default bounds: each gets 413 or 429, and its peak RSS stays under
 // 200 MiB (it grew past 700 MB when only each body was bounded).
 func TestExtenderMemoryBound(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	base, p := runExtender(t, c)
 	before := peakRSS(t, p.Cmd.Process.Pid)

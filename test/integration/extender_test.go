@@ -64,6 +64,7 @@ func runExtender(t *testing.T, c *controlplane.Cluster, flags ...string) (string
 // (its hooks are left to the extender). The extender's metrics show that
 // it bound the pods.
 func TestSeedsExtender(t *testing.T) {
+	t.Parallel()
 	for _, cacheCapable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("nodeCacheCapable=%v", cacheCapable), func(t *testing.T) {
 			c := startCluster(t)
@@ -99,6 +100,7 @@ func TestSeedsExtender(t *testing.T) {
 // TestExtenderHostileInput: malformed and empty requests get a 400 with a
 // reason, oversized ones 413, and the extender keeps serving.
 func TestExtenderHostileInput(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	base := startExtender(t, c) + "/gpushare-scheduler"
 	cases := []struct {
@@ -149,6 +151,7 @@ func TestExtenderHostileInput(t *testing.T) {
 // default). It reads the pod from its informer when the call names the
 // version the informer holds.
 func TestExtenderFilterPassesTheBest(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	client, err := c.Client()
 	if err != nil {

@@ -219,6 +219,7 @@ func unbound(t *testing.T, client kubernetes.Interface, pod *corev1.Pod) {
 // with one whose name is not allowed fails in the TLS handshake, and the
 // pod stays unbound; kube-scheduler's certificate gets through.
 func TestExtenderRefusesClientsWithoutCertificate(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	client, err := c.Client()
 	if err != nil {
@@ -273,6 +274,7 @@ func TestExtenderRefusesClientsWithoutCertificate(t *testing.T) {
 // latest filter call for it did not pass, nor a pod filter was never
 // asked about; the pods stay unbound. The node filter passed binds.
 func TestExtenderBindRefusals(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	client, err := c.Client()
 	if err != nil {
@@ -324,6 +326,7 @@ func TestExtenderBindRefusals(t *testing.T) {
 // says which flags it needs; and it finds its API credentials as
 // kube-scheduler does, here in $KUBECONFIG with no --kubeconfig flag.
 func TestExtenderStartup(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	config := "--config=" + root + "/deploy/extender-config.yaml"
 	plain, err := c.Run("gpushare-extender-plain", extenderBin, "--kubeconfig="+accountKubeconfig(t, c, "extender"), config)

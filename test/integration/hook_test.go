@@ -47,6 +47,7 @@ func hooks(p *corev1.Pod) map[string][2]string {
 // one hook (limits and requests) and no other container does; a pod that
 // sets a hook of its own other than that is refused with the reason.
 func TestHookPolicy(t *testing.T) {
+	t.Parallel()
 	_, client, _ := startPlugin(t, nil)
 	applyHookPolicy(t, client)
 	booked, _ := checkSeeds(t, client)

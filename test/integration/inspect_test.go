@@ -25,6 +25,7 @@ import (
 // inspect gpushare` books on every GPU what the pods' records book,
 // summed here from the records by Kubernetes' rule for init containers.
 func TestInspectSeeds(t *testing.T) {
+	t.Parallel()
 	c, client, _ := startPlugin(t, nil)
 	checkSeeds(t, client)
 	// A pod that ends between the two reads (the KETI Job's) changes

@@ -25,6 +25,7 @@ import (
 // pod's "Closest" names only nodes its nodeSelector allows; and with -l,
 // pods on nodes left out are left out, not called "not a gpushare node".
 func TestInspectTellsTheTruth(t *testing.T) {
+	t.Parallel()
 	c, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, client,

@@ -17,6 +17,7 @@ import (
 // restart of kwok shorter than the Lease leaves the node Ready; without
 // (the tests' and benchmarks' clusters), a kwok node has none.
 func TestKwokNodeLeases(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, leases := range []bool{true, false} {
 		c := startClusterWith(t, controlplane.Options{NodeLeases: leases})

@@ -20,6 +20,7 @@ import (
 // no GPU pod to its node and says why, and once it runs again new pods land
 // there. Its token may not write another node's lease.
 func TestDaemonLease(t *testing.T) {
+	t.Parallel()
 	c, admin, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	if err := controlplane.Apply(ctx, admin, readFile(t, "deploy/node-rbac.yaml")); err != nil {

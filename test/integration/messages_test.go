@@ -22,6 +22,7 @@ import (
 // instead of looking for victims on each retry. A pod that evictions
 // could place is still tried by preemption.
 func TestUnfitMessages(t *testing.T) {
+	t.Parallel()
 	_, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, client,
@@ -99,6 +100,7 @@ func containsAll(s string, subs ...string) bool {
 // says so in an event (once), and `kubectl inspect gpushare pod` says it
 // holds no GPU. A pinned pod that asks for none gets no such event.
 func TestPinnedPodWithoutRecord(t *testing.T) {
+	t.Parallel()
 	c, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, client, controlplane.NodeSpec{Name: "t4", Model: "Tesla T4", MemoryMiB: 15360, Count: 1})

@@ -37,6 +37,7 @@ func elasticPlaced(ns, name, node, gpus string, asks ...string) *corev1.Pod {
 // whole GPU, so new pods land only in what is left; and with the
 // allocation policy a tenant can write none of Elastic's annotations.
 func TestMigrationFromElastic(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	admin, err := c.Client()
 	if err != nil {

@@ -73,6 +73,7 @@ func hamiPlaced(ns, name, node, allocated string, asks ...string) *corev1.Pod {
 // allocation policy a tenant can neither write HAMi's record nor change
 // the GPUs a bound pod picked.
 func TestMigrationFromHAMi(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	admin, err := c.Client()
 	if err != nil {

@@ -49,6 +49,7 @@ func aliyunPod(ns, name string, amount int64) *corev1.Pod {
 // docs/install.md's cut-over itself, step by step in extender mode from
 // the chart, is TestChartMigrationFromAliyun.
 func TestMigrationFromAliyun(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	admin, err := c.Client()
 	if err != nil {

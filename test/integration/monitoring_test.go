@@ -48,6 +48,7 @@ var noDataHere = map[string]string{
 // TestMonitoringRules: the alerts load (promtool check rules) and their
 // unit tests pass (alerts_test.yaml beside them).
 func TestMonitoringRules(t *testing.T) {
+	t.Parallel()
 	promtool := monitoringTool(t, "GPUSHARE_PROMTOOL")
 	for _, args := range [][]string{{"check", "rules", "alerts.yaml"}, {"test", "rules", "alerts_test.yaml"}} {
 		cmd := exec.Command(promtool, args...)
@@ -67,6 +68,7 @@ func TestMonitoringRules(t *testing.T) {
 // components' gpushare_* metrics must pass promtool check metrics (naming
 // conventions).
 func TestMonitoring(t *testing.T) {
+	t.Parallel()
 	prometheus := monitoringTool(t, "GPUSHARE_PROMETHEUS")
 	promtool := monitoringTool(t, "GPUSHARE_PROMTOOL")
 	c, client, s := startPlugin(t, nil)

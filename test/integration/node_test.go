@@ -22,6 +22,7 @@ import (
 // on a kwok node that carries none; gpushare-scheduler then places pods on
 // them by UUID, and a failed GPU is taken out of scheduling.
 func TestNodeDaemonInventory(t *testing.T) {
+	t.Parallel()
 	c, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	bareNode(t, client, "h200-0")
@@ -109,6 +110,7 @@ func TestNodeDaemonInventory(t *testing.T) {
 // policy a GPU with little booked but much memory really in use (here by a
 // process outside Kubernetes) is not chosen first.
 func TestLoadAware(t *testing.T) {
+	t.Parallel()
 	c, client, _ := startPlugin(t, schedulerConfigWith(t, "load-aware"))
 	ctx := context.Background()
 	bareNode(t, client, "t4-0")

@@ -25,6 +25,7 @@ import (
 // node affinity, topology spread and preemption are respected, and such
 // pods carry no allocation record.
 func TestPodsWithoutGPUs(t *testing.T) {
+	t.Parallel()
 	_, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, client,

@@ -30,6 +30,7 @@ func (k gpuKey) String() string { return k.node + "/" + k.uuid }
 // pod, the high-priority pod binds to its GPU with its record, no other
 // pod is evicted, and no GPU is over-committed.
 func TestPreemption(t *testing.T) {
+	t.Parallel()
 	_, client, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, client,

@@ -23,6 +23,7 @@ import (
 // change another node, nor anything of its own node but gpushare's label
 // and annotations, nor delete a node. Others are not held to that.
 func TestNodeDaemonLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	admin, err := c.Client()
 	if err != nil {

@@ -85,6 +85,7 @@ func chargeOf(p *corev1.Pod) quota.Charge {
 // or change a charge after creation; GPU pods still schedule, and pods
 // without GPUs never reach the webhook.
 func TestQuota(t *testing.T) {
+	t.Parallel()
 	c, admin, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-0", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})
@@ -314,6 +315,7 @@ func TestQuota(t *testing.T) {
 // (deploy/extender-scheduler-config.yaml), pods carrying their charge
 // still bind, through the extender, and the quota refuses past it.
 func TestQuotaExtender(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	admin, err := c.Client()
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 // with an extra GPU, the gpushare label removed. It logs each restore,
 // once.
 func TestInventoryRestored(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	admin, err := c.Client()
 	if err != nil {

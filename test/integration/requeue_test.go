@@ -20,6 +20,7 @@ import (
 // them is deleted or ends, not at the next unrelated event; a pod whose
 // request is invalid is not re-evaluated on every node event.
 func TestRequeue(t *testing.T) {
+	t.Parallel()
 	_, client, sched := startPlugin(t, nil)
 	ctx := context.Background()
 	node := controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 15360, Count: 1}

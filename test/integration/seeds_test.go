@@ -32,6 +32,7 @@ var seedManifests = []string{
 // TestSeedsPlugin: every seed example schedules as its seed says, through
 // gpushare-scheduler with deploy/scheduler-config.yaml.
 func TestSeedsPlugin(t *testing.T) {
+	t.Parallel()
 	_, client, s := startPlugin(t, nil)
 	_, bookedMiB := checkSeeds(t, client)
 
@@ -177,6 +178,7 @@ func checkSeedPods(t *testing.T, client kubernetes.Interface) (booked int, booke
 // numbers; it is bound as soon as a GPU frees up; a restarted scheduler
 // rebuilds its bookings from the pod records and double-books nothing.
 func TestPendingAndRestart(t *testing.T) {
+	t.Parallel()
 	config := readFile(t, "deploy/scheduler-config.yaml")
 	c, client, sched := startPlugin(t, config)
 	ctx := context.Background()

@@ -623,6 +623,7 @@ func (w *fitWatch) observe(now time.Time, pending []*corev1.Pod, nodes map[strin
 // the grace; a pod that stops fitting, or that the apiserver's restart
 // could not retry, starts over; one that never fits is never late.
 func TestFitWatch(t *testing.T) {
+	t.Parallel()
 	model, placer := fitChecker(t)
 	spec := controlplane.NodeSpec{Name: "n1", Model: "NVIDIA A10", MemoryMiB: 16384, Count: 1}
 	obj, err := spec.Node()

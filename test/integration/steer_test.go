@@ -19,6 +19,7 @@ import (
 // same cluster without them: at most 2 of 20 placements change (the bound
 // issue 30 set; pods that never bind are not learned, so none should).
 func TestPendingPodsDoNotSteer(t *testing.T) {
+	t.Parallel()
 	baseline := steerRun(t, 0)
 	steered := steerRun(t, 250)
 	changed := 0

@@ -33,6 +33,7 @@ import (
 // the node daemon gives its container nothing, and nothing else lands
 // there); no GPU is ever booked twice.
 func TestForgedRecords(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []bool{true, false} {
 		t.Run(fmt.Sprintf("policy=%v", policy), func(t *testing.T) { forgedRecords(t, policy) })
 	}
@@ -208,6 +209,7 @@ func waitBooked(t *testing.T, s *controlplane.Scheduler, node string, mib []floa
 // the rest). The pod's bookings are held by GPU UUID: its real GPUs stay
 // booked, and no new pod is placed on them.
 func TestWithdrawnGPUsStayBooked(t *testing.T) {
+	t.Parallel()
 	_, client, sched := startPlugin(t, nil)
 	ctx := context.Background()
 	node := controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 15360, Count: 2}
@@ -277,6 +279,7 @@ func TestWithdrawnGPUsStayBooked(t *testing.T) {
 // pod gets an event, and the metrics count it. So does a standby that
 // had the pod booked before the edit and takes the lead after it.
 func TestEditedRequest(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []bool{true, false} {
 		t.Run(fmt.Sprintf("policy=%v", policy), func(t *testing.T) { editedRequest(t, policy) })
 	}

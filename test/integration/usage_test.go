@@ -21,6 +21,7 @@ import (
 // gpushare-scheduler's load-aware policy still sees it: a GPU with little
 // booked but much memory really in use is not chosen first.
 func TestLiveUseOnLease(t *testing.T) {
+	t.Parallel()
 	c, admin, _ := startPlugin(t, schedulerConfigWith(t, "load-aware"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 // nodeSelector matches no node) count for nothing, before and after the
 // restart: they cannot steer where other pods go.
 func TestWorkloadLearned(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, client, s := startPlugin(t, nil)
 	createNodes(t, client, controlplane.NodeSpec{Name: "t4-0", Model: "Tesla T4", MemoryMiB: 15360, Count: 4})
