@@ -128,6 +128,10 @@ type fgd struct {
 	// of each model of the supply.
 	pressed []bound
 	byModel map[string]int64
+	// scarcity is, per model of the supply, how few GPUs of it the
+	// cluster has against its most plentiful model's (see scarcityOf);
+	// nil while no demand is bound to models.
+	scarcity map[string]int64
 	// cpuPerGPU is the CPU (milli) the workload's GPU pods ask per GPU,
 	// for fgdRobust's CPU tie-break; 0 without it (cpuBalance).
 	cpuPerGPU int64
@@ -197,6 +201,10 @@ func (f *fgd) weighSupply(o Options) {
 	}
 	f.pressed = pressures(mix, o.Supply)
 	f.byModel = modelPressures(f.pressed, o.Supply)
+	f.scarcity = nil
+	if len(f.pressed) > 0 {
+		f.scarcity = scarcityOf(o.Supply)
+	}
 	f.cpuPerGPU = cpuBalance(o.Workload, mix, o.Supply)
 }
 
@@ -719,7 +727,16 @@ func (f *fgd) ScoreNode(before, after *NodeState, _ *PodRequest) Score {
 		// the name bits. The model signal saturates past about four GPUs
 		// of share that no GPU of the node could serve.
 		model := min(taken*denied<<10/f.weight, 1<<22-1)
-		cost := min(spent*p/1000, 1<<24-1)
+		// The supply cost: what the pod spends of the node times its
+		// pressure, plus, while some demand is bound to models, the
+		// scarcity of its model: of placements that tie, the one on the
+		// model the cluster has most of. The pressure counts only the
+		// bound demand learned so far; the scarcity keeps pods that could
+		// run anywhere off the small models' GPUs before the pods bound
+		// to them have been seen (openb gpuspec33, seed 47: free pods
+		// took 198 V100 GPUs in the first tenth of the arrivals, and
+		// pods bound to V100 were turned away later).
+		cost := min(spent*(p+f.scarcityOn(after.Node))/1000, 1<<24-1)
 		fine := min(max(gpuGrowth/f.weight, 1-1<<14), 1<<14-1)
 		// The CPU tie-break: of placements the rounded growth and the
 		// supply cost tie, the one that grows the node's CPU deficit
@@ -822,4 +839,43 @@ func Fragmentation(s *NodeState, workload []Shape) int64 {
 	var b fragBase
 	f.fill(&b, s)
 	return f.frag(&b, s.FreeCPU(), s.FreeMemory())
+}
+
+// scarcityOf returns, per model of supply, how few GPUs the cluster has
+// of it against its most plentiful model, on the pressure's per-mille
+// scale but small beside it: 0 for the most plentiful, 63 for a model of
+// almost none. Nil with fewer than two models.
+func scarcityOf(supply []Supply) map[string]int64 {
+	gpus := map[string]int64{}
+	var most int64
+	for _, s := range supply {
+		gpus[s.Model] += s.GPUs
+		most = max(most, gpus[s.Model])
+	}
+	if most == 0 || len(gpus) < 2 {
+		return nil
+	}
+	out := make(map[string]int64, len(gpus))
+	for m, n := range gpus {
+		out[m] = 63 - 63*n/most
+	}
+	return out
+}
+
+// scarcityOn is the scarcity of n's scarcest healthy model (scarcityOf),
+// 0 without one.
+func (f *fgd) scarcityOn(n *Node) int64 {
+	if f.scarcity == nil {
+		return 0
+	}
+	// Most nodes have GPUs of one model: one lookup.
+	var most int64
+	model := ""
+	for i := range n.GPUs {
+		if g := &n.GPUs[i]; g.Healthy && (i == 0 || g.Model != model) {
+			model = g.Model
+			most = max(most, f.scarcity[model])
+		}
+	}
+	return most
 }

@@ -347,3 +347,61 @@ func TestPressed(t *testing.T) {
 		}
 	}
 }
+
+// TestScarcityOf: each model's GPUs against the most plentiful model's,
+// in 64ths from 0 (the most plentiful) to 63; nil for one model.
+func TestScarcityOf(t *testing.T) {
+	supply := []Supply{{Model: "G2", MemoryMiB: 16384, GPUs: 3000}, {Model: "G2", MemoryMiB: 32768, GPUs: 1000},
+		{Model: "T4", GPUs: 2000}, {Model: "V100", GPUs: 100}}
+	want := map[string]int64{"G2": 0, "T4": 32, "V100": 62}
+	if diff := cmp.Diff(want, scarcityOf(supply)); diff != "" {
+		t.Errorf("scarcityOf (-want +got):\n%s", diff)
+	}
+	if got := scarcityOf(supply[:2]); got != nil {
+		t.Errorf("scarcityOf(one model) = %v, want nil", got)
+	}
+}
+
+// TestScarceModelsSpentLast: a half-GPU pod that any GPU takes grows the
+// fragmentation as much on a plentiful model's 8-GPU node as on a scarce
+// model's 2-GPU node, and neither is under pressure (the demand bound to
+// models is bound to the T4). With that bound demand learned, it goes to
+// the plentiful model, which pods that may run anywhere cannot use up:
+// the scarce one may be the model of bound pods not seen yet. Without
+// demand bound to any model, the tie goes to the node of fewer GPUs, as
+// before.
+func TestScarceModelsSpentLast(t *testing.T) {
+	var states []*NodeState
+	for i := range 12 {
+		states = append(states,
+			makeNode(fmt.Sprintf("g2-%d", i)).gpus(8, "G2", 16384).cpu(400_000).state(),
+			makeNode(fmt.Sprintf("v100-%d", i)).gpus(2, "V100", 16384).cpu(100_000).state())
+	}
+	states = append(states, makeNode("t4").gpus(2, "T4", 16384).cpu(100_000).state())
+	nodes := make([]*Node, len(states))
+	for i, s := range states {
+		nodes[i] = s.Node
+	}
+	free := []Shape{
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Exclusive: true}, Weight: 10},
+		{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 50}, Weight: 10},
+	}
+	bound := append(slices.Clone(free), Shape{CPUMilli: 1000, Count: 1, Demand: Demand{Compute: 50, Models: []string{"T4"}}, Weight: 1})
+	pod := makePod("free").cpu(1000).shared("main", 0, 50).obj()
+	for _, tc := range []struct {
+		name     string
+		workload []Shape
+		want     string
+	}{
+		{"demand bound to a model", bound, "g2-"},
+		{"no demand bound to a model", free, "v100-"},
+	} {
+		pl, err := NewPlacer(Config{Node: "fgd-robust", Options: Options{Workload: tc.workload, Supply: SupplyOf(nodes)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := pl.Pick(clones(states), pod, 1); d.Placement == nil || !strings.HasPrefix(d.Placement.Node, tc.want) {
+			t.Errorf("%s: %+v, want the pod on a %s node", tc.name, d.Placement, tc.want)
+		}
+	}
+}
