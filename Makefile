@@ -176,14 +176,14 @@ $(KUEUE):
 .PHONY: kueue
 kueue: $(KUEUE) ## Build the pinned Kueue, its CRDs and webhooks into the tools cache.
 
-# After the tools' variables: make expands a rule's prerequisites as it
-# reads the rule.
 # How many integration tests run at once, each on its own control plane.
 # Most of a test waits (for a control plane to start, a watch, a lease),
 # and one at a time leaves half of two cores idle; the tests that time
 # what they watch (failover, soak, a check each second) run alone first.
 INTEGRATION_PARALLEL ?= 2
 
+# After the tools' variables: make expands a rule's prerequisites as it
+# reads the rule.
 .PHONY: integration
 integration: cluster-tools $(PROMETHEUS) $(PROMTOOL) $(KUEUE) ## Integration tests on a real control plane (builds it on first use); the chart's are chart-test's.
 	$(SHARED_BUILD) GPUSHARE_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -parallel $(INTEGRATION_PARALLEL) -v -skip '^TestChart|^TestRealNode' ./test/integration/... 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
