@@ -349,7 +349,7 @@ func TestPressed(t *testing.T) {
 }
 
 // TestScarcityOf: each model's GPUs against the most plentiful model's,
-// in 64ths from 0 (the most plentiful) to 63; nil for one model.
+// scaled from 0 (the most plentiful) to 63 per-mille; nil for one model.
 func TestScarcityOf(t *testing.T) {
 	supply := []Supply{{Model: "G2", MemoryMiB: 16384, GPUs: 3000}, {Model: "G2", MemoryMiB: 32768, GPUs: 1000},
 		{Model: "T4", GPUs: 2000}, {Model: "V100", GPUs: 100}}

@@ -67,6 +67,7 @@ func scatteredShares(t *testing.T, admin kubernetes.Interface) (corev1.Pod, type
 // pod, in a namespace that opts in, would move to the other node; the pod
 // without a controller would not; and nothing moves.
 func TestInspectDefrag(t *testing.T) {
+	t.Parallel()
 	c, admin, _ := startPlugin(t, nil)
 	ctx := context.Background()
 	web, _ := scatteredShares(t, admin)
@@ -183,7 +184,6 @@ func watchRecords(t *testing.T, c *controlplane.Cluster) func() {
 // GPU emptied for it. The records never over-commit a GPU meanwhile
 // (checked every second), and each pod involved has its events.
 func TestDefragMoves(t *testing.T) {
-	t.Parallel()
 	c, admin, _ := startPlugin(t, defragConfig(t))
 	grantEviction(t, admin)
 	ctx := context.Background()

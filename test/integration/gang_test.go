@@ -101,7 +101,6 @@ func deleteGang(t *testing.T, admin kubernetes.Interface, name string) {
 //
 // A watcher checks every second that no GPU is over-committed.
 func TestGang(t *testing.T) {
-	t.Parallel()
 	c, admin, _ := startPluginWith(t, controlplane.Options{APIServerArgs: controlplane.WorkloadAPI, ControllerManagerArgs: controlplane.WorkloadAPI[:1]},
 		nil, controlplane.WorkloadAPI[0])
 	createNodes(t, admin, controlplane.NodeSpec{Name: "gpu-a", Model: "Tesla T4", MemoryMiB: 16384, Count: 2})

@@ -126,7 +126,6 @@ func workloadUsage(t *testing.T, dyn dynamic.Interface, ns, job string) map[stri
 //
 // A watcher checks every second that no GPU is over-committed.
 func TestKueue(t *testing.T) {
-	t.Parallel()
 	dir := os.Getenv("GPUSHARE_KUEUE")
 	if dir == "" {
 		if os.Getenv("GPUSHARE_REQUIRE_CLUSTER") == "1" {
