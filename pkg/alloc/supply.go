@@ -273,6 +273,45 @@ func (f *fgd) pressureOn(n *Node) int64 {
 	return p
 }
 
+// scarcityOf returns, per model of supply, how few GPUs the cluster has
+// of it against its most plentiful model, on the pressure's per-mille
+// scale but small beside it: 0 for the most plentiful, 63 for a model of
+// almost none. Nil with fewer than two models.
+func scarcityOf(supply []Supply) map[string]int64 {
+	gpus := map[string]int64{}
+	var most int64
+	for _, s := range supply {
+		gpus[s.Model] += s.GPUs
+		most = max(most, gpus[s.Model])
+	}
+	if most == 0 || len(gpus) < 2 {
+		return nil
+	}
+	out := make(map[string]int64, len(gpus))
+	for m, n := range gpus {
+		out[m] = 63 - 63*n/most
+	}
+	return out
+}
+
+// scarcityOn is the scarcity of n's scarcest healthy model (scarcityOf),
+// 0 without one.
+func (f *fgd) scarcityOn(n *Node) int64 {
+	if f.scarcity == nil {
+		return 0
+	}
+	// Most nodes have GPUs of one model: one lookup.
+	var most int64
+	model := ""
+	for i := range n.GPUs {
+		if g := &n.GPUs[i]; g.Healthy && g.Model != model {
+			model = g.Model
+			most = max(most, f.scarcity[model])
+		}
+	}
+	return most
+}
+
 // maxPressure caps a pressure (per-mille): a thousand times as much
 // demand as free share keeps the penalty far from overflowing the score.
 const maxPressure = 1e6
