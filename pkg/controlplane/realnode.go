@@ -76,6 +76,10 @@ type RealNode struct {
 	detached    bool
 }
 
+// Bridge is the pods' bridge on the node: their gateway, and the
+// kubernetes Service's address.
+func (n *RealNode) Bridge() string { return n.bridge }
+
 // KubeletRoot is the real node's kubelet --root-dir. The kubelet serves
 // device plugins at KubeletRoot/device-plugins/kubelet.sock whatever its
 // --root-dir, so it is the default: one real node on a machine, with the
@@ -445,6 +449,14 @@ const cniConfig = `{
 // name, which the next real node removes if a killed run left it.
 const bridgeName = "gpushare0"
 
+// bridgeMAC is the bridge's own hardware address, locally administered.
+// A Linux bridge left to itself takes the lowest address of its ports:
+// when the pod holding that port goes, the gateway's address changes
+// under every other pod, whose ARP entry still names the old one, and
+// their connections to the apiserver (through serviceIP) stall until
+// the entry expires, about 40 s. An address set on the bridge stays.
+const bridgeMAC = "02:42:0a:58:00:01"
+
 // serviceIP is the kubernetes Service's cluster IP: the first of the
 // apiserver's --service-cluster-ip-range, the address pods' in-cluster
 // clients (KUBERNETES_SERVICE_HOST) dial.
@@ -463,7 +475,7 @@ const gatewayIP = "10.88.0.1"
 func (n *RealNode) startNetwork() error {
 	n.bridge = bridgeName
 	for _, args := range [][]string{
-		{"link", "add", n.bridge, "type", "bridge"},
+		{"link", "add", n.bridge, "address", bridgeMAC, "type", "bridge"},
 		{"addr", "add", gatewayIP + "/16", "dev", n.bridge},
 		{"addr", "add", serviceIP + "/32", "dev", n.bridge},
 		{"link", "set", n.bridge, "up"},

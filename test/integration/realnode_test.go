@@ -540,6 +540,7 @@ func (rc *realCluster) checkContainers(t *testing.T, pod *corev1.Pod) {
 func TestRealNodeLifecycle(t *testing.T) {
 	rc := startRealCluster(t)
 	ctx := context.Background()
+	gatewayKeepsAddress(t, rc.node.Bridge())
 	start := func(name string, mib int64, command ...string) *corev1.Pod {
 		t.Helper()
 		pod := gpuPod(name, mib, 0)
@@ -679,6 +680,43 @@ func TestRealNodeLifecycle(t *testing.T) {
 	waiting := running("waiting")
 	if got := record(t, waiting).Containers[0].GPUs[0].UUID; got != keepGPU {
 		t.Errorf("the waiting pod got %s; want keep's freed GPU %s", got, keepGPU)
+	}
+}
+
+// gatewayKeepsAddress: the pods' gateway keeps its hardware address as
+// pods come and go. A bridge left to take the lowest address of its
+// ports changes it when that pod goes, and every other pod's
+// connections through the gateway (to the apiserver, the kubernetes
+// Service) stall until its ARP entry expires: a device plugin call that
+// reads the pod timed out, and the pod started 40 s late. Played with a
+// port whose address is lower than any pod's, joining and leaving.
+func gatewayKeepsAddress(t *testing.T, bridge string) {
+	t.Helper()
+	address := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("/sys/class/net", bridge, "address"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	const port = "gpushare-t0"
+	_ = exec.Command("ip", "link", "del", port).Run() // a killed run's
+	before := address()
+	ip("link", "add", port, "address", "00:00:00:00:00:01", "type", "veth", "peer", "name", port+"p")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", port).Run() })
+	ip("link", "set", port, "master", bridge)
+	ip("link", "set", port, "up")
+	joined := address()
+	ip("link", "del", port)
+	if after := address(); joined != before || after != before {
+		t.Errorf("the pods' gateway %s changed its address as a port came and went: %s, %s with it, %s after", bridge, before, joined, after)
 	}
 }
 
