@@ -108,7 +108,11 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.37.2
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-test: test-preflight lint unit gpu-check-fake fuzz integration chart-test node-test image-test ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
+# Lint runs beside the targets after unit (hack/test-beside.sh), at the
+# lowest CPU priority: it takes the CPU the waiting integration and real
+# node tests leave idle. It starts after unit, whose -race build it shares.
+test: test-preflight unit ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
+	@MAKE="$(MAKE)" hack/test-beside.sh gpu-check-fake fuzz integration chart-test node-test image-test
 
 .PHONY: test-preflight
 test-preflight: ## Refuse at once what would fail make test late: the demo's real node holding the machine's one kubelet socket.
