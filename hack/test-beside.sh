@@ -8,36 +8,48 @@
 # (nice 19), so it takes the CPU the tests leave and the tests, whose
 # timing some of them check, lose next to nothing to it. Its output is
 # kept and printed once it ends, after the tests; it fails make test as
-# it would alone. If the tests fail, lint is stopped.
+# it would alone. If the tests fail, or the script is signalled, lint is
+# stopped (what it printed so far is shown).
 # Usage: MAKE=make hack/test-beside.sh TARGET...
 set -euo pipefail
 make=${MAKE:-make}
 log=$(mktemp "${TMPDIR:-/tmp}/gpushare-lint.XXXXXX")
-# Job control: the background job gets a process group of its own, so
-# that stopping it stops golangci-lint and the go commands it runs.
-set -m
-nice -n 19 "$make" --no-print-directory lint >"$log" 2>&1 &
-lint=$!
-set +m
+lint=
 targets=
+# stop ends both jobs, each with its process group (the commands make
+# ran; processes that made groups of their own, as the test clusters'
+# do, stop with the tests that started them), and shows lint's output.
+# A signal arriving meanwhile is ignored: it would end the script before
+# lint is stopped.
 stop() {
-	if [[ -n $targets ]]; then
-		kill -- -"$targets" 2>/dev/null || true
-		wait "$targets" 2>/dev/null || true
+	trap '' INT TERM HUP QUIT
+	local pid jobs
+	jobs=$(jobs -p)
+	for pid in $jobs $targets $lint; do
+		kill -- -"$pid" 2>/dev/null || true
+	done
+	for pid in $jobs $targets $lint; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [[ -s $log ]]; then
+		echo "lint's output (lint was stopped, or had ended):"
+		cat "$log"
 	fi
-	kill -- -"$lint" 2>/dev/null || true
-	wait "$lint" 2>/dev/null || true
 	rm -f "$log"
 }
 trap stop EXIT
 trap 'exit 130' INT
+trap 'exit 131' QUIT
 trap 'exit 143' TERM HUP
-echo "lint runs beside the tests at the lowest CPU priority; its output follows them"
-# The targets too in a background job of their own, waited for: a signal
-# to this script is handled at once (a foreground command would delay the
-# trap until it ended), and stops the targets, lint and all they started.
+# Job control: each job gets a process group of its own, stopped as one.
+# The targets run as a job too, waited for, so that a signal to this
+# script is handled at once (a foreground command would delay the trap
+# until it ended). Neither reads the terminal.
 set -m
-"$make" --no-print-directory "$@" &
+nice -n 19 "$make" --no-print-directory lint </dev/null >"$log" 2>&1 &
+lint=$!
+echo "lint runs beside the tests at the lowest CPU priority; its output follows them"
+"$make" --no-print-directory "$@" </dev/null &
 targets=$!
 set +m
 wait "$targets"
@@ -45,9 +57,9 @@ targets=
 echo "waiting for lint"
 status=0
 wait "$lint" || status=$?
-trap - EXIT
+lint=
 cat "$log"
-rm -f "$log"
+: >"$log"
 if ((status != 0)); then
 	echo "lint failed (exit status $status): see above; make lint runs it alone" >&2
 fi

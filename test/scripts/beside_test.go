@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,9 +19,9 @@ import (
 
 // stubMake stands in for make: "lint" prints its CPU priority, writes
 // its PID to $PIDFILE, sleeps $LINT_SLEEP seconds and exits $LINT_RC;
-// any other targets print their names and exit $TARGETS_RC, once lint
-// has written its PID if $AFTER_LINT is set, after $TARGETS_SLEEP
-// seconds.
+// any other targets, once lint has written its PID if $AFTER_LINT is
+// set (exit 9 if it does not within a minute), print their names and
+// exit $TARGETS_RC after $TARGETS_SLEEP seconds.
 const stubMake = `#!/bin/sh
 [ "$1" = --no-print-directory ] && shift
 if [ "$1" = lint ]; then
@@ -31,7 +32,11 @@ if [ "$1" = lint ]; then
 fi
 if [ -n "$AFTER_LINT" ]; then
 	i=0
-	while [ ! -s "$PIDFILE" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+	while [ ! -s "$PIDFILE" ]; do
+		i=$((i+1))
+		if [ $i -gt 600 ]; then echo "lint did not start beside the targets"; exit 9; fi
+		sleep 0.1
+	done
 fi
 echo "targets: $*"
 sleep "${TARGETS_SLEEP:-0}"
@@ -41,7 +46,10 @@ exit "${TARGETS_RC:-0}"
 func beside(t *testing.T, env ...string) (string, string, error) {
 	t.Helper()
 	cmd, out, pidFile := besideCmd(t, env...)
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		err = waitFor(t, cmd, 2*time.Minute)
+	}
 	pid, _ := os.ReadFile(pidFile)
 	return out.String(), strings.TrimSpace(string(pid)), err
 }
@@ -56,6 +64,15 @@ func besideCmd(t *testing.T, env ...string) (*exec.Cmd, *output, string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("../../hack/test-beside.sh", "unit", "integration")
+	// The script's jobs are process groups of their own: stopped with it
+	// if it is killed for taking too long.
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(dir, "lint.pid")); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(-n, syscall.SIGKILL)
+			}
+		}
+	})
 	cmd.Env = append(os.Environ(), append([]string{"MAKE=" + stub, "PIDFILE=" + filepath.Join(dir, "lint.pid"), "TMPDIR=" + dir}, env...)...)
 	out := &output{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -80,10 +97,11 @@ func (o *output) String() string {
 	return o.buf.String()
 }
 
-// TestLintBesideTargets: lint runs beside the targets at nice 19, and
-// its output comes after theirs; both pass, so the script does.
+// TestLintBesideTargets: lint runs beside the targets (they wait for it
+// to start) at nice 19, and its output comes after theirs; both pass,
+// so the script does.
 func TestLintBesideTargets(t *testing.T) {
-	out, _, err := beside(t, "LINT_SLEEP=1")
+	out, _, err := beside(t, "LINT_SLEEP=1", "AFTER_LINT=1")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -125,12 +143,18 @@ func TestTargetsFailureStopsLint(t *testing.T) {
 // TestStoppedStopsLint: make test stopped (SIGTERM, as CI's timeout
 // sends, or SIGINT): the script stops lint before it exits.
 func TestStoppedStopsLint(t *testing.T) {
+	// A signal this process ignores, as one started in the background
+	// by a non-interactive shell ignores SIGINT, its children would
+	// ignore too: handled here, they get the default.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		cmd, out, pidFile := besideCmd(t, "TARGETS_SLEEP=60", "LINT_SLEEP=60", "AFTER_LINT=1")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for !strings.Contains(out.String(), "targets:") {
 			if time.Now().After(deadline) {
 				_ = cmd.Process.Kill()
@@ -141,24 +165,32 @@ func TestStoppedStopsLint(t *testing.T) {
 		if err := cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Errorf("%v: the script exited 0", sig)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("%v: the script still runs 30 s later", sig)
+		if err := waitFor(t, cmd, 30*time.Second); err == nil {
+			t.Errorf("%v: the script exited 0", sig)
 		}
 		pid, _ := os.ReadFile(pidFile)
 		stopped(t, strings.TrimSpace(string(pid)), out.String())
 	}
 }
 
-// stopped fails t unless lint's process (pid) is gone, or a zombie its
-// parent has not reaped yet.
+// waitFor waits for the script to end, d at most: then it fails t.
+func waitFor(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the script still runs %v later", d)
+		return nil
+	}
+}
+
+// stopped fails t unless lint's process group (lint's PID) is gone: the
+// stand-in and the sleep it started.
 func stopped(t *testing.T, pid, out string) {
 	t.Helper()
 	n, err := strconv.Atoi(pid)
@@ -166,22 +198,11 @@ func stopped(t *testing.T, pid, out string) {
 		t.Fatalf("lint's PID %q: %v (did it start?)\n%s", pid, err, out)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(n, 0) == nil && !zombie(n) {
+	for !errors.Is(syscall.Kill(-n, 0), syscall.ESRCH) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(-n, syscall.SIGKILL)
-			t.Fatalf("lint (PID %d) still runs after the script ended", n)
+			t.Fatalf("lint's process group %d still runs after the script ended", n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func zombie(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return true // gone
-	}
-	// pid (comm) state ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
