@@ -109,8 +109,9 @@ export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
 # Lint runs beside the targets after unit (hack/test-beside.sh), at the
-# lowest CPU priority: it takes the CPU the waiting integration and real
-# node tests leave idle. It starts after unit, whose -race build it shares.
+# lowest CPU priority: it takes the CPU they leave idle (builds' serial
+# stretches, tests that wait). It starts after unit, whose -race build it
+# shares.
 test: test-preflight unit ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
 	@MAKE="$(MAKE)" hack/test-beside.sh gpu-check-fake fuzz integration chart-test node-test image-test
 
