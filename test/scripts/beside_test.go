@@ -183,8 +183,7 @@ func waitFor(t *testing.T, cmd *exec.Cmd, d time.Duration) error {
 		return err
 	case <-time.After(d):
 		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("the script still runs %v later", d)
+		t.Fatalf("the script still runs %v later (killed: %v)", d, <-done)
 		return nil
 	}
 }
