@@ -108,12 +108,14 @@ CLUSTER_TOOLS ?= $(HOME)/.cache/gpushare/cluster-v1.37.2
 export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 
 .PHONY: test
-# Lint runs beside the targets after unit (hack/test-beside.sh), at the
-# lowest CPU priority: it takes the CPU they leave idle (builds' serial
-# stretches, tests that wait). It starts after unit, whose -race build it
+# The checks that only compute (lint, the GPU check against its fake,
+# fuzzing a number of inputs per target, the images) run beside the tests
+# that wait (hack/test-beside.sh), at the lowest CPU priority: they take
+# the CPU those leave idle (a control plane starting, a kubelet, builds'
+# serial stretches). They start after unit, whose -race build lint
 # shares.
 test: test-preflight unit ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
-	@MAKE="$(MAKE)" hack/test-beside.sh gpu-check-fake fuzz integration chart-test node-test image-test
+	@MAKE="$(MAKE)" hack/test-beside.sh lint gpu-check-fake fuzz FUZZTIME=inputs image-test -- integration chart-test node-test
 
 .PHONY: test-preflight
 test-preflight: ## Refuse at once what would fail make test late: the demo's real node holding the machine's one kubelet socket.
@@ -230,7 +232,7 @@ compat: cluster-tools ## The extender's seed test on older control planes (COMPA
 	done
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target of every package for FUZZTIME (default 10s), from the seed corpus.
+fuzz: ## Run each fuzz target of every package for FUZZTIME (default 10s; inputs: hack/fuzz.sh's number per target, as make test), from the seed corpus.
 	GO=$(GO) GOFLAGS="$(NODWARF) $${GOFLAGS:-}" FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: lint

@@ -9,11 +9,30 @@
 # testdata/fuzz is run once more for as many inputs as the failed run
 # tried (-fuzztime Nx), which sets no deadline to race; any other
 # failure, or a second one, fails.
-# Usage: FUZZTIME=10s [FUZZMINIMIZETIME=100x] hack/fuzz.sh [PACKAGE...]
+#
+# FUZZTIME=inputs gives each target a number of inputs instead, from the
+# table below, as make test does: there fuzzing runs beside the other
+# tests at the lowest CPU priority (hack/test-beside.sh), where a
+# duration would try fewer inputs the busier the machine.
+# Usage: FUZZTIME=10s|inputs [FUZZMINIMIZETIME=100x] hack/fuzz.sh [PACKAGE...]
 # Without packages: every package of the module with a fuzz target.
 set -euo pipefail
 go=${GO:-go}
 fuzztime=${FUZZTIME:-10s}
+
+# The inputs each target tries with FUZZTIME=inputs: about what 10 s
+# tries on a 2-core machine with nothing else running (the median of
+# three runs, rounded down). A new target needs a line here.
+declare -A inputs=(
+	[FuzzLoad]=40000
+	[FuzzParse]=90000
+	[FuzzApply]=250000
+	[FuzzInvariants]=550
+	[FuzzRecords]=7000
+	[FuzzHandler]=9000
+	[FuzzScanArgs]=16000
+	[FuzzDecodeListing]=60000
+)
 
 # The test files of the packages given, as lines of PACKAGE FILE...: the
 # files their build constraints take.
@@ -57,6 +76,13 @@ for pkg in "$@"; do
 	fi
 	for target in $found; do
 		budget=$fuzztime
+		if [[ $fuzztime == inputs ]]; then
+			if [[ -z ${inputs[$target]:-} ]]; then
+				echo "fuzz: $pkg $target has no number of inputs for FUZZTIME=inputs: add it to hack/fuzz.sh's table" >&2
+				exit 1
+			fi
+			budget="${inputs[$target]}x"
+		fi
 		for try in 1 2; do
 			echo "fuzz $pkg $target ($budget)"
 			corpus="$pkg/testdata/fuzz/$target"
