@@ -14,9 +14,14 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # Every tool is named before any rule: make reads a rule's prerequisites
 # as it meets them, and a name defined further down is empty there.
-HELM_VERSION := v4.3.1
+# helm's and Prometheus' versions are hack/tools/go.mod's: they are built
+# from that module, with the control plane.
+tools_version = $(shell sed -n 's|^[[:space:]]$(1) \(v[^ ]*\).*|\1|p' hack/tools/go.mod)
+HELM_VERSION := $(call tools_version,helm.sh/helm/v4)
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
-PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS_VERSION := $(call tools_version,github.com/prometheus/prometheus)
+# Its release: module v0.316.0 is Prometheus 3.16.0.
+PROMETHEUS_RELEASE := $(patsubst 3%,3.%,$(word 2,$(subst ., ,$(PROMETHEUS_VERSION)))).$(word 3,$(subst ., ,$(PROMETHEUS_VERSION)))
 PROMETHEUS := $(TOOLS_DIR)/prometheus-$(PROMETHEUS_VERSION)
 PROMTOOL := $(TOOLS_DIR)/promtool-$(PROMETHEUS_VERSION)
 KUEUE_VERSION := v0.17.0
@@ -145,20 +150,25 @@ gpu-check-build: ## Build the GPU check into bin/gpucheck.test, for a GPU machin
 gpu-check-fake: ## make gpu-check against the NVML fake and stand-ins (part of make test).
 	@GOFLAGS="$(NODWARF) $${GOFLAGS:-}" hack/gpu-check.sh fake
 
-# Helm, built from the Go module proxy into the tools cache.
+# Helm, built from the Go module proxy into the tools cache: from the tools
+# module (hack/tools), with the shared build's flags, so that the
+# Kubernetes client libraries, kubectl's and the rest it shares with the
+# control plane are compiled once (four fifths of its packages).
 export GPUSHARE_HELM := $(HELM)
 
 $(HELM):
 	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR)/.build GOFLAGS="-mod=mod $(NODWARF)" $(GO) install \
-		-ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
-	mv $(TOOLS_DIR)/.build/helm $@
+	cd hack/tools && $(SHARED_BUILD) $(GO) build -o $@.tmp \
+		-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm
+	mv $@.tmp $@
 
 .PHONY: helm
 helm: $(HELM) ## Build the pinned helm into the tools cache.
 
-# Prometheus and promtool (3.16.0), built from the Go module proxy into the
-# tools cache, without the web UI's assets and with static targets as the
+# Prometheus and promtool (3.16.0: module v0.316.0), built from the Go
+# module proxy into the tools cache as helm is, from the tools module with
+# the shared build's flags (three fifths of their packages are the control
+# plane's), without the web UI's assets and with static targets as the
 # only service discovery: test/integration/monitoring_test.go scrapes the
 # components on loopback and runs every dashboard and alert query.
 export GPUSHARE_PROMETHEUS := $(PROMETHEUS)
@@ -166,13 +176,12 @@ export GPUSHARE_PROMTOOL := $(PROMTOOL)
 export GPUSHARE_KUEUE := $(KUEUE)
 
 $(PROMETHEUS) $(PROMTOOL) &:
-	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR)/.build GOFLAGS="-mod=mod $(NODWARF)" $(GO) install -tags remove_all_sd \
-		-ldflags "-X github.com/prometheus/common/version.Version=3.16.0" \
-		github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION) \
-		github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
-	mv $(TOOLS_DIR)/.build/prometheus $(PROMETHEUS)
-	mv $(TOOLS_DIR)/.build/promtool $(PROMTOOL)
+	@mkdir -p $(TOOLS_DIR)/.build-prometheus
+	cd hack/tools && $(SHARED_BUILD) $(GO) build -o $(TOOLS_DIR)/.build-prometheus/ -tags remove_all_sd \
+		-ldflags "-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE)" \
+		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+	mv $(TOOLS_DIR)/.build-prometheus/prometheus $(PROMETHEUS)
+	mv $(TOOLS_DIR)/.build-prometheus/promtool $(PROMTOOL)
 
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) $(PROMTOOL) ## Build the pinned prometheus and promtool into the tools cache.
