@@ -158,7 +158,7 @@ export GPUSHARE_HELM := $(HELM)
 
 $(HELM):
 	@mkdir -p $(TOOLS_DIR)
-	cd hack/tools && $(SHARED_BUILD) $(GO) build -o $@.tmp \
+	cd hack/tools && $(SHARED_BUILD) $(GO) build -o $(abspath $@).tmp \
 		-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v4/cmd/helm
 	mv $@.tmp $@
 
@@ -177,7 +177,7 @@ export GPUSHARE_KUEUE := $(KUEUE)
 
 $(PROMETHEUS) $(PROMTOOL) &:
 	@mkdir -p $(TOOLS_DIR)/.build-prometheus
-	cd hack/tools && $(SHARED_BUILD) $(GO) build -o $(TOOLS_DIR)/.build-prometheus/ -tags remove_all_sd \
+	cd hack/tools && $(SHARED_BUILD) $(GO) build -o $(abspath $(TOOLS_DIR))/.build-prometheus/ -tags remove_all_sd \
 		-ldflags "-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE)" \
 		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 	mv $(TOOLS_DIR)/.build-prometheus/prometheus $(PROMETHEUS)
