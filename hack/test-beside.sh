@@ -10,12 +10,16 @@
 # its fake, fuzzing, the images) only compute, and their figures do not
 # depend on the time they are given: fuzzing, for one, tries a number of
 # inputs per target (hack/fuzz.sh's FUZZTIME=inputs), not a duration. At
-# nice 19 they take what the foreground leaves. They run with make -k:
-# one failing does not skip the others. Their output is kept and printed
-# once they end, after the foreground's; their failure fails make test
-# as it would alone. If the foreground fails, or the script is
-# signalled, the checks beside are stopped (what they printed so far is
-# shown).
+# nice 19 they take mostly what the foreground leaves, not all: on a cold
+# 2-core machine the foreground's builds took up to a quarter longer
+# beside them and its tests a tenth, and the whole ran about a minute
+# shorter than with the checks in line (docs/benchmarks.md, "Cold build
+# and CI"): the machine was busy nearly all the time either way. They
+# run with make -k: one failing does not skip the others. Their output
+# is kept and printed once they end, after the foreground's; their
+# failure fails make test as it would alone. If the foreground fails, or
+# the script is signalled, the checks beside are stopped (what they
+# printed so far is shown).
 # Usage: MAKE=make hack/test-beside.sh BESIDE... -- TARGET...
 # (either list may hold make variables, VAR=value)
 set -euo pipefail

@@ -1,10 +1,12 @@
 // Module tools builds the real control plane gpushare tests and demos run on:
 // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-// the kubelet and kwok. It is separate from the main module because
-// k8s.io/kubernetes needs a replace for each of its staging modules. Every
-// module whose packages both this module's commands and gpushare's compile
-// is at the main module's version, so that a cold build compiles each such
-// package once (hack/shared-versions.sh checks it). See hack/cluster-tools.sh.
+// the kubelet and kwok; and helm, Prometheus and promtool for the tests,
+// which share most of their packages with those. It is separate from the
+// main module because k8s.io/kubernetes needs a replace for each of its
+// staging modules. Every module whose packages both this module's
+// commands and gpushare's compile is at the main module's version, so that
+// a cold build compiles each such package once (hack/shared-versions.sh
+// checks it). See hack/cluster-tools.sh.
 module github.com/gpushare/gpushare/hack/tools
 
 go 1.26.7
