@@ -12,9 +12,10 @@
 # inputs per target (hack/fuzz.sh's FUZZTIME=inputs), not a duration. At
 # nice 19 they take mostly what the foreground leaves, not all: on a cold
 # 2-core machine the foreground's builds took up to a quarter longer
-# beside them and its tests a tenth, and the whole ran about a minute
-# shorter than with the checks in line (docs/benchmarks.md, "Cold build
-# and CI"): the machine was busy nearly all the time either way. They
+# beside them and its tests a tenth to a quarter, and the whole ran
+# about a minute shorter than with the checks in line
+# (docs/benchmarks.md, "Cold build and CI"): the machine was busy nearly
+# all the time either way. They
 # run with make -k: one failing does not skip the others. Their output
 # is kept and printed once they end, after the foreground's; their
 # failure fails make test as it would alone. If the foreground fails, or
