@@ -23,20 +23,16 @@ type memoEntry struct {
 	usage []Usage
 	// share is FreeShare per GPU; used is Σ(1000 - share) over the
 	// healthy GPUs, of which there are healthyN.
-	share          []int64
-	used, healthyN int64
-	// maxMemory and maxCompute are the most free memory and compute on
-	// any healthy GPU (not necessarily the same one); idleN counts the
-	// healthy GPUs with nothing booked. See mayFit.
-	maxMemory, maxCompute int64
-	idleN                 int
-	// minMemory and minCompute are the smallest memory and compute
-	// capacity of a healthy GPU, capMemory and capCompute the largest;
+	share []int64
+	used  int64
+	bounds
+	// minCompute is the smallest compute capacity of a healthy GPU,
+	// capMemory and capCompute the largest memory and compute;
 	// gapMemory (gapCompute) is the most a healthy GPU's free memory
 	// fraction exceeds its free compute fraction (or the reverse), in
 	// per-mille. See maxGrowth and minGrowth.
-	minMemory, minCompute, capMemory, capCompute int64
-	gapMemory, gapCompute                        int64
+	minCompute, capMemory, capCompute int64
+	gapMemory, gapCompute             int64
 	// nameHash is a fixed hash of the node's name, an order of nodes
 	// that does not follow their names; nodeKey is its half of TieBreak.
 	nameHash, nodeKey uint64
@@ -123,20 +119,30 @@ func originOf(before, after *NodeState) *memoEntry {
 	return before.summary()
 }
 
-// mayFit is a quick necessary condition for pod to fit the state e was
+// bounds are what mayFit reads of a node's GPUs: healthyN counts the
+// healthy GPUs and idleN those of them with nothing booked; maxMemory and
+// maxCompute are the most free memory and compute on any healthy GPU (not
+// necessarily the same one), minMemory the smallest memory capacity of a
+// healthy GPU.
+type bounds struct {
+	healthyN, maxMemory, maxCompute, minMemory int64
+	idleN                                      int
+}
+
+// mayFit is a quick necessary condition for pod to fit the state b was
 // derived from: each container alone finds enough GPUs. It returns the
 // index of a container that cannot fit, or -1 if all may.
-func (e *memoEntry) mayFit(ds []demand) int {
+func (b *bounds) mayFit(ds []demand) int {
 	for i := range ds {
 		d := &ds[i]
 		switch {
 		case d.Exclusive:
-			if e.idleN < d.count {
+			if b.idleN < d.count {
 				return i
 			}
-		case int(e.healthyN) < d.count || d.MemoryMiB > e.maxMemory || d.Compute > e.maxCompute:
+		case int(b.healthyN) < d.count || d.MemoryMiB > b.maxMemory || d.Compute > b.maxCompute:
 			return i
-		case d.MemoryPercent > 0 && PercentOf(e.minMemory, d.MemoryPercent) > e.maxMemory:
+		case d.MemoryPercent > 0 && PercentOf(b.minMemory, d.MemoryPercent) > b.maxMemory:
 			// Every GPU of the node needs at least this much.
 			return i
 		}

@@ -223,13 +223,19 @@ type nameKeyed interface{ keysName() bool }
 const nameBits = 20
 
 // nameBitsOf is a node's name bits (see nameKeyed).
-func nameBitsOf(e *memoEntry) int64 { return int64(e.nameHash >> (64 - nameBits)) }
+func nameBitsOf(e *memoEntry) int64 { return hashBits(e.nameHash) }
+
+// hashBits is the name bits of a node whose nameHash is h.
+func hashBits(h uint64) int64 { return int64(h >> (64 - nameBits)) }
 
 // named returns score, rated on a node of e's shape, as e's own: with
 // e's name bits for a nameKeyed node policy.
-func (pl *Placer) named(score Score, e *memoEntry) Score {
+func (pl *Placer) named(score Score, e *memoEntry) Score { return pl.namedBy(score, e.nameHash) }
+
+// namedBy is named of the node whose nameHash is h.
+func (pl *Placer) namedBy(score Score, h uint64) Score {
 	if pl.renames {
-		score.Secondary = score.Secondary&^(1<<nameBits-1) | nameBitsOf(e)
+		score.Secondary = score.Secondary&^(1<<nameBits-1) | hashBits(h)
 	}
 	return score
 }

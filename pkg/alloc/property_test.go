@@ -109,7 +109,8 @@ func replayRandom(t *testing.T, seed uint64, policy string) ([]*NodeState, []*Pl
 			s.Node = &n
 		}
 		d := pl.Pick(states, pod, seed)
-		checkRater(t, pl, states, pod)
+		checkRater(t, pl, states, pod, (*Rater).Rate)
+		checkRater(t, pl, states, pod, rateSummarized)
 		if d.Index < 0 {
 			if len(pl.Explain(states, pod)) != len(states) {
 				t.Fatalf("pod %s fits nowhere, but Explain does not reject every node", pod.Key)
@@ -211,14 +212,21 @@ func equalAssignments(a, b []Assignment) bool {
 	return true
 }
 
-// checkRater: a Rater agrees with Place on every node and, for
+// rateSummarized rates s by RateSummary, with the Summary its owner
+// would hold.
+func rateSummarized(r *Rater, s *NodeState) (Rating, *Unfit) {
+	sum := s.Summarize()
+	return r.RateSummary(s, &sum)
+}
+
+// checkRater: a Rater, rating by rate, agrees with Place on every node and, for
 // shape-only policies, on a twin of each (another name, the same shape and
 // bookings, so the same score), rated concurrently after the originals,
 // so that the Rater answers the twins from what it learnt of the
 // originals. The tie-break key is TieBreak's.
 // Place runs on a copy without the memo, so memoised data must match
 // fresh data.
-func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) {
+func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest, rate func(*Rater, *NodeState) (Rating, *Unfit)) {
 	t.Helper()
 	const seed = 7
 	r := pl.NewRater(pod, seed)
@@ -226,7 +234,7 @@ func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) 
 	for i, s := range states {
 		cold := &NodeState{Node: s.Node, CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB, GPUs: slices.Clone(s.GPUs)}
 		p, unfit := pl.Place(cold, pod)
-		got, rateUnfit := r.Rate(s)
+		got, rateUnfit := rate(r, s)
 		switch {
 		case (unfit == nil) != (rateUnfit == nil):
 			t.Fatalf("pod %s on %s: Place unfit %t, Rater unfit %t", pod.Key, s.Node.Name, unfit != nil, rateUnfit != nil)
@@ -253,7 +261,7 @@ func checkRater(t *testing.T, pl *Placer, states []*NodeState, pod *PodRequest) 
 			placed[i], _ = pl.Place(&NodeState{Node: &n, CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB, GPUs: slices.Clone(s.GPUs)}, pod)
 		}
 		wg.Go(func() {
-			got, unfit := r.Rate(twin)
+			got, unfit := rate(r, twin)
 			switch p := placed[i]; {
 			case (p == nil) != (unfit != nil):
 				errs[i] = fmt.Errorf("pod %s on %s: Place fits %t, Rater unfit %t", pod.Key, n.Name, p != nil, unfit != nil)

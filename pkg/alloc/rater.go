@@ -51,27 +51,42 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 	if r.off.Load() || s.memo == nil || s.Live != nil || !quickFit(s, r.pod) {
 		return r.rate(s)
 	}
-	e := s.summary()
-	if e.mayFit(r.demands) >= 0 {
+	sum := summaryOf(s, s.summary())
+	return r.rateShape(s, &sum)
+}
+
+// RateSummary is Rate of s, whose Summary as it is now is sum: a node of
+// a shape already rated costs reading sum alone.
+func (r *Rater) RateSummary(s *NodeState, sum *Summary) (Rating, *Unfit) {
+	if !sum.quick || r.off.Load() || !sum.quickFit(r.pod) {
+		return r.rate(s)
+	}
+	return r.rateShape(s, sum)
+}
+
+// rateShape is Rate of s, whose Summary is sum, by its shape.
+func (r *Rater) rateShape(s *NodeState, sum *Summary) (Rating, *Unfit) {
+	if sum.mayFit(r.demands) >= 0 {
 		return r.rate(s) // it says why
 	}
-	k := shapeKey(s, e)
+	k := sum.key()
 	r.mu.RLock()
 	got, hit := r.seen[k]
 	r.mu.RUnlock()
-	hit = hit && got.of(s, e)
+	hit = hit && got.cpu == sum.cpu && got.mem == sum.mem && got.shape == sum.shape
 	if n := r.lookups.Add(1); !hit && 2*r.misses.Add(1) > n && n >= shapeProbe {
 		r.off.Store(true) // mostly distinct shapes
 	}
 	if hit && got.fits {
-		return Rating{Score: r.pl.named(got.score, e), Tie: r.tb.of(e.nodeKey)}, nil
+		return Rating{Score: r.pl.namedBy(got.score, sum.nameHash), Tie: r.tb.of(sum.nodeKey)}, nil
 	}
 	if hit {
 		return r.rate(s)
 	}
 	sc := r.pl.scratch.Get().(*scratch)
 	defer r.pl.scratch.Put(sc)
-	got = r.pl.rate(sc, s, e, r.pod)
+	// The memo entry as it is now, with what the policy stored in it.
+	got = r.pl.rate(sc, s, s.summary(), r.pod)
 	r.mu.Lock()
 	if _, taken := r.seen[k]; !taken {
 		r.seen[k] = got
@@ -80,7 +95,7 @@ func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
 	if !got.fits {
 		return r.rate(s)
 	}
-	return Rating{Score: r.pl.named(got.score, e), Tie: r.tb.of(e.nodeKey)}, nil
+	return Rating{Score: r.pl.namedBy(got.score, sum.nameHash), Tie: r.tb.of(sum.nodeKey)}, nil
 }
 
 // rate is Rate without the shape lookup.

@@ -37,6 +37,7 @@ func (c *Cache) assumeLocked(uid types.UID, key string, p *alloc.Placement) erro
 		}
 		return err
 	}
+	e.resum()
 	e.pods.set(uid, entry)
 	c.pods[uid] = entry
 	if old == nil {

@@ -128,19 +128,27 @@ type Options struct {
 const LiveStaleAfter = 3 * time.Minute
 
 type nodeEntry struct {
-	// name is the node's name, the entry's key in Cache.nodes; gone is
-	// set once the entry is no longer there.
-	name string
+	// What ReadEach reads of an entry comes first, in the order it reads
+	// it: the entry's first 64 bytes, then sum.
+	//
+	// gone is set once the entry is no longer in Cache.nodes.
 	gone bool
 	// short holds the name's bytes in the entry itself when they fit
 	// (shortLen 0 when they do not), so that ReadEach's check of the
 	// next entry reads no memory beyond the entry.
-	short    [46]byte
 	shortLen uint8
+	short    [46]byte
 	// after is the entry that followed this one in the latest ReadEach
 	// that read both: callers name nodes in an order of their own, the
 	// same from call to call.
 	after atomic.Pointer[nodeEntry]
+	state *alloc.NodeState
+	// sum is state's Summary, made again after every change to state
+	// (resum), so that rating a node that has not changed reads the entry
+	// alone.
+	sum alloc.Summary
+	// name is the node's name, the entry's key in Cache.nodes.
+	name string
 	// object is the Node the entry was last set from, and source what
 	// of it the inventory was read from.
 	object *corev1.Node
@@ -150,7 +158,6 @@ type nodeEntry struct {
 	// holds and the inventory no longer lists, and with GPUs under a
 	// conflicting booking marked unhealthy.
 	inventory *alloc.Node
-	state     *alloc.NodeState
 	// liveAt is when state.Live was sampled.
 	liveAt time.Time
 	// nodeUsage is the live use the Node's own annotation holds, parsed:

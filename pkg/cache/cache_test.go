@@ -939,12 +939,15 @@ func TestReadEach(t *testing.T) {
 	c.SetNode(gpuNode(t, "n2", 16384, 32768))
 	gpus := map[string]int{}
 	var missing error
-	c.ReadEach([]string{"n2", "gone", "n1"}, func(name string, s *alloc.NodeState, err error) {
+	c.ReadEach([]string{"n2", "gone", "n1"}, func(name string, s *alloc.NodeState, sum *alloc.Summary, err error) {
 		if err != nil {
 			missing = err
 			return
 		}
 		gpus[name] = len(s.GPUs)
+		if *sum != s.Summarize() {
+			t.Errorf("%s: the Summary is not its state's", name)
+		}
 	})
 	if want := map[string]int{"n1": 1, "n2": 2}; !cmp.Equal(gpus, want) {
 		t.Errorf("GPUs per node = %v, want %v", gpus, want)
@@ -1008,7 +1011,7 @@ func TestReadEachOrders(t *testing.T) {
 					err   error
 				}
 				var got []answer
-				c.ReadEach(names, func(name string, s *alloc.NodeState, err error) {
+				c.ReadEach(names, func(name string, s *alloc.NodeState, _ *alloc.Summary, err error) {
 					got = append(got, answer{name, s, err})
 				})
 				if len(got) != len(names) {
@@ -1115,7 +1118,12 @@ func TestReadNode(t *testing.T) {
 	c, _ := newCache(t)
 	readNode := func(n *corev1.Node) ([]alloc.Usage, error) {
 		var got []alloc.Usage
-		err := c.ReadNode(n, func(s *alloc.NodeState) { got = slices.Clone(s.GPUs) })
+		err := c.ReadNode(n, func(s *alloc.NodeState, sum *alloc.Summary) {
+			got = slices.Clone(s.GPUs)
+			if *sum != s.Summarize() {
+				t.Errorf("%s: the Summary is not its state's", s.Node.Name)
+			}
+		})
 		return got, err
 	}
 	v1 := gpuNode(t, "n1", 16384, 16384)

@@ -2,6 +2,8 @@ package cache
 
 import "time"
 
+func init() { verifySummaries = true }
+
 // SetClock replaces the clock live samples are judged by.
 func (c *Cache) SetClock(now func() time.Time) { c.now = now }
 

@@ -29,7 +29,7 @@ func TestDaemonLease(t *testing.T) {
 		t.Fatalf("Read of a node whose lease expired = %v, want ErrDaemonDown", err)
 	}
 	var seen []string
-	c.ReadEach([]string{"n1", "n2"}, func(name string, _ *alloc.NodeState, err error) {
+	c.ReadEach([]string{"n1", "n2"}, func(name string, _ *alloc.NodeState, _ *alloc.Summary, err error) {
 		if err == nil {
 			seen = append(seen, name)
 		}

@@ -79,6 +79,7 @@ func (e *nodeEntry) setLive(l *liveSample) {
 	if l != nil {
 		e.liveAt, e.state.Live = l.at, l.gpus
 	}
+	e.resum()
 }
 
 // ExpireLive drops live samples older than LiveStaleAfter, so that a node

@@ -238,9 +238,27 @@ func (c *Cache) rebuild(e *nodeEntry) {
 	// Live samples are by inventory index; vanished GPUs have none.
 	e.state.Live = live
 	e.over, e.past = nil, nil
+	e.resum()
 	for _, p := range pods {
 		c.book(e, p)
 	}
+}
+
+// resum makes e.sum again from e.state: call it after every change to the
+// state (alloc.Summary).
+func (e *nodeEntry) resum() { e.sum = e.state.Summarize() }
+
+// verifySummaries, set by the package's tests, makes every read of an
+// entry check that its Summary is its state's as it is now: a change to
+// the state that does not resum fails the test that reads it.
+var verifySummaries bool
+
+// verified returns e's Summary, checked when verifySummaries is set.
+func (e *nodeEntry) verified() *alloc.Summary {
+	if verifySummaries && e.sum != e.state.Summarize() {
+		panic(fmt.Sprintf("node %s: the Summary is not its state's", e.name))
+	}
+	return &e.sum
 }
 
 // VanishedModel is the model a GPU gets in the cache when the node's

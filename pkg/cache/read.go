@@ -16,15 +16,16 @@ import (
 func (c *Cache) Read(node string, fn func(*alloc.NodeState)) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.readLocked(node, c.nodes[node], fn)
+	return c.readLocked(node, c.nodes[node], func(s *alloc.NodeState, _ *alloc.Summary) { fn(s) })
 }
 
 // ReadNode is Read of the node n names, found by the object itself
 // while n is the object the cache last saw: Filter reads hundreds of
 // nodes per pod, and finding each by its pointer costs less than hashing
 // and comparing its name (docs/benchmarks.md, "Scheduler throughput").
-// An older or other object of the node is found by name.
-func (c *Cache) ReadNode(n *corev1.Node, fn func(*alloc.NodeState)) error {
+// An older or other object of the node is found by name. fn gets the
+// state's Summary too, to rate by (alloc.Rater.RateSummary).
+func (c *Cache) ReadNode(n *corev1.Node, fn func(*alloc.NodeState, *alloc.Summary)) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e := c.objects[n]
@@ -34,14 +35,14 @@ func (c *Cache) ReadNode(n *corev1.Node, fn func(*alloc.NodeState)) error {
 	return c.readLocked(n.Name, e, fn)
 }
 
-func (c *Cache) readLocked(node string, e *nodeEntry, fn func(*alloc.NodeState)) error {
+func (c *Cache) readLocked(node string, e *nodeEntry, fn func(*alloc.NodeState, *alloc.Summary)) error {
 	if e == nil {
 		return c.nodeErrorLocked(node)
 	}
 	if err := c.daemons.down(node, c.now); err != nil {
 		return err
 	}
-	fn(e.state)
+	fn(e.state, e.verified())
 	return nil
 }
 
@@ -53,10 +54,11 @@ func (e *nodeEntry) is(name string) bool {
 	return e.name == name
 }
 
-// ReadEach calls fn with the state of each named node, or why the node is
-// not in the cache, under one read lock: rating many nodes for one request
-// takes the lock once. fn must not keep the state or call the Cache.
-func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState, err error)) {
+// ReadEach calls fn with the state of each named node and its Summary, or
+// why the node is not in the cache, under one read lock: rating many nodes
+// for one request takes the lock once. fn must not keep or change either,
+// nor call the Cache.
+func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState, sum *alloc.Summary, err error)) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	d := c.daemons
@@ -85,7 +87,7 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 		if e == nil {
 			e = c.nodes[name]
 			if e == nil {
-				fn(name, nil, c.nodeErrorLocked(name))
+				fn(name, nil, nil, c.nodeErrorLocked(name))
 				continue
 			}
 			if prev != nil {
@@ -95,11 +97,11 @@ func (c *Cache) ReadEach(names []string, fn func(name string, s *alloc.NodeState
 		prev = e
 		if leases {
 			if err := d.down(name, clock); err != nil {
-				fn(name, nil, err)
+				fn(name, nil, nil, err)
 				continue
 			}
 		}
-		fn(name, e.state, nil)
+		fn(name, e.state, e.verified(), nil)
 	}
 	if prev != nil {
 		c.lastRead.Store(prev)
@@ -208,6 +210,7 @@ func (c *Cache) snapshotLocked() []*alloc.NodeState {
 // copyState returns a copy of e's state; withConflicts adds to each GPU's
 // usage what conflicting bookings hold.
 func (e *nodeEntry) copyState(withConflicts bool) *alloc.NodeState {
+	e.verified()
 	s := e.state.Clone()
 	s.Node = copyNode(s.Node)
 	if withConflicts {

@@ -25,6 +25,7 @@ import (
 // cache's copy so nothing more lands on them, and what it holds is shown
 // in e.over.
 func (c *Cache) book(e *nodeEntry, p *podEntry) {
+	defer e.resum()
 	p.invalid, p.conflict = false, false
 	if p.claim != nil {
 		placement, err := claim.Placement(p.key, p.claim, e.inventory)
@@ -141,6 +142,7 @@ func (c *Cache) unbook(uid types.UID, p *podEntry) {
 	if p.invalid {
 		return
 	}
+	defer e.resum()
 	if p.conflict || e.over != nil {
 		// Rebuild the node from its inventory: the conflict's GPUs may
 		// be usable again (also when p was booked before the booking

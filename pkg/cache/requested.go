@@ -38,5 +38,6 @@ func (c *Cache) addRequested(r podResources, sign int64) {
 	if e := c.nodes[r.node]; e != nil {
 		e.state.CPUMilli += sign * r.cpu
 		e.state.MemoryMiB += sign * r.memoryMi
+		e.resum()
 	}
 }

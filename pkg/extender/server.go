@@ -269,12 +269,12 @@ func (s *Server) place(names []string, placer *alloc.Placer, req *alloc.PodReque
 	unfit := map[string]*alloc.Unfit{}
 	outside := map[string]error{}
 	r := placer.NewRater(req, s.Seed)
-	s.Cache.ReadEach(names, func(name string, st *alloc.NodeState, err error) {
+	s.Cache.ReadEach(names, func(name string, st *alloc.NodeState, sum *alloc.Summary, err error) {
 		if err != nil {
 			outside[name] = err
 			return
 		}
-		rating, u := r.Rate(st)
+		rating, u := r.RateSummary(st, sum)
 		if u != nil {
 			unfit[name] = u
 			return

@@ -426,7 +426,9 @@ func (pl *GPUShare) Filter(ctx context.Context, state fwk.CycleState, _ *corev1.
 		if s != nil {
 			return s
 		}
-	} else if err := pl.cache.ReadNode(nodeInfo.Node(), func(s *alloc.NodeState) { rating, unfit = c.rater.Rate(s) }); err != nil {
+	} else if err := pl.cache.ReadNode(nodeInfo.Node(), func(s *alloc.NodeState, sum *alloc.Summary) {
+		rating, unfit = c.rater.RateSummary(s, sum)
+	}); err != nil {
 		return outsideStatus(err)
 	}
 	if unfit != nil {
