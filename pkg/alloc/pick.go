@@ -204,13 +204,23 @@ type shapeRating struct {
 // shapeKey is the key of s's shape and booked CPU and memory in a map
 // of shapeRatings; e is s's memo entry.
 func shapeKey(s *NodeState, e *memoEntry) uint64 {
-	return e.shapeHash ^ finalize(uint64(s.CPUMilli)<<32^uint64(s.MemoryMiB))
+	return shapeKeyOf(e.shapeHash, s.CPUMilli, s.MemoryMiB)
+}
+
+// shapeKeyOf is shapeKey of a shape's hash and booked CPU and memory.
+func shapeKeyOf(hash uint64, cpu, mem int64) uint64 {
+	return hash ^ finalize(uint64(cpu)<<32^uint64(mem))
 }
 
 // of reports whether r rates s, whose memo entry is e: the map's key is
 // only a hash.
 func (r *shapeRating) of(s *NodeState, e *memoEntry) bool {
-	return r.cpu == s.CPUMilli && r.mem == s.MemoryMiB && r.shape == e.shape
+	return r.rates(e.shape, s.CPUMilli, s.MemoryMiB)
+}
+
+// rates reports whether r rates a shape with booked CPU and memory.
+func (r *shapeRating) rates(shape unique.Handle[string], cpu, mem int64) bool {
+	return r.cpu == cpu && r.mem == mem && r.shape == shape
 }
 
 // nameKeyed is implemented by node policies whose rating reads what a

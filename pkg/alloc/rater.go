@@ -73,7 +73,7 @@ func (r *Rater) rateShape(s *NodeState, sum *Summary) (Rating, *Unfit) {
 	r.mu.RLock()
 	got, hit := r.seen[k]
 	r.mu.RUnlock()
-	hit = hit && got.cpu == sum.cpu && got.mem == sum.mem && got.shape == sum.shape
+	hit = hit && got.rates(sum.shape, sum.cpu, sum.mem)
 	if n := r.lookups.Add(1); !hit && 2*r.misses.Add(1) > n && n >= shapeProbe {
 		r.off.Store(true) // mostly distinct shapes
 	}

@@ -45,9 +45,7 @@ func (sum *Summary) quickFit(pod *PodRequest) bool {
 }
 
 // key is shapeKey of the state sum was made from.
-func (sum *Summary) key() uint64 {
-	return sum.shapeHash ^ finalize(uint64(sum.cpu)<<32^uint64(sum.mem))
-}
+func (sum *Summary) key() uint64 { return shapeKeyOf(sum.shapeHash, sum.cpu, sum.mem) }
 
 // summaryOf is Summarize of s, whose memo entry is e, for Rate: the
 // fields rateShape reads.
