@@ -7,7 +7,7 @@ import "unique"
 // owner beside its pointer to the state (the cache's node entry), so that
 // rating a node that has not changed since the last call reads one place
 // in memory rather than the state, its Node, its memo entry and both
-// copies of its GPUs' usage (docs/benchmarks.md, "Extender throughput").
+// copies of its GPUs' usage (docs/benchmarks.md, "Scheduler throughput").
 //
 // Unlike the memo entry, a Summary is not checked against the state when
 // it is read: it is right only while the state is as it was when
