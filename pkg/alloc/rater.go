@@ -48,11 +48,8 @@ type Rating struct {
 // or says why the pod does not fit there. s must not change during the
 // call (hold the lock that guards it).
 func (r *Rater) Rate(s *NodeState) (Rating, *Unfit) {
-	if r.off.Load() || s.memo == nil || s.Live != nil || !quickFit(s, r.pod) {
-		return r.rate(s)
-	}
-	sum := summaryOf(s, s.summary())
-	return r.rateShape(s, &sum)
+	sum := s.Summarize()
+	return r.RateSummary(s, &sum)
 }
 
 // RateSummary is Rate of s, whose Summary as it is now is sum: a node of

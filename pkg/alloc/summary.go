@@ -33,10 +33,10 @@ func (s *NodeState) Summarize() Summary {
 	if s.memo == nil || s.Live != nil {
 		return Summary{}
 	}
-	sum := summaryOf(s, s.summary())
-	sum.freeCPU, sum.freeMem = s.FreeCPU(), s.FreeMemory()
-	sum.quick, sum.wholeCard = true, s.Node.Mode == WholeCard
-	return sum
+	e := s.summary()
+	return Summary{bounds: e.bounds, cpu: s.CPUMilli, mem: s.MemoryMiB, freeCPU: s.FreeCPU(), freeMem: s.FreeMemory(),
+		shape: e.shape, shapeHash: e.shapeHash, nameHash: e.nameHash, nodeKey: e.nodeKey,
+		quick: true, wholeCard: s.Node.Mode == WholeCard}
 }
 
 // quickFit is quickFit of the state sum was made from.
@@ -46,10 +46,3 @@ func (sum *Summary) quickFit(pod *PodRequest) bool {
 
 // key is shapeKey of the state sum was made from.
 func (sum *Summary) key() uint64 { return shapeKeyOf(sum.shapeHash, sum.cpu, sum.mem) }
-
-// summaryOf is Summarize of s, whose memo entry is e, for Rate: the
-// fields rateShape reads.
-func summaryOf(s *NodeState, e *memoEntry) Summary {
-	return Summary{bounds: e.bounds, cpu: s.CPUMilli, mem: s.MemoryMiB,
-		shape: e.shape, shapeHash: e.shapeHash, nameHash: e.nameHash, nodeKey: e.nodeKey}
-}
