@@ -119,12 +119,8 @@ export GPUSHARE_CLUSTER_TOOLS := $(CLUSTER_TOOLS)
 # the CPU those leave idle (a control plane starting, a kubelet, builds'
 # serial stretches). They start after unit, whose -race build lint
 # shares.
-test: test-preflight unit ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
+test: unit ## Run every test: lint, unit tests with -race, the GPU check against the NVML fake, brief fuzzing, integration tests on a real control plane, the real node, the images.
 	@MAKE="$(MAKE)" hack/test-beside.sh lint gpu-check-fake fuzz FUZZTIME=inputs image-test -- integration chart-test node-test
-
-.PHONY: test-preflight
-test-preflight: ## Refuse at once what would fail make test late: the demo's real node holding the machine's one kubelet socket.
-	@hack/test-preflight.sh
 
 .PHONY: unit
 unit: ## Unit and property tests with the race detector.

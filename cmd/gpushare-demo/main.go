@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/gpushare/gpushare/pkg/controlplane"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -32,6 +33,7 @@ func main() {
 	allocationPolicy := fs.String("allocation-policy", "deploy/allocation-policy.yaml", "the admission policy that lets only gpushare's scheduler write allocation records; empty to leave it out")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	realNodeMode := fs.String("real-node", "auto", "add "+realNode.Name+", a node with a real kubelet and containerd that start its pods' containers: auto (when root and its tools are built), on, or off")
+	realNodePrivate := fs.Bool("real-node-private", false, "run the real node's kubelet and containerd in a mount namespace of their own, with their kubelet directory at "+controlplane.PrivateKubeletRoot+" and their own bridge, addresses and cgroup: beside another demo's real node (the tests run theirs so)")
 	probeImage := fs.String("probe-image", "bin/images/gpushare-probe", "the OCI layout of the real node's workload image (test/gpushare-probe)")
 	listen := fs.String("listen", "", "serve-image: the address to serve on")
 	draDaemon := fs.String("dra-daemon", "bin/gpushare-dra", "the gpushare-dra binary, run on the real node as its DRA driver; empty to leave it out")
@@ -60,7 +62,7 @@ func main() {
 		case "auto", "on", "off":
 			err = up(ctx, options{dir: *dir, scheduler: *scheduler, nodeDaemon: *nodeDaemon, config: *config, examples: *examples,
 				schedulerRBAC: *schedulerRBAC, nodeRBAC: *nodeRBAC, hookPolicy: *hookPolicy, allocationPolicy: *allocationPolicy,
-				realNode: *realNodeMode, probeImage: *probeImage, draDaemon: *draDaemon, draRBAC: *draRBAC, draClass: *draClass,
+				realNode: *realNodeMode, realNodePrivate: *realNodePrivate, probeImage: *probeImage, draDaemon: *draDaemon, draRBAC: *draRBAC, draClass: *draClass,
 				webhook: *webhook, webhookRBAC: *webhookRBAC, quotaWebhook: *quotaWebhook, teams: *teamsDir})
 		default:
 			err = fmt.Errorf("--real-node=%q: want auto, on or off", *realNodeMode)

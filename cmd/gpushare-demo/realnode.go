@@ -91,6 +91,7 @@ func startRealNode(ctx context.Context, c *controlplane.Cluster, o options, sche
 		Mirror:       mirror,
 		Labels:       map[string]string{"gpushare": "true"},
 		Detached:     true,
+		Private:      o.realNodePrivate,
 	})
 	if err != nil {
 		return err
@@ -375,14 +376,17 @@ func serveImage(addr, dir string) error {
 	return m.Close()
 }
 
-// stopRealNode stops the demo's real node, if one runs from dir: its
-// pods' containers, the kubelet and containerd, its mounts, and
-// /var/lib/kubelet.
+// stopRealNode stops the demo's real node, if one runs from dir, private
+// or not: its pods' containers, the kubelet and containerd, its mounts,
+// and its kubelet directory. Another demo's real node is left alone.
 func stopRealNode(dir string) error {
-	nodeDir := controlplane.RealNodeDir()
-	if nodeDir == "" || !strings.HasPrefix(nodeDir, filepath.Clean(dir)+"/") {
-		return nil
+	for _, private := range []bool{false, true} {
+		nodeDir := controlplane.RealNodeDir(private)
+		if nodeDir == "" || !strings.HasPrefix(nodeDir, filepath.Clean(dir)+"/") {
+			continue
+		}
+		fmt.Printf("stopping the real node %s: its pods' containers, the kubelet and containerd\n", realNode.Name)
+		return controlplane.StopRealNode(private)
 	}
-	fmt.Printf("stopping the real node %s: its pods' containers, the kubelet and containerd\n", realNode.Name)
-	return controlplane.StopRealNode()
+	return nil
 }

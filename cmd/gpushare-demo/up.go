@@ -28,6 +28,9 @@ type options struct {
 	// realNode is auto, on or off; probeImage the real node's workload
 	// image.
 	realNode, probeImage string
+	// realNodePrivate runs the real node in a mount namespace of its own
+	// (controlplane.RealNodeOptions.Private).
+	realNodePrivate bool
 	// webhook, webhookRBAC and quotaWebhook run gpushare-webhook for the
 	// teams' quotas and pods in teams; webhook empty leaves them out.
 	webhook, webhookRBAC, quotaWebhook, teams string

@@ -47,6 +47,11 @@ type RealNodeOptions struct {
 	// demo's): StopRealNode stops it, and no other run takes it for one
 	// a dead run left.
 	Detached bool
+	// Private runs the node's kubelet and containerd in a mount namespace
+	// of their own, with a bridge, addresses and a cgroup of their own
+	// (PrivateKubeletRoot): the machine's second real node, which runs
+	// beside the first (the tests' beside make demo's).
+	Private bool
 }
 
 // A RealNode is a kubelet and containerd, with runc and the CNI bridge,
@@ -55,7 +60,8 @@ type RealNodeOptions struct {
 // containerd's own, all under the cluster's.
 type RealNode struct {
 	Name string
-	// KubeletDir is the kubelet's --root-dir (KubeletRoot):
+	// KubeletDir is the kubelet's --root-dir as this process sees it
+	// (KubeletRoot, or PrivateKubeletRoot for a private node):
 	// device-plugins/ and pod-resources/ are in it.
 	KubeletDir string
 	// CDIDir is where containerd reads CDI specs.
@@ -64,6 +70,7 @@ type RealNode struct {
 	Socket string
 
 	c           *Cluster
+	slot        slot
 	dir         string
 	kubeletCfg  string
 	kubeletArgs []string
@@ -82,38 +89,138 @@ func (n *RealNode) Bridge() string { return n.bridge }
 
 // KubeletRoot is the real node's kubelet --root-dir. The kubelet serves
 // device plugins at KubeletRoot/device-plugins/kubelet.sock whatever its
-// --root-dir, so it is the default: one real node on a machine, with the
-// chart's default host paths.
+// --root-dir, so it is the default, with the chart's default host paths.
 const KubeletRoot = "/var/lib/kubelet"
 
-// rootMarker marks a KubeletRoot that a real node made, and may remove.
+// PrivateKubeletRoot is a private real node's kubelet directory as the
+// machine sees it. Its kubelet and containerd, and the containers they
+// start, see it at KubeletRoot, in a mount namespace of their own where
+// a tmpfs hides the machine's /var/lib: the kubelet and the device
+// plugins of its pods meet at KubeletRoot/device-plugins/kubelet.sock
+// there, apart from any other kubelet's.
+const PrivateKubeletRoot = "/run/gpushare-real-node"
+
+// A slot is what a real node holds of the machine: its kubelet's
+// directory, its pods' bridge and addresses, and its cgroup. A machine
+// has two, so that a private real node runs beside the default one.
+type slot struct {
+	// root is the kubelet's directory as the machine sees it, with the
+	// marker of the node that holds the slot.
+	root string
+	// private: the node's processes run in the mount namespace pinned at
+	// ns, where root is mounted at KubeletRoot.
+	private bool
+	// bridge is the pods' bridge, with hardware address mac; gateway,
+	// in a /16 of its own, is the bridge's address: the pods' gateway
+	// and the node's InternalIP.
+	bridge, mac, gateway string
+	// cgroup is the kubelet's --cgroup-root: its pods' cgroups are under
+	// it, apart from any other kubelet's, and what a dead run left there
+	// is this node's to kill (killLeftovers).
+	cgroup string
+}
+
+var (
+	defaultSlot = slot{root: KubeletRoot, bridge: "gpushare0", mac: "02:42:0a:58:00:01", gateway: "10.88.0.1",
+		cgroup: "gpushare-real-node"}
+	privateSlot = slot{root: PrivateKubeletRoot, private: true, bridge: "gpushare1", mac: "02:42:0a:59:00:01",
+		gateway: "10.89.0.1", cgroup: "gpushare-real-node-private"}
+)
+
+func slotOf(private bool) slot {
+	if private {
+		return privateSlot
+	}
+	return defaultSlot
+}
+
+// ns is where a private slot's mount namespace is pinned: a file in a
+// directory mounted on itself, private, as a persistent namespace needs.
+func (s slot) ns() string { return s.root + ".ns/mnt" }
+
+// subnet is the pods' addresses: the /16 of the gateway.
+func (s slot) subnet() string {
+	ip := net.ParseIP(s.gateway).To4()
+	return fmt.Sprintf("%d.%d.0.0/16", ip[0], ip[1])
+}
+
+// rootMarker marks a slot's root that a real node made, and may remove.
 const rootMarker = ".gpushare-real-node"
 
-// claimKubeletRoot makes KubeletRoot for a real node, or refuses: a
-// kubelet serves there, or it is some other kubelet's directory. A real
-// node left by a run that died (killed, or timed out) is stopped first;
-// a detached one (the demo's) is left to its owner.
-func claimKubeletRoot() error {
-	sock := filepath.Join(KubeletRoot, "device-plugins", "kubelet.sock")
+// claim makes the slot's root for a real node, or refuses: a kubelet
+// serves there, or it is some other kubelet's directory. A real node
+// left by a run that died (killed, or timed out) is stopped first; a
+// detached one (the demo's) is left to its owner.
+func (s slot) claim() error {
+	sock := filepath.Join(s.root, "device-plugins", "kubelet.sock")
 	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 		_ = conn.Close()
-		m, ok := readMarker()
+		m, ok := s.readMarker()
 		switch {
 		case !ok:
 			return fmt.Errorf("a kubelet already serves %s and it is not a gpushare real node's: not touching it", sock)
 		case m.Detached:
-			return fmt.Errorf("the demo's real node serves %s: one real node per machine (stop it with make demo-down)", sock)
+			return fmt.Errorf("the demo's real node serves %s: one such real node per machine (stop it with make demo-down)", sock)
 		case m.Owner.alive():
-			return fmt.Errorf("a real node of another run (pid %d) serves %s: one real node per machine", m.Owner.PID, sock)
+			return fmt.Errorf("a real node of another run (pid %d) serves %s: one such real node per machine", m.Owner.PID, sock)
 		}
 	}
-	if err := StopRealNode(); err != nil {
+	if err := s.stopRealNode(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(KubeletRoot, 0o750); err != nil {
+	if err := os.MkdirAll(s.root, 0o750); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), []byte("{}"), 0o600)
+	return os.WriteFile(filepath.Join(s.root, rootMarker), []byte("{}"), 0o600)
+}
+
+// enter makes a private slot's mount namespace, pinned at s.ns(), with a
+// tmpfs on /var/lib and s.root mounted at KubeletRoot in it: the machine's
+// own /var/lib (another real node's kubelet directory among it) is out of
+// its processes' sight, and is never written.
+func (s slot) enter() error {
+	dir := filepath.Dir(s.ns())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("pinning the real node's mount namespace: %w", err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("pinning the real node's mount namespace: %w", err)
+	}
+	if err := os.WriteFile(s.ns(), nil, 0o600); err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"unshare", "--mount=" + s.ns(), "--propagation", "private", "true"},
+		{"nsenter", "--mount=" + s.ns(), "--", "mount", "-t", "tmpfs", "-o", "mode=755", "gpushare-real-node", "/var/lib"},
+		{"nsenter", "--mount=" + s.ns(), "--", "mkdir", KubeletRoot},
+		{"nsenter", "--mount=" + s.ns(), "--", "mount", "--bind", s.root, KubeletRoot},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("the real node's mount namespace: %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// leave unpins a private slot's mount namespace: it goes, with every
+// mount in it, once no process is left in it.
+func (s slot) leave() {
+	dir := filepath.Dir(s.ns())
+	_ = syscall.Unmount(s.ns(), syscall.MNT_DETACH)
+	_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+	_ = os.RemoveAll(dir)
+}
+
+// command is how the node runs bin with args: in its mount namespace, if
+// it has one.
+func (s slot) command(bin string, args ...string) (string, []string) {
+	if !s.private {
+		return bin, args
+	}
+	return "nsenter", append([]string{"--mount=" + s.ns(), "--", bin}, args...)
 }
 
 // marker is what KubeletRoot's marker file records of the real node that
@@ -132,24 +239,24 @@ type marker struct {
 	Dir    string `json:"dir,omitempty"`
 }
 
-// readMarker reads KubeletRoot's marker; false if there is none or it
+// readMarker reads the slot's marker; false if there is none or it
 // cannot be read.
-func readMarker() (marker, bool) {
+func (s slot) readMarker() (marker, bool) {
 	var m marker
-	b, err := os.ReadFile(filepath.Join(KubeletRoot, rootMarker))
+	b, err := os.ReadFile(filepath.Join(s.root, rootMarker))
 	if err != nil || json.Unmarshal(b, &m) != nil {
 		return m, false
 	}
 	return m, true
 }
 
-// writeMarker writes m as KubeletRoot's marker.
-func writeMarker(m marker) error {
+// writeMarker writes m as the slot's marker.
+func (s slot) writeMarker(m marker) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(KubeletRoot, rootMarker), b, 0o600)
+	return os.WriteFile(filepath.Join(s.root, rootMarker), b, 0o600)
 }
 
 // proc names a process by its PID and its start time (in clock ticks
@@ -206,42 +313,65 @@ func procStart(pid int) (uint64, bool) {
 	return start, err == nil && f[0] != "Z"
 }
 
-// StopRealNode stops the real node that KubeletRoot's marker records, if
-// there is one, and removes what it made (stopNode). It refuses a
-// KubeletRoot that a real node did not make.
-func StopRealNode() error {
-	if _, err := os.Stat(filepath.Join(KubeletRoot, rootMarker)); err != nil {
-		if entries, rerr := os.ReadDir(KubeletRoot); rerr == nil && len(entries) > 0 {
-			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", KubeletRoot)
+// StopRealNode stops the real node that the marker in KubeletRoot (or,
+// if private, PrivateKubeletRoot) records, if there is one, and removes
+// what it made (stopNode). It refuses a KubeletRoot that a real node did
+// not make.
+func StopRealNode(private bool) error { return slotOf(private).stopRealNode() }
+
+func (s slot) stopRealNode() error {
+	if _, err := os.Stat(filepath.Join(s.root, rootMarker)); err != nil {
+		if entries, rerr := os.ReadDir(s.root); rerr == nil && len(entries) > 0 {
+			return fmt.Errorf("%s exists and is not a gpushare real node's: this machine looks like a Kubernetes node; not touching it", s.root)
+		}
+		if s.private {
+			// Pinned by a run that died before it wrote the marker.
+			s.leave()
 		}
 		return nil
 	}
-	m, _ := readMarker() // unreadable: nothing to stop, but still remove what is known
-	return stopNode(m)
+	m, _ := s.readMarker() // unreadable: nothing to stop, but still remove what is known
+	return s.stopNode(m)
 }
 
 // stopNode stops the kubelet, then the pods' containers (through the
 // CRI, and by their cgroups and shims what that leaves), then containerd;
-// and unmounts and removes what the node made: its mounts, its pod
-// cgroups, KubeletRoot and the bridge.
-func stopNode(m marker) error {
+// and unmounts and removes what the node made: its mounts (its mount
+// namespace, if private), its pod cgroups, the slot's root and the
+// bridge.
+func (s slot) stopNode(m marker) error {
 	terminate(m.Kubelet)
 	stopPods(m.Socket)
 	terminate(m.Containerd)
-	killLeftovers(m.Socket)
+	s.killLeftovers(m.Socket)
 	if m.Dir != "" {
 		unmountUnder(m.Dir)
 	}
-	unmountUnder(KubeletRoot)
-	removeCgroups()
-	_ = exec.Command("ip", "link", "del", bridgeName).Run()
-	return os.RemoveAll(KubeletRoot)
+	unmountUnder(s.root)
+	if s.private {
+		s.leave()
+	}
+	s.removeCgroups()
+	_ = exec.Command("ip", "link", "del", s.bridge).Run()
+	return os.RemoveAll(s.root)
 }
 
-// RealNodeDir returns the directory of the real node that KubeletRoot's
-// marker records; "" if none.
-func RealNodeDir() string {
-	m, _ := readMarker()
+// RealNodeServes reports whether a kubelet serves device plugins in
+// KubeletRoot (or, if private, PrivateKubeletRoot): a real node, or
+// another kubelet, holds it.
+func RealNodeServes(private bool) bool {
+	conn, err := net.DialTimeout("unix", filepath.Join(slotOf(private).root, "device-plugins", "kubelet.sock"), time.Second)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
+}
+
+// RealNodeDir returns the directory of the real node that the marker in
+// KubeletRoot (or, if private, PrivateKubeletRoot) records; "" if none.
+func RealNodeDir(private bool) string {
+	m, _ := slotOf(private).readMarker()
 	return m.Dir
 }
 
@@ -283,10 +413,10 @@ func stopPods(socket string) {
 
 // killLeftovers kills what outlives containerd when the CRI could not
 // stop it (containerd killed or not answering): the processes in the
-// node's pod cgroups (under cgroupRoot, nobody else's), then the shims of
-// the containerd on socket.
-func killLeftovers(socket string) {
-	for _, root := range cgroupRoots() {
+// node's pod cgroups (under the slot's cgroup, nobody else's), then the
+// shims of the containerd on socket.
+func (s slot) killLeftovers(socket string) {
+	for _, root := range s.cgroupRoots() {
 		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
@@ -349,12 +479,20 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 	if os.Geteuid() != 0 {
 		return nil, errors.New("a real node needs root: the kubelet and containerd manage cgroups, mounts and network namespaces")
 	}
+	s := slotOf(o.Private)
+	if s.private {
+		for _, tool := range []string{"unshare", "nsenter", "mount"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				return nil, fmt.Errorf("a private real node needs util-linux's %s: %w", tool, err)
+			}
+		}
+	}
 	dir, err := filepath.Abs(c.path("nodes", o.Name))
 	if err != nil {
 		return nil, err
 	}
-	n := &RealNode{Name: o.Name, c: c, dir: dir, KubeletDir: KubeletRoot, detached: o.Detached}
-	if err := claimKubeletRoot(); err != nil {
+	n := &RealNode{Name: o.Name, c: c, slot: s, dir: dir, KubeletDir: s.root, detached: o.Detached}
+	if err := s.claim(); err != nil {
 		return nil, err
 	}
 	c.nodes = append(c.nodes, n)
@@ -364,6 +502,11 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 			c.nodes = c.nodes[:len(c.nodes)-1]
 		}
 	}()
+	if s.private {
+		if err := s.enter(); err != nil {
+			return nil, err
+		}
+	}
 	n.CDIDir = filepath.Join(n.dir, "cdi")
 	n.Socket = filepath.Join(n.dir, "containerd", "containerd.sock")
 	for _, d := range []string{n.CDIDir, filepath.Join(n.dir, "containerd"), filepath.Join(n.dir, "cni"),
@@ -372,7 +515,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, o RealNodeOptions) (_ *Real
 			return nil, err
 		}
 	}
-	if err := makeCgroups(); err != nil {
+	if err := s.makeCgroups(); err != nil {
 		return nil, err
 	}
 	if err := n.startNetwork(); err != nil {
@@ -440,43 +583,39 @@ const cniConfig = `{
   "cniVersion": "1.0.0",
   "name": "gpushare",
   "plugins": [{"type": "bridge", "bridge": %q, "isGateway": false, "ipMasq": false,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "10.88.0.1"}]],
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q, "gateway": %q}]],
       "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}}]
 }
 `
 
-// bridgeName is the pods' bridge: one real node per machine, so a fixed
-// name, which the next real node removes if a killed run left it.
-const bridgeName = "gpushare0"
-
-// bridgeMAC is the bridge's own hardware address, locally administered.
-// A Linux bridge left to itself takes the lowest address of its ports:
-// when the pod holding that port goes, the gateway's address changes
-// under every other pod, whose ARP entry still names the old one, and
-// their connections to the apiserver (through serviceIP) stall until
-// the entry expires, about 40 s. An address set on the bridge stays.
-const bridgeMAC = "02:42:0a:58:00:01"
+// The bridge's name (slot.bridge) is fixed per slot: the next real node
+// of the slot removes it if a killed run left it. Its own hardware
+// address (slot.mac) is locally administered: a Linux bridge left to
+// itself takes the lowest address of its ports, and when the pod
+// holding that port goes, the gateway's address changes under every
+// other pod, whose ARP entry still names the old one, and their
+// connections to the apiserver (through serviceIP) stall until the entry
+// expires, about 40 s. An address set on the bridge stays.
 
 // serviceIP is the kubernetes Service's cluster IP: the first of the
 // apiserver's --service-cluster-ip-range, the address pods' in-cluster
 // clients (KUBERNETES_SERVICE_HOST) dial.
 const serviceIP = "10.96.0.1"
 
-// gatewayIP is the bridge's address on the node: the pods' gateway, and
-// the node's InternalIP, where the kubelet serves the apiserver (a node's
-// address may not be loopback). Only the node reaches it.
-const gatewayIP = "10.88.0.1"
-
 // startNetwork makes the pods' bridge before the CNI plugin does, with
-// the gateway's address and the kubernetes Service's, and forwards
-// connections to serviceIP:443 to the apiserver on loopback: what
-// kube-proxy does for pods on a real cluster. The bridge joins no other
-// interface: only the node's pods reach it.
+// the gateway's address (the pods' gateway, and the node's InternalIP,
+// where the kubelet serves the apiserver: a node's address may not be
+// loopback; only the node reaches it) and the kubernetes Service's, and
+// forwards connections to serviceIP:443 to the apiserver on loopback:
+// what kube-proxy does for pods on a real cluster. The bridge joins no
+// other interface: only the node's pods reach it. The forwarder takes
+// only connections that come in on the bridge, so that each real node's
+// pods reach their own cluster's apiserver at serviceIP.
 func (n *RealNode) startNetwork() error {
-	n.bridge = bridgeName
+	n.bridge = n.slot.bridge
 	for _, args := range [][]string{
-		{"link", "add", n.bridge, "address", bridgeMAC, "type", "bridge"},
-		{"addr", "add", gatewayIP + "/16", "dev", n.bridge},
+		{"link", "add", n.bridge, "address", n.slot.mac, "type", "bridge"},
+		{"addr", "add", n.slot.gateway + "/16", "dev", n.bridge},
 		{"addr", "add", serviceIP + "/32", "dev", n.bridge},
 		{"link", "set", n.bridge, "up"},
 	} {
@@ -484,7 +623,16 @@ func (n *RealNode) startNetwork() error {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(serviceIP, "443"))
+	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
+		var err error
+		if cerr := raw.Control(func(fd uintptr) {
+			err = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, n.bridge)
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	l, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(serviceIP, "443"))
 	if err != nil {
 		return fmt.Errorf("the kubernetes Service's address: %w", err)
 	}
@@ -520,7 +668,7 @@ func (n *RealNode) writeContainerdConfig(o RealNodeOptions) error {
 	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	cni := fmt.Sprintf(cniConfig, n.bridge, filepath.Join(n.dir, "cni-ipam"))
+	cni := fmt.Sprintf(cniConfig, n.bridge, n.slot.subnet(), n.slot.gateway, filepath.Join(n.dir, "cni-ipam"))
 	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-gpushare.conflist"), []byte(cni), 0o600); err != nil {
 		return err
 	}
@@ -563,7 +711,7 @@ func (n *RealNode) writeKubeletConfig(o RealNodeOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf(kubeletConfig, n.Socket, ports[0], ports[1], n.c.kubeletClientCA, filepath.Join(n.dir, "pod-logs"), gatewayIP, cgroupRoot)
+	cfg := fmt.Sprintf(kubeletConfig, n.Socket, ports[0], ports[1], n.c.kubeletClientCA, filepath.Join(n.dir, "pod-logs"), n.slot.gateway, n.slot.cgroup)
 	n.kubeletCfg = filepath.Join(n.dir, "kubelet.yaml")
 	if err := os.WriteFile(n.kubeletCfg, []byte(cfg), 0o600); err != nil {
 		return err
@@ -572,16 +720,17 @@ func (n *RealNode) writeKubeletConfig(o RealNodeOptions) error {
 	for k, v := range o.Labels {
 		labels = append(labels, k+"="+v)
 	}
-	n.kubeletArgs = []string{"--config=" + n.kubeletCfg, "--kubeconfig=" + n.c.Kubeconfig, "--root-dir=" + n.KubeletDir,
-		"--cert-dir=" + filepath.Join(n.dir, "kubelet-pki"), "--hostname-override=" + n.Name, "--node-ip=" + gatewayIP,
+	// A private node's kubelet sees its directory at KubeletRoot too.
+	n.kubeletArgs = []string{"--config=" + n.kubeletCfg, "--kubeconfig=" + n.c.Kubeconfig, "--root-dir=" + KubeletRoot,
+		"--cert-dir=" + filepath.Join(n.dir, "kubelet-pki"), "--hostname-override=" + n.Name, "--node-ip=" + n.slot.gateway,
 		"--node-labels=" + strings.Join(labels, ","), "--v=2"}
 	n.healthz = "http://" + hostPort(ports[1]) + "/healthz"
 	return nil
 }
 
 func (n *RealNode) startContainerd(ctx context.Context) error {
-	p, err := n.c.runEnv(n.logName("containerd"), n.pathEnv(), n.c.Tools.Bin("containerd"),
-		"--config="+filepath.Join(n.dir, "containerd.toml"))
+	bin, args := n.slot.command(n.c.Tools.Bin("containerd"), "--config="+filepath.Join(n.dir, "containerd.toml"))
+	p, err := n.c.runEnv(n.logName("containerd"), n.pathEnv(), bin, args...)
 	if err != nil {
 		return err
 	}
@@ -614,7 +763,8 @@ func (n *RealNode) waitCRI(ctx context.Context) error {
 }
 
 func (n *RealNode) startKubelet(ctx context.Context) error {
-	p, err := n.c.runEnv(n.logName("kubelet"), n.pathEnv(), n.c.Tools.Bin("kubelet"), n.kubeletArgs...)
+	bin, args := n.slot.command(n.c.Tools.Bin("kubelet"), n.kubeletArgs...)
+	p, err := n.c.runEnv(n.logName("kubelet"), n.pathEnv(), bin, args...)
 	if err != nil {
 		return err
 	}
@@ -627,15 +777,15 @@ func (n *RealNode) startKubelet(ctx context.Context) error {
 	return n.waitReady(ctx, started)
 }
 
-// recordPIDs writes KubeletRoot's marker: what StopRealNode needs to
-// stop this node from another process, or after this run dies.
+// recordPIDs writes the slot's marker: what StopRealNode needs to stop
+// this node from another process, or after this run dies.
 func (n *RealNode) recordPIDs() {
-	if err := writeMarker(n.marker()); err != nil {
-		fmt.Fprintf(os.Stderr, "recording the real node in %s: %v\n", KubeletRoot, err)
+	if err := n.slot.writeMarker(n.marker()); err != nil {
+		fmt.Fprintf(os.Stderr, "recording the real node in %s: %v\n", n.slot.root, err)
 	}
 }
 
-// marker is what KubeletRoot's marker records of n.
+// marker is what the slot's marker records of n.
 func (n *RealNode) marker() marker {
 	m := marker{Owner: procOf(os.Getpid()), Detached: n.detached, Socket: n.Socket, Dir: n.dir}
 	if n.kubelet != nil && !n.kubelet.Exited() {
@@ -750,38 +900,33 @@ func (n *RealNode) stop() {
 	if n.forward != nil {
 		_ = n.forward.Close()
 	}
-	if err := stopNode(n.marker()); err != nil {
+	if err := n.slot.stopNode(n.marker()); err != nil {
 		fmt.Fprintf(os.Stderr, "removing the real node: %v\n", err)
 	}
 }
 
-// cgroupRoot is the real node's kubelet --cgroup-root: its pods' cgroups
-// are under it, apart from any other kubelet's, and what a dead run left
-// there is this node's to kill (killLeftovers).
-const cgroupRoot = "gpushare-real-node"
-
-// cgroupRoots returns cgroupRoot's directory in each cgroup hierarchy
-// mounted under /sys/fs/cgroup (one per v1 controller, or the v2
-// hierarchy itself).
-func cgroupRoots() []string {
+// cgroupRoots returns the slot's cgroup directory in each cgroup
+// hierarchy mounted under /sys/fs/cgroup (one per v1 controller, or the
+// v2 hierarchy itself).
+func (s slot) cgroupRoots() []string {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		return []string{filepath.Join("/sys/fs/cgroup", cgroupRoot)}
+		return []string{filepath.Join("/sys/fs/cgroup", s.cgroup)}
 	}
 	entries, _ := os.ReadDir("/sys/fs/cgroup")
 	var roots []string
 	for _, e := range entries {
 		// Controllers mounted together appear once, plus symbolic links.
 		if e.IsDir() && e.Type()&os.ModeSymlink == 0 {
-			roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name(), cgroupRoot))
+			roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name(), s.cgroup))
 		}
 	}
 	return roots
 }
 
-// makeCgroups makes cgroupRoot in every hierarchy: the kubelet refuses a
-// --cgroup-root that does not exist.
-func makeCgroups() error {
-	for _, root := range cgroupRoots() {
+// makeCgroups makes the slot's cgroup in every hierarchy: the kubelet
+// refuses a --cgroup-root that does not exist.
+func (s slot) makeCgroups() error {
+	for _, root := range s.cgroupRoots() {
 		if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("making the real node's cgroup %s: %w", root, err)
 		}
@@ -789,10 +934,11 @@ func makeCgroups() error {
 	return nil
 }
 
-// removeCgroups removes cgroupRoot and the cgroups under it, deepest
-// first (a cgroup is removed with rmdir once it holds no process).
-func removeCgroups() {
-	for _, root := range cgroupRoots() {
+// removeCgroups removes the slot's cgroup and the cgroups under it,
+// deepest first (a cgroup is removed with rmdir once it holds no
+// process).
+func (s slot) removeCgroups() {
+	for _, root := range s.cgroupRoots() {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

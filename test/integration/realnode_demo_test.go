@@ -2,13 +2,19 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/pkg/controlplane"
 )
@@ -16,10 +22,19 @@ import (
 // make demo's real node: the demo starts it, its summary says which pods
 // really run and what the demo's own pod's container sees, and make
 // demo-down stops it all, leaving no kubelet directory, bridge, shim or
-// process behind.
+// process behind. The test's demo takes the machine's default real node,
+// as make demo's does, and a private real node of another cluster then
+// runs a pod beside it, as make test's do beside make demo's; while make
+// demo's runs (make test beside it), the test's demo runs a private one.
 func TestRealNodeDemo(t *testing.T) {
 	needRealNode(t)
 	layouts := images(t)
+	private := controlplane.RealNodeServes(false)
+	kubeletDir, bridge := controlplane.KubeletRoot, "gpushare0"
+	if private {
+		t.Log("a real node (make demo's) holds /var/lib/kubelet: the test's demo runs a private one beside it")
+		kubeletDir, bridge = controlplane.PrivateKubeletRoot, "gpushare1"
+	}
 	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/gpushare-demo", "./cmd/gpushare-node", "./cmd/gpushare-dra")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
@@ -35,7 +50,7 @@ func TestRealNodeDemo(t *testing.T) {
 		}
 	})
 	demo := func(args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(binDir, "gpushare-demo"), append([]string{"--dir=" + dir,
+		cmd := exec.Command(filepath.Join(binDir, "gpushare-demo"), append([]string{"--dir=" + dir, "--real-node-private=" + strconv.FormatBool(private),
 			"--scheduler=" + schedulerBin, "--node-daemon=" + filepath.Join(binDir, "gpushare-node"),
 			"--dra-daemon=" + filepath.Join(binDir, "gpushare-dra"), "--webhook=" + webhookBin,
 			"--probe-image=" + filepath.Join(layouts, "gpushare-probe")}, args...)...)
@@ -100,9 +115,11 @@ func TestRealNodeDemo(t *testing.T) {
 	if row := regexp.MustCompile(`\nteam-a +gpus +48/48 +50/300 +48 +50 +0\n`); !row.MatchString(summary) {
 		t.Errorf("kubectl inspect gpushare quota does not show team-a at 48 of 48 GiB, 50 of 300%%, all of it booked:\n%s", summary)
 	}
-	kubeletDir := controlplane.KubeletRoot
 	if _, err := os.Stat(filepath.Join(kubeletDir, "device-plugins", "kubelet.sock")); err != nil {
 		t.Errorf("the demo's kubelet serves no device plugins: %v", err)
+	}
+	if !private {
+		besidePrivateNode(t, layouts)
 	}
 	pids, _ := os.ReadFile(filepath.Join(dir, "pids"))
 
@@ -110,8 +127,8 @@ func TestRealNodeDemo(t *testing.T) {
 	if _, err := os.Stat(kubeletDir); !os.IsNotExist(err) {
 		t.Errorf("make demo-down left %s (%v)", kubeletDir, err)
 	}
-	if err := exec.Command("ip", "link", "show", "gpushare0").Run(); err == nil {
-		t.Error("make demo-down left the bridge gpushare0")
+	if err := exec.Command("ip", "link", "show", bridge).Run(); err == nil {
+		t.Errorf("make demo-down left the bridge %s", bridge)
 	}
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(b, []byte(" "+dir+"/")) {
 		t.Errorf("make demo-down left mounts under the demo's directory")
@@ -128,5 +145,71 @@ func TestRealNodeDemo(t *testing.T) {
 		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte("containerd-shim")) && bytes.Contains(b, []byte(dir)) {
 			t.Errorf("make demo-down left a shim: %s", bytes.ReplaceAll(b, []byte{0}, []byte(" ")))
 		}
+	}
+}
+
+// besidePrivateNode starts a private real node in a cluster of its own
+// beside the machine's default one (the demo's) and runs a pod on it: its
+// kubelet, containerd and bridge take nothing the other holds, and
+// stopping it leaves the other's kubelet serving.
+func besidePrivateNode(t *testing.T, layouts string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := controlplane.Start(ctx, controlplane.Options{Tools: tools, NoKwok: true})
+	if err != nil {
+		t.Fatalf("starting the second control plane: %v", err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			c.Stop()
+		}
+	}
+	defer stop()
+	mirror, err := controlplane.ServeImage(filepath.Join(layouts, "gpushare-probe"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mirror.Close() }()
+	n, err := c.StartRealNode(ctx, controlplane.RealNodeOptions{
+		Name:         "gpu-real-beside",
+		Images:       map[string]string{"ghcr.io/gpushare/gpushare-probe": filepath.Join(layouts, "gpushare-probe")},
+		SandboxImage: probeImage,
+		Mirror:       mirror.Host,
+		Private:      true,
+	})
+	if err != nil {
+		t.Fatalf("starting a private real node beside the demo's: %v", err)
+	}
+	if n.KubeletDir != controlplane.PrivateKubeletRoot || n.Bridge() != "gpushare1" {
+		t.Errorf("the private node's kubelet directory and bridge are %s and %s, want %s and gpushare1", n.KubeletDir, n.Bridge(), controlplane.PrivateKubeletRoot)
+	}
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "beside", Namespace: "default"}, Spec: corev1.PodSpec{
+		NodeName:   n.Name,
+		Containers: []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sleep", "infinity"}}}}}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = waitFor(2*time.Minute, func() (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+	if err != nil {
+		t.Errorf("the pod on the private node beside the demo's did not run: %v", err)
+	}
+	stop()
+	if !controlplane.RealNodeServes(false) {
+		t.Error("stopping the private real node stopped the demo's kubelet serving device plugins")
+	}
+	if _, err := os.Stat(controlplane.PrivateKubeletRoot); !os.IsNotExist(err) {
+		t.Errorf("the private real node left %s (%v)", controlplane.PrivateKubeletRoot, err)
+	}
+	if err := exec.Command("ip", "link", "show", "gpushare1").Run(); err == nil {
+		t.Error("the private real node left the bridge gpushare1")
 	}
 }

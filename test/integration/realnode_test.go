@@ -159,6 +159,9 @@ func startReal(t *testing.T, mps bool, values ...string) *realCluster {
 		SandboxImage: probeImage,
 		Mirror:       mirror.Host,
 		Labels:       map[string]string{"gpushare": "true"},
+		// In a mount namespace of its own, with its own bridge: the
+		// tests run beside make demo's real node and never touch it.
+		Private: true,
 	})
 	if err != nil {
 		t.Fatalf("starting the real node: %v", err)
