@@ -139,7 +139,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "longest wait for one run's pods to be bound")
 	flag.BoolVar(&o.json, "json", false, "print one JSON object per run instead of a table")
 	flag.StringVar(&o.profile, "cpu-profile", "", "write a 20 s CPU profile of each scheduler and of kube-apiserver to this directory, each scheduler's metrics and heap profile after the CPU profile and once every pod is bound, and kube-apiserver's metrics before and after")
-	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved, and report medians")
+	flag.IntVar(&o.repeat, "repeat", 1, "run the modes this many times, interleaved (every other round in reverse order), and report medians")
 	extenderFlags := flag.String("extender-flags", "", "more flags for gpushare-extender, space-separated (e.g. --max-filtered-nodes=1)")
 	flag.Parse()
 	o.extenderFlags = strings.Fields(*extenderFlags)
@@ -194,11 +194,13 @@ func run(o options) error {
 	}
 	var results []Result
 	for _, n := range o.nodes {
-		// Interleaved (a, b, c, a, b, c, ...) so that a slow spell on a
-		// shared machine hits every mode alike.
+		// Interleaved, each round in the order of the one before
+		// reversed (a, b, c, c, b, a, a, ...), so that a slow spell on a
+		// shared machine hits every mode alike, and a drift within the
+		// rounds favours no mode by its place in them.
 		runs := map[string][]Result{}
-		for range max(o.repeat, 1) {
-			for _, m := range o.modes {
+		for round := range max(o.repeat, 1) {
+			for _, m := range roundOrder(o.modes, round) {
 				r, err := runOne(o, tools, m, n)
 				if err != nil {
 					return fmt.Errorf("%s at %d nodes: %w", m, n, err)
@@ -218,6 +220,17 @@ func run(o options) error {
 		printTable(results)
 	}
 	return nil
+}
+
+// roundOrder returns the order of the modes in round (from 0): as given
+// in even rounds, reversed in odd ones.
+func roundOrder(modes []string, round int) []string {
+	if round%2 == 0 {
+		return modes
+	}
+	r := slices.Clone(modes)
+	slices.Reverse(r)
+	return r
 }
 
 // median returns the run with the median throughput.

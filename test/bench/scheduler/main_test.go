@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestHistogramMeanMs(t *testing.T) {
 	exposition := []byte(`# HELP scheduler_scheduling_algorithm_duration_seconds [ALPHA] Scheduling algorithm latency in seconds
@@ -35,5 +38,25 @@ gpushare_extender_request_duration_seconds_count{result="too_many",verb="filter"
 				t.Errorf("histogramMeanMs(%s, %q) = %v, %v; want %v, %v", tc.metric, tc.match, got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestRoundOrder: every other round runs the modes in reverse, so that
+// over two rounds each mode runs as often first as last, and the modes
+// given are not reordered in place.
+func TestRoundOrder(t *testing.T) {
+	modes := []string{"stock", "extender-null", "extender"}
+	want := [][]string{
+		{"stock", "extender-null", "extender"},
+		{"extender", "extender-null", "stock"},
+		{"stock", "extender-null", "extender"},
+	}
+	for round, w := range want {
+		if got := roundOrder(modes, round); !slices.Equal(got, w) {
+			t.Errorf("round %d: %v, want %v", round, got, w)
+		}
+	}
+	if modes[0] != "stock" || modes[2] != "extender" {
+		t.Errorf("roundOrder changed the modes given: %v", modes)
 	}
 }
