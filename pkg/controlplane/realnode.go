@@ -223,7 +223,7 @@ func (s slot) command(bin string, args ...string) (string, []string) {
 	return "nsenter", append([]string{"--mount=" + s.ns(), "--", bin}, args...)
 }
 
-// marker is what KubeletRoot's marker file records of the real node that
+// marker is what a slot's marker file records of the real node that
 // made it: enough for another process (gpushare-demo down), or the next
 // real node after a run that died, to stop it (StopRealNode).
 type marker struct {
@@ -315,7 +315,7 @@ func procStart(pid int) (uint64, bool) {
 
 // StopRealNode stops the real node that the marker in KubeletRoot (or,
 // if private, PrivateKubeletRoot) records, if there is one, and removes
-// what it made (stopNode). It refuses a KubeletRoot that a real node did
+// what it made (stopNode). It refuses a directory that a real node did
 // not make.
 func StopRealNode(private bool) error { return slotOf(private).stopRealNode() }
 

@@ -201,6 +201,8 @@ func besidePrivateNode(t *testing.T, layouts string) {
 	})
 	if err != nil {
 		t.Errorf("the pod on the private node beside the demo's did not run: %v", err)
+	} else {
+		t.Logf("a private real node of a second cluster ran a pod beside the demo's (bridge %s, kubelet directory %s)", n.Bridge(), n.KubeletDir)
 	}
 	stop()
 	if !controlplane.RealNodeServes(false) {
