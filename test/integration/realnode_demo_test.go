@@ -151,13 +151,15 @@ func TestRealNodeDemo(t *testing.T) {
 // besidePrivateNode starts a private real node in a cluster of its own
 // beside the machine's default one (the demo's) and runs a pod on it: its
 // kubelet, containerd and bridge take nothing the other holds, and
-// stopping it leaves the other's kubelet serving.
+// stopping it leaves the other's kubelet serving. It fails the test with
+// Errorf only: the demo's node must still be stopped after it.
 func besidePrivateNode(t *testing.T, layouts string) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := controlplane.Start(ctx, controlplane.Options{Tools: tools, NoKwok: true})
 	if err != nil {
-		t.Fatalf("starting the second control plane: %v", err)
+		t.Errorf("starting the second control plane: %v", err)
+		return
 	}
 	stopped := false
 	stop := func() {
@@ -169,7 +171,8 @@ func besidePrivateNode(t *testing.T, layouts string) {
 	defer stop()
 	mirror, err := controlplane.ServeImage(filepath.Join(layouts, "gpushare-probe"), "")
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return
 	}
 	defer func() { _ = mirror.Close() }()
 	n, err := c.StartRealNode(ctx, controlplane.RealNodeOptions{
@@ -180,20 +183,23 @@ func besidePrivateNode(t *testing.T, layouts string) {
 		Private:      true,
 	})
 	if err != nil {
-		t.Fatalf("starting a private real node beside the demo's: %v", err)
+		t.Errorf("starting a private real node beside the demo's: %v", err)
+		return
 	}
 	if n.KubeletDir != controlplane.PrivateKubeletRoot || n.Bridge() != "gpushare1" {
 		t.Errorf("the private node's kubelet directory and bridge are %s and %s, want %s and gpushare1", n.KubeletDir, n.Bridge(), controlplane.PrivateKubeletRoot)
 	}
 	client, err := c.Client()
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "beside", Namespace: "default"}, Spec: corev1.PodSpec{
 		NodeName:   n.Name,
 		Containers: []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sleep", "infinity"}}}}}
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return
 	}
 	err = waitFor(2*time.Minute, func() (bool, error) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
