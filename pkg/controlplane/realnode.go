@@ -75,7 +75,6 @@ type RealNode struct {
 	kubeletCfg  string
 	kubeletArgs []string
 	healthz     string
-	bridge      string
 	forward     net.Listener
 	containerd  *Process
 	kubelet     *Process
@@ -85,7 +84,7 @@ type RealNode struct {
 
 // Bridge is the pods' bridge on the node: their gateway, and the
 // kubernetes Service's address.
-func (n *RealNode) Bridge() string { return n.bridge }
+func (n *RealNode) Bridge() string { return n.slot.bridge }
 
 // KubeletRoot is the real node's kubelet --root-dir. The kubelet serves
 // device plugins at KubeletRoot/device-plugins/kubelet.sock whatever its
@@ -112,7 +111,14 @@ type slot struct {
 	private bool
 	// bridge is the pods' bridge, with hardware address mac; gateway,
 	// in a /16 of its own, is the bridge's address: the pods' gateway
-	// and the node's InternalIP.
+	// and the node's InternalIP. The name is fixed: the slot's next real
+	// node removes a bridge a killed run left. The hardware address is
+	// locally administered: a Linux bridge left to itself takes the
+	// lowest address of its ports, and when the pod holding that port
+	// goes, the gateway's address changes under every other pod, whose
+	// ARP entry still names the old one, and their connections to the
+	// apiserver (through serviceIP) stall until the entry expires, about
+	// 40 s. An address set on the bridge stays.
 	bridge, mac, gateway string
 	// cgroup is the kubelet's --cgroup-root: its pods' cgroups are under
 	// it, apart from any other kubelet's, and what a dead run left there
@@ -152,9 +158,7 @@ const rootMarker = ".gpushare-real-node"
 // left by a run that died (killed, or timed out) is stopped first; a
 // detached one (the demo's) is left to its owner.
 func (s slot) claim() error {
-	sock := filepath.Join(s.root, "device-plugins", "kubelet.sock")
-	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-		_ = conn.Close()
+	if sock, ok := s.serves(); ok {
 		m, ok := s.readMarker()
 		switch {
 		case !ok:
@@ -360,12 +364,20 @@ func (s slot) stopNode(m marker) error {
 // KubeletRoot (or, if private, PrivateKubeletRoot): a real node, or
 // another kubelet, holds it.
 func RealNodeServes(private bool) bool {
-	conn, err := net.DialTimeout("unix", filepath.Join(slotOf(private).root, "device-plugins", "kubelet.sock"), time.Second)
+	_, ok := slotOf(private).serves()
+	return ok
+}
+
+// serves returns the kubelet's device plugin socket in the slot's root,
+// and whether a kubelet answers on it.
+func (s slot) serves() (string, bool) {
+	sock := filepath.Join(s.root, "device-plugins", "kubelet.sock")
+	conn, err := net.DialTimeout("unix", sock, time.Second)
 	if err != nil {
-		return false
+		return sock, false
 	}
 	_ = conn.Close()
-	return true
+	return sock, true
 }
 
 // RealNodeDir returns the directory of the real node that the marker in
@@ -588,15 +600,6 @@ const cniConfig = `{
 }
 `
 
-// The bridge's name (slot.bridge) is fixed per slot: the next real node
-// of the slot removes it if a killed run left it. Its own hardware
-// address (slot.mac) is locally administered: a Linux bridge left to
-// itself takes the lowest address of its ports, and when the pod
-// holding that port goes, the gateway's address changes under every
-// other pod, whose ARP entry still names the old one, and their
-// connections to the apiserver (through serviceIP) stall until the entry
-// expires, about 40 s. An address set on the bridge stays.
-
 // serviceIP is the kubernetes Service's cluster IP: the first of the
 // apiserver's --service-cluster-ip-range, the address pods' in-cluster
 // clients (KUBERNETES_SERVICE_HOST) dial.
@@ -612,12 +615,12 @@ const serviceIP = "10.96.0.1"
 // only connections that come in on the bridge, so that each real node's
 // pods reach their own cluster's apiserver at serviceIP.
 func (n *RealNode) startNetwork() error {
-	n.bridge = n.slot.bridge
+	bridge := n.slot.bridge
 	for _, args := range [][]string{
-		{"link", "add", n.bridge, "address", n.slot.mac, "type", "bridge"},
-		{"addr", "add", n.slot.gateway + "/16", "dev", n.bridge},
-		{"addr", "add", serviceIP + "/32", "dev", n.bridge},
-		{"link", "set", n.bridge, "up"},
+		{"link", "add", bridge, "address", n.slot.mac, "type", "bridge"},
+		{"addr", "add", n.slot.gateway + "/16", "dev", bridge},
+		{"addr", "add", serviceIP + "/32", "dev", bridge},
+		{"link", "set", bridge, "up"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
@@ -626,7 +629,7 @@ func (n *RealNode) startNetwork() error {
 	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
 		var err error
 		if cerr := raw.Control(func(fd uintptr) {
-			err = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, n.bridge)
+			err = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, bridge)
 		}); cerr != nil {
 			return cerr
 		}
@@ -668,7 +671,7 @@ func (n *RealNode) writeContainerdConfig(o RealNodeOptions) error {
 	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	cni := fmt.Sprintf(cniConfig, n.bridge, n.slot.subnet(), n.slot.gateway, filepath.Join(n.dir, "cni-ipam"))
+	cni := fmt.Sprintf(cniConfig, n.slot.bridge, n.slot.subnet(), n.slot.gateway, filepath.Join(n.dir, "cni-ipam"))
 	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-gpushare.conflist"), []byte(cni), 0o600); err != nil {
 		return err
 	}
